@@ -1,0 +1,1 @@
+//! Runnable examples of the kubeovn-rs crates: see the `[[example]]` targets.

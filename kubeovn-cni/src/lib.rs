@@ -1,0 +1,1 @@
+//! CNI specification types (in progress).

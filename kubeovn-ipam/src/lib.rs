@@ -1,0 +1,1 @@
+//! Kube-OVN IP and MAC allocation (in progress).
