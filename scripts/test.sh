@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Runs every check and test of kubeovn-rs on this machine, including the tests that need root, network
+# namespaces and the real OVN/OVS daemons. Installs the Debian packages the tests need when they are missing.
+#
+#   scripts/test.sh            format, lints, all tests, fuzz smoke runs
+#   SKIP_LINT=1 scripts/test.sh    tests only
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+step() { printf '\n==> %s\n' "$*"; }
+
+# --- system packages ------------------------------------------------------------------------------
+# OVN/OVS (real ovsdb-server, northd, vswitchd, controller), Debian's reference CNI plugins, ping and ip.
+PKGS=(openvswitch-switch ovn-central ovn-host containernetworking-plugins iputils-ping iproute2 util-linux)
+missing=()
+for p in "${PKGS[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    step "installing ${missing[*]}"
+    SUDO=
+    [ "$(id -u)" = 0 ] || SUDO=sudo
+    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+    # The packages' init scripts may try to start system-wide daemons; the tests start their own.
+    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+if ! command -v cargo >/dev/null; then
+    echo "cargo is missing: install a stable Rust toolchain (https://rustup.rs), then run this again" >&2
+    exit 1
+fi
+[ "$(id -u)" = 0 ] || echo "note: not root: the tests that need network namespaces and OVS will say they are skipped"
+
+# --- format and lints -----------------------------------------------------------------------------
+if [ -z "${SKIP_LINT:-}" ]; then
+    step "cargo fmt --check"
+    cargo fmt --all -- --check
+    step "cargo clippy"
+    cargo clippy --workspace --all-targets --quiet -- -D warnings
+fi
+
+# --- tests ----------------------------------------------------------------------------------------
+step "cargo test (unit, integration, root and OVN tests, examples, benches in test mode)"
+cargo test --workspace --all-targets
+step "cargo test --doc"
+cargo test --workspace --doc
+
+# --- fuzz smoke runs ------------------------------------------------------------------------------
+# The fuzz targets assert invariants; a short run on every target keeps them building and honest.
+# Long runs: cd fuzz && cargo fuzz run --sanitizer none TARGET
+if [ -z "${SKIP_FUZZ:-}" ]; then
+    step "fuzz smoke runs"
+    export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$PWD/target}/fuzz
+    cargo build --quiet --release --manifest-path fuzz/Cargo.toml
+    for t in $(sed -n 's/^name = "\(.*\)"$/\1/p' fuzz/Cargo.toml | grep -v '^kubeovn-fuzz$'); do
+        "$CARGO_TARGET_DIR/release/$t" -runs=20000 -max_total_time=20 -print_final_stats=0 2>&1 | tail -n 1
+    done
+fi
+step "all tests passed"
