@@ -1,1 +1,26 @@
-//! CNI specification types (in progress).
+//! Container Network Interface (CNI) support for kubeovn-rs.
+//!
+//! [`spec`] holds the CNI specification 1.0.0 and 1.1.0 as plain Rust types: network configurations and
+//! configuration lists, the runtime's environment, results of every spec version (and conversion between
+//! them), version negotiation and the spec's error object. It does no I/O apart from
+//! [`spec::Env::from_process`], which reads the process environment.
+//!
+//! ```
+//! use kubeovn_cni::spec::{CniResult, NetConf};
+//!
+//! let conf = NetConf::from_slice(br#"{"cniVersion":"1.0.0","name":"net","type":"bridge",
+//!     "ipam":{"type":"kube-ovn-ipam","subnet":"10.88.0.0/16"}}"#)?;
+//! assert_eq!(conf.ipam.as_ref().and_then(|i| i["subnet"].as_str()), Some("10.88.0.0/16"));
+//!
+//! // A 1.0.0 result, converted for a runtime that asked for 0.3.1.
+//! let result = CniResult::from_slice(br#"{"cniVersion":"1.0.0","ips":[{"address":"10.88.0.5/16"}]}"#)?;
+//! let old = result.convert("0.3.1")?;
+//! assert_eq!(old.to_json_value()["ips"][0]["version"], "4");
+//! # Ok::<(), kubeovn_cni::Error>(())
+//! ```
+
+pub mod spec;
+
+mod error;
+
+pub use error::Error;
