@@ -1,5 +1,68 @@
 //! OVSDB client for OVN and Open vSwitch, written for kubeovn-rs.
 //!
-//! This crate will hold the RFC 7047 protocol client (with `monitor_cond_since`), the typed models of the
-//! `OVN_Northbound` and `Open_vSwitch` schemas and a high-level northbound API behind a trait. It knows
-//! nothing of Kubernetes. Nothing is implemented yet: see the project's issue tracker.
+//! This crate speaks the OVSDB management protocol (RFC 7047 and the `monitor_cond`, `monitor_cond_since`
+//! extensions of Open vSwitch) to `ovsdb-server`: the OVN northbound and southbound databases and the
+//! `Open_vSwitch` database. It knows nothing of Kubernetes.
+//!
+//! The protocol logic is plain code without I/O: [`datum`] (atoms, sets, maps), [`schema`] (schema parsing and
+//! datum validation), [`framing`] (splitting a byte stream of concatenated JSON texts into JSON-RPC messages),
+//! [`ops`] (transaction builders validated against the schema, result parsing), [`monitor`] (monitor requests
+//! and table updates) and [`conn`] (request/response matching, echo, notifications, inactivity probe, with
+//! time passed in). [`client`] drives one connection with one tokio task.
+//!
+//! Building and validating a transaction needs no server:
+//!
+//! ```
+//! use kubeovn_ovn::{DatabaseSchema, Datum, ops::{Transaction, Operation, Condition}};
+//!
+//! let schema: DatabaseSchema = include_str!("../schemas/ovn-nb.ovsschema").parse().unwrap();
+//! let txn = Transaction::new("OVN_Northbound")
+//!     .op(Operation::insert("Logical_Switch_Port")
+//!         .uuid_name("p")
+//!         .value("name", "pod1.ns")
+//!         .value("addresses", Datum::set(["0a:58:0a:10:00:05 10.16.0.5"])))
+//!     .op(Operation::mutate("Logical_Switch")
+//!         .filter(Condition::eq("name", "ls0"))
+//!         .insert("ports", Datum::named_uuid("p")));
+//! txn.validate(&schema).unwrap();
+//!
+//! // A column that does not exist is caught before anything is sent.
+//! let bad = Transaction::new("OVN_Northbound")
+//!     .op(Operation::insert("Logical_Switch").value("nmae", "ls0"));
+//! assert!(bad.validate(&schema).is_err());
+//! ```
+//!
+//! Talking to a server:
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), kubeovn_ovn::Error> {
+//! use kubeovn_ovn::{Client, ops::{Transaction, Operation}};
+//!
+//! let client = Client::connect("unix:/var/run/ovn/ovnnb_db.sock").await?;
+//! println!("{:?}", client.list_dbs().await?);
+//! let schema = client.get_schema("OVN_Northbound").await?;
+//! let txn = Transaction::new("OVN_Northbound").op(Operation::insert("Logical_Switch").value("name", "ls0"));
+//! txn.validate(&schema)?;
+//! let results = client.transact(&txn).await?;
+//! println!("new switch: {:?}", results[0].uuid());
+//! # Ok(()) }
+//! ```
+
+// pub mod client;
+pub mod conn;
+pub mod datum;
+pub mod error;
+pub mod framing;
+pub mod monitor;
+pub mod ops;
+pub mod schema;
+pub mod uuid;
+
+// pub use client::{Client, Remote};
+pub use datum::{Atom, AtomType, Datum};
+pub use error::Error;
+pub use schema::{ColumnType, DatabaseSchema};
+pub use uuid::Uuid;
+
+/// Re-exported so that users of the raw JSON parts of the API use the same version.
+pub use serde_json;

@@ -1,0 +1,94 @@
+//! The crate's error type: one enum wrapping the small per-module errors.
+
+use crate::conn::ProbeTimeout;
+use crate::datum::DatumError;
+use crate::framing::DecodeError;
+use crate::monitor::UpdateError;
+use crate::ops::{OvsdbError, ResultError, TransactError, ValidationError};
+use crate::schema::SchemaError;
+
+/// Any error of this crate.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A remote string that is not `unix:PATH` or `tcp:HOST:PORT`.
+    #[error("invalid remote {remote:?}: {why}")]
+    InvalidRemote {
+        /// The remote given.
+        remote: String,
+        /// Why it is not usable.
+        why: &'static str,
+    },
+    /// Connecting or reading/writing the socket failed.
+    #[error("I/O error on {remote}: {source}")]
+    Io {
+        /// The remote.
+        remote: String,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The connection is closed (by the server, an error or the inactivity probe); the request may or may
+    /// not have been executed.
+    #[error("connection closed: {0}")]
+    Disconnected(String),
+    /// The inactivity probe gave up.
+    #[error(transparent)]
+    Probe(#[from] ProbeTimeout),
+    /// The byte stream from the server could not be decoded.
+    #[error(transparent)]
+    Decode(#[from] DecodeError),
+    /// A schema could not be parsed.
+    #[error(transparent)]
+    Schema(#[from] SchemaError),
+    /// A datum is invalid.
+    #[error(transparent)]
+    Datum(#[from] DatumError),
+    /// A transaction or monitor request was rejected before being sent.
+    #[error(transparent)]
+    Validation(#[from] ValidationError),
+    /// The server executed the transaction and it failed.
+    #[error(transparent)]
+    Transact(#[from] TransactError),
+    /// The server answered a method call with an error.
+    #[error("{method} failed: {error}")]
+    Rpc {
+        /// The method called.
+        method: &'static str,
+        /// The server's error and details.
+        error: OvsdbError,
+    },
+    /// An update notification could not be read.
+    #[error(transparent)]
+    Update(#[from] UpdateError),
+    /// The server's reply was not shaped as the method defines.
+    #[error("unexpected reply to {method}: {what}")]
+    Protocol {
+        /// The method called.
+        method: &'static str,
+        /// What was wrong.
+        what: String,
+    },
+    /// Encoding a request failed.
+    #[error("encoding a request: {0}")]
+    Encode(#[from] serde_json::Error),
+}
+
+impl Error {
+    /// The server's error, for a failed transaction or method call.
+    pub fn ovsdb_error(&self) -> Option<&OvsdbError> {
+        match self {
+            Error::Transact(t) => Some(&t.error),
+            Error::Rpc { error, .. } => Some(error),
+            _ => None,
+        }
+    }
+}
+
+impl From<ResultError> for Error {
+    fn from(e: ResultError) -> Self {
+        match e {
+            ResultError::Failed(t) => Error::Transact(t),
+            ResultError::Malformed(what) => Error::Protocol { method: "transact", what },
+        }
+    }
+}
