@@ -1,0 +1,224 @@
+//! The commands: one function per CNI verb over the locked state of one network.
+
+use std::collections::HashSet;
+use std::net::IpAddr;
+
+use kubeovn_cni::spec::{
+    CniResult, Command, Env, IpCidr, IpConfig, NetConf, Version, VersionInfo,
+};
+use kubeovn_ipam::{AllocRequest, Addresses, Family, Subnet, SubnetSnapshot, SubnetSpec};
+
+use crate::conf::{static_ips, IpamConf};
+use crate::store::Store;
+use crate::Error;
+
+/// Runs one plugin invocation: environment from the process, configuration from `stdin`; `Ok(Some(json))`
+/// is printed on stdout.
+pub fn run(stdin: &[u8]) -> Result<Option<String>, Error> {
+    let env = Env::from_process()?;
+    run_with(&env, stdin)
+}
+
+/// [`run`] with an explicit environment.
+pub fn run_with(env: &Env, stdin: &[u8]) -> Result<Option<String>, Error> {
+    if env.command == Command::Version {
+        return Ok(Some(version_answer(stdin)));
+    }
+    let conf = NetConf::from_slice(stdin)?;
+    let version = conf.version()?;
+    env.command.check_version(version)?;
+    if conf.name.is_empty() {
+        return Err(Error::Config { reason: "the network configuration has no name".into() });
+    }
+    let ipam = IpamConf::from_conf(&conf)?;
+    match env.command {
+        Command::Add => add(env, &conf, &ipam, version).map(Some),
+        Command::Del => del(env, &conf, &ipam).map(|()| None),
+        Command::Check => check(env, &conf, &ipam).map(|()| None),
+        Command::Gc => gc(&conf, &ipam).map(|()| None),
+        Command::Status => status(&conf, &ipam).map(|()| None),
+        Command::Version => Ok(Some(version_answer(stdin))),
+    }
+}
+
+fn version_answer(stdin: &[u8]) -> String {
+    let v = serde_json::from_slice::<serde_json::Value>(stdin)
+        .ok()
+        .and_then(|v| v.get("cniVersion").and_then(|s| s.as_str()).map(str::to_owned))
+        .filter(|s| Version::parse(s).is_ok())
+        .unwrap_or_default();
+    serde_json::to_string(&VersionInfo::all(&v)).unwrap_or_default()
+}
+
+/// The (container id, interface) of a command that has them (the environment was validated for it).
+fn attachment(env: &Env) -> (&str, &str) {
+    env.attachment().unwrap_or_default()
+}
+
+/// One network's subnet, loaded from its state file.
+struct Network {
+    subnet: Subnet,
+    /// The state must be written back even without an allocation change (new, or its spec changed).
+    dirty: bool,
+    name: String,
+}
+
+impl Network {
+    fn spec(name: &str, ipam: &IpamConf) -> SubnetSpec {
+        SubnetSpec::new(name, ipam.cidr_string(), ipam.gateway_string()).exclude(ipam.exclude_ips.iter().cloned())
+    }
+
+    fn load(store: &Store, name: &str, ipam: &IpamConf) -> Result<Network, Error> {
+        let spec = Network::spec(name, ipam);
+        let ipam_err = |source| Error::Ipam {
+            op: "load",
+            network: name.to_owned(),
+            container: String::new(),
+            ifname: String::new(),
+            source,
+        };
+        let corrupt = |source: Box<dyn std::error::Error + Send + Sync>| Error::State { path: store.state_path(), source };
+        let Some(bytes) = store.read()? else {
+            let subnet = Subnet::new(&spec, seed()).map_err(ipam_err)?;
+            return Ok(Network { subnet, dirty: true, name: name.to_owned() });
+        };
+        let snap: SubnetSnapshot = serde_json::from_slice(&bytes).map_err(|e| corrupt(Box::new(e)))?;
+        let mut subnet = Subnet::from_snapshot(&snap).map_err(|e| corrupt(Box::new(e)))?;
+        let mut dirty = false;
+        if snap.spec != spec {
+            let dropped = subnet.update(&spec).map_err(ipam_err)?;
+            for d in dropped {
+                eprintln!("kube-ovn-ipam: network {name}: new subnet spec drops {}/{} {:?} {:?}", d.pod, d.nic, d.v4, d.v6);
+            }
+            dirty = true;
+        }
+        Ok(Network { subnet, dirty, name: name.to_owned() })
+    }
+
+    fn save(&self, store: &Store) -> Result<(), Error> {
+        let bytes = serde_json::to_vec(&self.subnet.snapshot())
+            .map_err(|e| Error::State { path: store.state_path(), source: Box::new(e) })?;
+        store.write(&bytes)
+    }
+
+    fn ipam_err(&self, op: &'static str, container: &str, ifname: &str) -> impl FnOnce(kubeovn_ipam::IpamError) -> Error {
+        let (network, container, ifname) = (self.name.clone(), container.to_owned(), ifname.to_owned());
+        move |source| Error::Ipam { op, network, container, ifname, source }
+    }
+}
+
+/// A MAC generator seed (the MACs are not returned, but must differ between networks and runs).
+fn seed() -> u64 {
+    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+    (t as u64) ^ (u64::from(std::process::id()) << 32)
+}
+
+fn add(env: &Env, conf: &NetConf, ipam: &IpamConf, version: Version) -> Result<String, Error> {
+    let (container, ifname) = attachment(env);
+    let statics = static_ips(conf, env)?;
+    let store = Store::open(&ipam.data_dir, &conf.name, true)?;
+    let mut net = Network::load(&store, &conf.name, ipam)?;
+    let existing = net.subnet.get(container, ifname);
+    let addrs = match existing {
+        // Idempotent: the same attachment gets the same addresses (unless it now asks for others).
+        Some(a) if statics.iter().all(|ip| a.ips().any(|x| x == *ip)) => a,
+        _ => {
+            let req = AllocRequest::new(container, ifname).static_ips(&statics);
+            let a = net.subnet.allocate(&req).map_err(net.ipam_err("allocate", container, ifname))?;
+            net.dirty = true;
+            a
+        }
+    };
+    if net.dirty {
+        net.save(&store)?;
+    }
+    drop(store);
+    Ok(result(ipam, &addrs).convert_to(version).to_json())
+}
+
+fn result(ipam: &IpamConf, addrs: &Addresses) -> CniResult {
+    let mut r = CniResult::new(Version::LATEST);
+    for ip in addrs.ips() {
+        let (cidr, gw) = ipam.cidr_of(ip).map_or((None, None), |(c, g)| (Some(c), Some(g)));
+        let prefix = cidr.map_or(if ip.is_ipv4() { 32 } else { 128 }, |c| c.prefix);
+        r.ips.push(IpConfig { address: IpCidr { addr: ip, prefix }, gateway: gw, interface: None });
+    }
+    r.routes.clone_from(&ipam.routes);
+    r.dns.clone_from(&ipam.dns);
+    r
+}
+
+fn del(env: &Env, conf: &NetConf, ipam: &IpamConf) -> Result<(), Error> {
+    let (container, ifname) = attachment(env);
+    let store = Store::open(&ipam.data_dir, &conf.name, true)?;
+    if store.read()?.is_none() {
+        return Ok(());
+    }
+    let mut net = Network::load(&store, &conf.name, ipam)?;
+    if net.subnet.release(container, ifname).is_some() || net.dirty {
+        net.save(&store)?;
+    }
+    Ok(())
+}
+
+fn check(env: &Env, conf: &NetConf, ipam: &IpamConf) -> Result<(), Error> {
+    let (container, ifname) = attachment(env);
+    let fail = |reason: String| Error::Check { container: container.to_owned(), ifname: ifname.to_owned(), reason };
+    let store = Store::open(&ipam.data_dir, &conf.name, false)?;
+    if store.read()?.is_none() {
+        return Err(fail("no allocation".into()));
+    }
+    let net = Network::load(&store, &conf.name, ipam)?;
+    let Some(addrs) = net.subnet.get(container, ifname) else {
+        return Err(fail("no allocation".into()));
+    };
+    if let Some(prev) = conf.prev_result()? {
+        for ip in crate::result_ips(&prev).into_iter().filter(|ip| ipam.cidr_of(*ip).is_some()) {
+            if !addrs.ips().any(|a| a == ip) {
+                let ours: Vec<IpAddr> = addrs.ips().collect();
+                return Err(fail(format!("prevResult lists {ip}, the allocation is {ours:?}")));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn gc(conf: &NetConf, ipam: &IpamConf) -> Result<(), Error> {
+    let valid: HashSet<(&str, &str)> = conf
+        .valid_attachments
+        .iter()
+        .flatten()
+        .map(|a| (a.container_id.as_str(), a.ifname.as_str()))
+        .collect();
+    let store = Store::open(&ipam.data_dir, &conf.name, true)?;
+    if store.read()?.is_none() {
+        return Ok(());
+    }
+    let mut net = Network::load(&store, &conf.name, ipam)?;
+    let stale: Vec<(String, String)> = net
+        .subnet
+        .iter()
+        .filter(|n| !valid.contains(&(n.pod, n.nic)))
+        .map(|n| (n.pod.to_owned(), n.nic.to_owned()))
+        .collect();
+    for (pod, nic) in &stale {
+        net.subnet.release(pod, nic);
+    }
+    if !stale.is_empty() || net.dirty {
+        net.save(&store)?;
+    }
+    Ok(())
+}
+
+fn status(conf: &NetConf, ipam: &IpamConf) -> Result<(), Error> {
+    let store = Store::open(&ipam.data_dir, &conf.name, false)?;
+    let net = Network::load(&store, &conf.name, ipam)?;
+    let stats = net.subnet.stats();
+    for (family, s) in [(Family::V4, &stats.v4), (Family::V6, &stats.v6)] {
+        let has = ipam.cidrs.iter().any(|c| c.is_ipv4() == (family == Family::V4));
+        if has && s.available == 0 {
+            return Err(Error::NotAvailable { reason: format!("no free {family} address in network {}", conf.name) });
+        }
+    }
+    Ok(())
+}
