@@ -121,7 +121,11 @@ impl<T> Connection<T> {
     }
 
     /// A new connection with a given decoder (for a different message size limit).
-    pub fn with_decoder(now: Instant, probe_interval: Option<Duration>, decoder: FrameDecoder) -> Self {
+    pub fn with_decoder(
+        now: Instant,
+        probe_interval: Option<Duration>,
+        decoder: FrameDecoder,
+    ) -> Self {
         Connection {
             next_id: 1,
             pending: HashMap::new(),
@@ -170,14 +174,25 @@ impl<T> Connection<T> {
     }
 
     /// Queues a notification (a message with a null id, e.g. `cancel`).
-    pub fn send_notification<P: Serialize + ?Sized>(&mut self, method: &str, params: &P) -> Result<(), serde_json::Error> {
+    pub fn send_notification<P: Serialize + ?Sized>(
+        &mut self,
+        method: &str,
+        params: &P,
+    ) -> Result<(), serde_json::Error> {
         #[derive(Serialize)]
         struct N<'a, P: ?Sized> {
             method: &'a str,
             params: &'a P,
             id: (),
         }
-        serde_json::to_writer(&mut self.out, &N { method, params, id: () })
+        serde_json::to_writer(
+            &mut self.out,
+            &N {
+                method,
+                params,
+                id: (),
+            },
+        )
     }
 
     /// Queues `cancel` for request `id` (the server answers the cancelled request with an error).
@@ -241,12 +256,13 @@ impl<T> Connection<T> {
                     self.stats.unmatched += 1;
                     return;
                 };
-                match token {
-                    Some(token) => {
-                        self.stats.replies += 1;
-                        self.events.push_back(Event::Reply { token, result: result.map_err(|e| OvsdbError::from_json(&e)) });
-                    }
-                    None => {} // our probe echo
+                // No token: the reply to our own probe echo.
+                if let Some(token) = token {
+                    self.stats.replies += 1;
+                    self.events.push_back(Event::Reply {
+                        token,
+                        result: result.map_err(|e| OvsdbError::from_json(&e)),
+                    });
                 }
             }
             Message::Request { id, method, params } => {
@@ -254,12 +270,17 @@ impl<T> Connection<T> {
                     self.stats.echoes_answered += 1;
                     encode_response(&mut self.out, &id, &params);
                 } else {
-                    encode_error_response(&mut self.out, &id, &Json::from(format!("unknown method {method:?}")));
+                    encode_error_response(
+                        &mut self.out,
+                        &id,
+                        &Json::from(format!("unknown method {method:?}")),
+                    );
                 }
             }
             Message::Notification { method, params } => {
                 self.stats.notifications += 1;
-                self.events.push_back(Event::Notification(parse_notification(method, params)));
+                self.events
+                    .push_back(Event::Notification(parse_notification(method, params)));
             }
         }
     }
@@ -280,7 +301,9 @@ impl<T> Connection<T> {
 
     /// Advances the inactivity probe: sends an echo after one quiet interval, fails after two.
     pub fn handle_timeout(&mut self, now: Instant) -> Result<(), ProbeTimeout> {
-        let Some(iv) = self.probe_interval else { return Ok(()) };
+        let Some(iv) = self.probe_interval else {
+            return Ok(());
+        };
         match self.probe {
             ProbeState::Active if now >= self.last_rx + iv => {
                 let id = self.next_id;
@@ -291,7 +314,9 @@ impl<T> Connection<T> {
                 self.probe = ProbeState::Idle { since: now };
                 Ok(())
             }
-            ProbeState::Idle { since } if now >= since + iv => Err(ProbeTimeout(now - self.last_rx)),
+            ProbeState::Idle { since } if now >= since + iv => {
+                Err(ProbeTimeout(now - self.last_rx))
+            }
             _ => Ok(()),
         }
     }
@@ -330,15 +355,25 @@ fn parse_notification(method: String, params: Json) -> Notification {
                 _ => a.len() == 2,
             };
             if !ok {
-                return Notification::Other { method, params: Json::Array(a) };
+                return Notification::Other {
+                    method,
+                    params: Json::Array(a),
+                };
             }
             let updates = a.pop().unwrap_or(Json::Null);
             let last_txn_id = match kind {
-                UpdateKind::Update3 => a.pop().and_then(|j| j.as_str().and_then(|s| Uuid::parse(s).ok())),
+                UpdateKind::Update3 => a
+                    .pop()
+                    .and_then(|j| j.as_str().and_then(|s| Uuid::parse(s).ok())),
                 _ => None,
             };
             let monitor = a.pop().unwrap_or(Json::Null);
-            Notification::Update { monitor, kind, last_txn_id, updates }
+            Notification::Update {
+                monitor,
+                kind,
+                last_txn_id,
+                updates,
+            }
         }
         (None, "locked") => match lock_name(&params) {
             Some(n) => Notification::Locked(n),
@@ -376,7 +411,14 @@ mod tests {
         let a = c.send_request("list_dbs", &json!([]), 10).unwrap();
         let b = c.send_request_encoded("transact", br#"["db"]"#, 20);
         let sent = out(&mut c);
-        assert_eq!(sent[1], Message::Request { id: json!(b), method: "transact".into(), params: json!(["db"]) });
+        assert_eq!(
+            sent[1],
+            Message::Request {
+                id: json!(b),
+                method: "transact".into(),
+                params: json!(["db"])
+            }
+        );
         assert_eq!(c.in_flight(), 2);
         let reply = format!(
             r#"{{"id":{b},"result":[{{}}],"error":null}}{{"id":{a},"result":null,"error":{{"error":"unknown database","details":"x"}}}}{{"id":999,"result":1,"error":null}}"#
@@ -385,12 +427,24 @@ mod tests {
         c.feed(p, t0).unwrap();
         c.feed(q, t0).unwrap();
         match c.poll_event() {
-            Some(Event::Reply { token: 20, result: Ok(r) }) => assert_eq!(r, json!([{}])),
+            Some(Event::Reply {
+                token: 20,
+                result: Ok(r),
+            }) => assert_eq!(r, json!([{}])),
             e => panic!("{e:?}"),
         }
         match c.poll_event() {
-            Some(Event::Reply { token: 10, result: Err(e) }) => {
-                assert_eq!(e, OvsdbError { error: "unknown database".into(), details: Some("x".into()) })
+            Some(Event::Reply {
+                token: 10,
+                result: Err(e),
+            }) => {
+                assert_eq!(
+                    e,
+                    OvsdbError {
+                        error: "unknown database".into(),
+                        details: Some("x".into())
+                    }
+                )
             }
             e => panic!("{e:?}"),
         }
@@ -405,9 +459,20 @@ mod tests {
         let mut c: Connection<u32> = Connection::new(t0, None);
         c.feed(br#"{"id":"echo","method":"echo","params":[1]}{"id":null,"method":"update3","params":["m","00000000-0000-0000-0000-000000000002",{"T":{}}]}{"id":null,"method":"locked","params":["l"]}{"method":"stolen","params":["l"],"id":null}"#, t0)
             .unwrap();
-        assert_eq!(out(&mut c), vec![Message::Response { id: json!("echo"), result: Ok(json!([1])) }]);
+        assert_eq!(
+            out(&mut c),
+            vec![Message::Response {
+                id: json!("echo"),
+                result: Ok(json!([1]))
+            }]
+        );
         match c.poll_event() {
-            Some(Event::Notification(Notification::Update { monitor, kind, last_txn_id, updates })) => {
+            Some(Event::Notification(Notification::Update {
+                monitor,
+                kind,
+                last_txn_id,
+                updates,
+            })) => {
                 assert_eq!(monitor, json!("m"));
                 assert_eq!(kind, UpdateKind::Update3);
                 assert_eq!(last_txn_id, Some(Uuid::from_u128(2)));
@@ -415,8 +480,12 @@ mod tests {
             }
             e => panic!("{e:?}"),
         }
-        assert!(matches!(c.poll_event(), Some(Event::Notification(Notification::Locked(n))) if n == "l"));
-        assert!(matches!(c.poll_event(), Some(Event::Notification(Notification::Stolen(n))) if n == "l"));
+        assert!(
+            matches!(c.poll_event(), Some(Event::Notification(Notification::Locked(n))) if n == "l")
+        );
+        assert!(
+            matches!(c.poll_event(), Some(Event::Notification(Notification::Stolen(n))) if n == "l")
+        );
     }
 
     #[test]
@@ -428,23 +497,36 @@ mod tests {
         c.handle_timeout(t0 + Duration::from_secs(4)).unwrap();
         assert!(!c.has_output());
         // Traffic pushes the deadline.
-        c.feed(br#"{"id":"echo","method":"echo","params":[]}"#, t0 + Duration::from_secs(3)).unwrap();
+        c.feed(
+            br#"{"id":"echo","method":"echo","params":[]}"#,
+            t0 + Duration::from_secs(3),
+        )
+        .unwrap();
         let _ = out(&mut c);
         assert_eq!(c.poll_timeout(), Some(t0 + Duration::from_secs(8)));
         // Quiet for one interval: an echo goes out.
         c.handle_timeout(t0 + Duration::from_secs(8)).unwrap();
         let sent = out(&mut c);
-        let Message::Request { id, method, .. } = &sent[0] else { panic!() };
+        let Message::Request { id, method, .. } = &sent[0] else {
+            panic!()
+        };
         assert_eq!(method, "echo");
         assert_eq!(c.poll_timeout(), Some(t0 + Duration::from_secs(13)));
         // The reply resets the probe and produces no event.
-        c.feed(format!(r#"{{"id":{id},"result":[],"error":null}}"#).as_bytes(), t0 + Duration::from_secs(9)).unwrap();
+        c.feed(
+            format!(r#"{{"id":{id},"result":[],"error":null}}"#).as_bytes(),
+            t0 + Duration::from_secs(9),
+        )
+        .unwrap();
         assert!(c.poll_event().is_none());
         assert_eq!(c.poll_timeout(), Some(t0 + Duration::from_secs(14)));
         // Silence for two intervals: timeout.
         c.handle_timeout(t0 + Duration::from_secs(14)).unwrap();
         assert_eq!(c.stats().probes_sent, 2);
-        assert_eq!(c.handle_timeout(t0 + Duration::from_secs(19)), Err(ProbeTimeout(Duration::from_secs(10))));
+        assert_eq!(
+            c.handle_timeout(t0 + Duration::from_secs(19)),
+            Err(ProbeTimeout(Duration::from_secs(10)))
+        );
     }
 
     #[test]
@@ -452,7 +534,8 @@ mod tests {
         let mut c: Connection<u32> = Connection::new(Instant::now(), Some(Duration::from_secs(1)));
         c.send_request("a", &json!([]), 1).unwrap();
         c.send_request("b", &json!([]), 2).unwrap();
-        c.handle_timeout(Instant::now() + Duration::from_secs(2)).unwrap();
+        c.handle_timeout(Instant::now() + Duration::from_secs(2))
+            .unwrap();
         let mut t: Vec<u32> = c.drain_pending().collect();
         t.sort();
         assert_eq!(t, vec![1, 2]);

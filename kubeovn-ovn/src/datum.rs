@@ -119,11 +119,15 @@ impl Atom {
     pub fn to_json(&self) -> Json {
         match self {
             Atom::Integer(i) => Json::from(*i),
-            Atom::Real(r) => serde_json::Number::from_f64(*r).map(Json::Number).unwrap_or(Json::Null),
+            Atom::Real(r) => serde_json::Number::from_f64(*r)
+                .map(Json::Number)
+                .unwrap_or(Json::Null),
             Atom::Boolean(b) => Json::Bool(*b),
             Atom::String(s) => Json::String(s.clone()),
             Atom::Uuid(u) => Json::Array(vec![Json::from("uuid"), Json::String(u.to_string())]),
-            Atom::NamedUuid(n) => Json::Array(vec![Json::from("named-uuid"), Json::String(n.clone())]),
+            Atom::NamedUuid(n) => {
+                Json::Array(vec![Json::from("named-uuid"), Json::String(n.clone())])
+            }
         }
     }
 
@@ -142,10 +146,12 @@ impl Atom {
                 }
             }
             Json::Array(a) if a.len() == 2 => match (&a[0], &a[1]) {
-                (Json::String(tag), Json::String(s)) if tag == "uuid" => {
-                    Uuid::parse(s).map(Atom::Uuid).map_err(|_| DatumError::syntax("bad uuid", j))
+                (Json::String(tag), Json::String(s)) if tag == "uuid" => Uuid::parse(s)
+                    .map(Atom::Uuid)
+                    .map_err(|_| DatumError::syntax("bad uuid", j)),
+                (Json::String(tag), Json::String(s)) if tag == "named-uuid" => {
+                    Ok(Atom::NamedUuid(s.clone()))
                 }
-                (Json::String(tag), Json::String(s)) if tag == "named-uuid" => Ok(Atom::NamedUuid(s.clone())),
                 _ => Err(DatumError::syntax("not an atom", j)),
             },
             _ => Err(DatumError::syntax("not an atom", j)),
@@ -158,7 +164,10 @@ impl Atom {
         match (ty, a) {
             (AtomType::Real, Atom::Integer(i)) => Ok(Atom::Real(i as f64)),
             (t, a) if a.atom_type() == t => Ok(a),
-            (t, a) => Err(DatumError::WrongType { expected: t, found: a.atom_type() }),
+            (t, a) => Err(DatumError::WrongType {
+                expected: t,
+                found: a.atom_type(),
+            }),
         }
     }
 
@@ -271,7 +280,12 @@ impl Datum {
         K: Into<Atom>,
         V: Into<Atom>,
     {
-        Datum::Map(items.into_iter().map(|(k, v)| (k.into(), v.into())).collect())
+        Datum::Map(
+            items
+                .into_iter()
+                .map(|(k, v)| (k.into(), v.into()))
+                .collect(),
+        )
     }
 
     /// A `["uuid", ...]` atom.
@@ -317,7 +331,10 @@ impl Datum {
 
     /// The value for `key` in a map datum.
     pub fn map_get(&self, key: &str) -> Option<&Atom> {
-        self.as_map()?.iter().find(|(k, _)| k.as_str() == Some(key)).map(|(_, v)| v)
+        self.as_map()?
+            .iter()
+            .find(|(k, _)| k.as_str() == Some(key))
+            .map(|(_, v)| v)
     }
 
     /// Number of elements (1 for an atom).
@@ -344,7 +361,11 @@ impl Datum {
             ]),
             Datum::Map(m) => Json::Array(vec![
                 Json::from("map"),
-                Json::Array(m.iter().map(|(k, v)| Json::Array(vec![k.to_json(), v.to_json()])).collect()),
+                Json::Array(
+                    m.iter()
+                        .map(|(k, v)| Json::Array(vec![k.to_json(), v.to_json()]))
+                        .collect(),
+                ),
             ]),
         }
     }
@@ -355,8 +376,20 @@ impl Datum {
             if a.len() == 2 {
                 if let (Json::String(tag), Json::Array(items)) = (&a[0], &a[1]) {
                     match tag.as_str() {
-                        "set" => return items.iter().map(Atom::from_json).collect::<Result<_, _>>().map(Datum::Set),
-                        "map" => return items.iter().map(pair_from_json).collect::<Result<_, _>>().map(Datum::Map),
+                        "set" => {
+                            return items
+                                .iter()
+                                .map(Atom::from_json)
+                                .collect::<Result<_, _>>()
+                                .map(Datum::Set)
+                        }
+                        "map" => {
+                            return items
+                                .iter()
+                                .map(pair_from_json)
+                                .collect::<Result<_, _>>()
+                                .map(Datum::Map)
+                        }
                         _ => {}
                     }
                 }
@@ -429,7 +462,9 @@ impl Datum {
 
 fn pair_from_json(j: &Json) -> Result<(Atom, Atom), DatumError> {
     match j {
-        Json::Array(kv) if kv.len() == 2 => Ok((Atom::from_json(&kv[0])?, Atom::from_json(&kv[1])?)),
+        Json::Array(kv) if kv.len() == 2 => {
+            Ok((Atom::from_json(&kv[0])?, Atom::from_json(&kv[1])?))
+        }
         _ => Err(DatumError::syntax("map entry must be [key, value]", j)),
     }
 }
@@ -605,8 +640,18 @@ impl ColumnType {
                 m.len()
             }
             (Datum::Set(s), Some(_)) if s.is_empty() => 0,
-            (_, Some(_)) => return Err(DatumError::WrongShape { expected: "a map", found: datum.shape() }),
-            (Datum::Map(_), None) => return Err(DatumError::WrongShape { expected: "a set or atom", found: "a map" }),
+            (_, Some(_)) => {
+                return Err(DatumError::WrongShape {
+                    expected: "a map",
+                    found: datum.shape(),
+                })
+            }
+            (Datum::Map(_), None) => {
+                return Err(DatumError::WrongShape {
+                    expected: "a set or atom",
+                    found: "a map",
+                })
+            }
             (Datum::Atom(a), None) => {
                 check_atom(&self.key, a, constraints)?;
                 1
@@ -626,7 +671,11 @@ impl ColumnType {
             }
         };
         if (n as u64) < self.min || (n as u64) > self.max {
-            return Err(DatumError::Count { n, min: self.min, max: self.max });
+            return Err(DatumError::Count {
+                n,
+                min: self.min,
+                max: self.max,
+            });
         }
         Ok(())
     }
@@ -644,37 +693,52 @@ impl Datum {
 
 fn check_atom(bt: &BaseType, a: &Atom, constraints: bool) -> Result<(), DatumError> {
     if a.atom_type() != bt.atom {
-        return Err(DatumError::WrongType { expected: bt.atom, found: a.atom_type() });
+        return Err(DatumError::WrongType {
+            expected: bt.atom,
+            found: a.atom_type(),
+        });
     }
     if !constraints {
         return Ok(());
     }
-    let violated = |c: String| Err(DatumError::Constraint { atom: a.clone(), constraint: c });
+    let violated = |c: String| {
+        Err(DatumError::Constraint {
+            atom: a.clone(),
+            constraint: c,
+        })
+    };
     if let Some(e) = &bt.enumeration {
         if !e.contains(a) {
             return violated(format!("enum {e:?}"));
         }
     }
     match a {
-        Atom::Integer(i) => {
-            if bt.min_integer.is_some_and(|m| *i < m) || bt.max_integer.is_some_and(|m| *i > m) {
-                return violated(format!("integer in [{:?}, {:?}]", bt.min_integer, bt.max_integer));
-            }
+        Atom::Integer(i)
+            if bt.min_integer.is_some_and(|m| *i < m) || bt.max_integer.is_some_and(|m| *i > m) =>
+        {
+            violated(format!(
+                "integer in [{:?}, {:?}]",
+                bt.min_integer, bt.max_integer
+            ))
         }
-        Atom::Real(r) => {
-            if bt.min_real.is_some_and(|m| *r < m) || bt.max_real.is_some_and(|m| *r > m) {
-                return violated(format!("real in [{:?}, {:?}]", bt.min_real, bt.max_real));
-            }
+        Atom::Real(r)
+            if bt.min_real.is_some_and(|m| *r < m) || bt.max_real.is_some_and(|m| *r > m) =>
+        {
+            violated(format!("real in [{:?}, {:?}]", bt.min_real, bt.max_real))
         }
         Atom::String(s) => {
             let n = s.chars().count() as u64;
             if bt.min_length.is_some_and(|m| n < m) || bt.max_length.is_some_and(|m| n > m) {
-                return violated(format!("length in [{:?}, {:?}]", bt.min_length, bt.max_length));
+                violated(format!(
+                    "length in [{:?}, {:?}]",
+                    bt.min_length, bt.max_length
+                ))
+            } else {
+                Ok(())
             }
         }
-        _ => {}
+        _ => Ok(()),
     }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -686,10 +750,16 @@ mod tests {
     #[test]
     fn json_forms() {
         let u = Uuid::from_u128(7);
-        assert_eq!(Datum::uuid(u).to_json(), json!(["uuid", "00000000-0000-0000-0000-000000000007"]));
+        assert_eq!(
+            Datum::uuid(u).to_json(),
+            json!(["uuid", "00000000-0000-0000-0000-000000000007"])
+        );
         assert_eq!(Datum::named_uuid("p").to_json(), json!(["named-uuid", "p"]));
         assert_eq!(Datum::set(["a", "b"]).to_json(), json!(["set", ["a", "b"]]));
-        assert_eq!(Datum::map([("k", "v")]).to_json(), json!(["map", [["k", "v"]]]));
+        assert_eq!(
+            Datum::map([("k", "v")]).to_json(),
+            json!(["map", [["k", "v"]]])
+        );
         assert_eq!(Datum::from(3i64).to_json(), json!(3));
         // serde and to_json agree
         let d = Datum::map([("k", 1i64)]);
@@ -698,35 +768,67 @@ mod tests {
 
     #[test]
     fn typed_decoding() {
-        let set_ty = ColumnType::parse(&json!({"key": "string", "min": 0, "max": "unlimited"})).unwrap();
-        assert_eq!(Datum::from_json_typed(&json!("a"), &set_ty).unwrap(), Datum::set(["a"]));
-        assert_eq!(Datum::from_json_typed(&json!(["set", []]), &set_ty).unwrap(), Datum::empty());
+        let set_ty =
+            ColumnType::parse(&json!({"key": "string", "min": 0, "max": "unlimited"})).unwrap();
+        assert_eq!(
+            Datum::from_json_typed(&json!("a"), &set_ty).unwrap(),
+            Datum::set(["a"])
+        );
+        assert_eq!(
+            Datum::from_json_typed(&json!(["set", []]), &set_ty).unwrap(),
+            Datum::empty()
+        );
         let real_ty = ColumnType::parse(&json!("real")).unwrap();
-        assert_eq!(Datum::from_json_typed(&json!(2), &real_ty).unwrap(), Datum::from(2.0));
-        let map_ty = ColumnType::parse(&json!({"key": "string", "value": "integer", "min": 0, "max": "unlimited"}))
-            .unwrap();
-        assert_eq!(Datum::from_json_typed(&json!(["map", [["a", 1]]]), &map_ty).unwrap(), Datum::map([("a", 1i64)]));
+        assert_eq!(
+            Datum::from_json_typed(&json!(2), &real_ty).unwrap(),
+            Datum::from(2.0)
+        );
+        let map_ty = ColumnType::parse(
+            &json!({"key": "string", "value": "integer", "min": 0, "max": "unlimited"}),
+        )
+        .unwrap();
+        assert_eq!(
+            Datum::from_json_typed(&json!(["map", [["a", 1]]]), &map_ty).unwrap(),
+            Datum::map([("a", 1i64)])
+        );
         assert!(Datum::from_json_typed(&json!(["map", [["a", "x"]]]), &map_ty).is_err());
         assert!(Datum::from_json_typed(&json!("x"), &real_ty).is_err());
     }
 
     #[test]
     fn validation() {
-        let ty = ColumnType::parse(&json!({"key": {"type": "integer", "minInteger": 0, "maxInteger": 4095},
-            "min": 0, "max": 1}))
+        let ty = ColumnType::parse(
+            &json!({"key": {"type": "integer", "minInteger": 0, "maxInteger": 4095},
+            "min": 0, "max": 1}),
+        )
         .unwrap();
         ty.validate(&Datum::empty()).unwrap();
         ty.validate(&Datum::set([5i64])).unwrap();
         ty.validate(&Datum::from(5i64)).unwrap();
-        assert!(matches!(ty.validate(&Datum::from(5000i64)), Err(DatumError::Constraint { .. })));
-        assert!(matches!(ty.validate(&Datum::set([1i64, 2])), Err(DatumError::Count { .. })));
-        assert!(matches!(ty.validate(&Datum::from("x")), Err(DatumError::WrongType { .. })));
-        let en = ColumnType::parse(&json!({"key": {"type": "string", "enum": ["set", ["a", "b"]]}})).unwrap();
+        assert!(matches!(
+            ty.validate(&Datum::from(5000i64)),
+            Err(DatumError::Constraint { .. })
+        ));
+        assert!(matches!(
+            ty.validate(&Datum::set([1i64, 2])),
+            Err(DatumError::Count { .. })
+        ));
+        assert!(matches!(
+            ty.validate(&Datum::from("x")),
+            Err(DatumError::WrongType { .. })
+        ));
+        let en =
+            ColumnType::parse(&json!({"key": {"type": "string", "enum": ["set", ["a", "b"]]}}))
+                .unwrap();
         en.validate(&Datum::from("a")).unwrap();
         assert!(en.validate(&Datum::from("c")).is_err());
         assert!(en.validate(&Datum::empty()).is_err());
-        let set = ColumnType::parse(&json!({"key": "string", "min": 0, "max": "unlimited"})).unwrap();
-        assert!(matches!(set.validate(&Datum::set(["a", "a"])), Err(DatumError::Duplicate(_))));
+        let set =
+            ColumnType::parse(&json!({"key": "string", "min": 0, "max": "unlimited"})).unwrap();
+        assert!(matches!(
+            set.validate(&Datum::set(["a", "a"])),
+            Err(DatumError::Duplicate(_))
+        ));
         let uuid = ColumnType::parse(&json!({"key": {"type": "uuid", "refTable": "T"}})).unwrap();
         uuid.validate(&Datum::named_uuid("x")).unwrap();
     }
@@ -734,7 +836,9 @@ mod tests {
     pub(crate) fn atom() -> impl Strategy<Value = Atom> {
         prop_oneof![
             any::<i64>().prop_map(Atom::Integer),
-            any::<f64>().prop_filter("finite", |f| f.is_finite()).prop_map(Atom::Real),
+            any::<f64>()
+                .prop_filter("finite", |f| f.is_finite())
+                .prop_map(Atom::Real),
             any::<bool>().prop_map(Atom::Boolean),
             ".{0,12}".prop_map(Atom::String),
             any::<u128>().prop_map(|v| Atom::Uuid(Uuid::from_u128(v))),

@@ -88,7 +88,10 @@ impl From<ResultError> for Error {
     fn from(e: ResultError) -> Self {
         match e {
             ResultError::Failed(t) => Error::Transact(t),
-            ResultError::Malformed(what) => Error::Protocol { method: "transact", what },
+            ResultError::Malformed(what) => Error::Protocol {
+                method: "transact",
+                what,
+            },
         }
     }
 }

@@ -38,7 +38,10 @@ pub enum DecodeError {
 impl DecodeError {
     /// Whether the stream cannot be decoded any further.
     pub fn is_fatal(&self) -> bool {
-        matches!(self, DecodeError::TooLarge { .. } | DecodeError::UnexpectedByte { .. })
+        matches!(
+            self,
+            DecodeError::TooLarge { .. } | DecodeError::UnexpectedByte { .. }
+        )
     }
 }
 
@@ -176,7 +179,12 @@ impl FrameDecoder {
                         self.start = i;
                         continue;
                     }
-                    _ => return Err(DecodeError::UnexpectedByte { byte: c, offset: self.base + i as u64 }),
+                    _ => {
+                        return Err(DecodeError::UnexpectedByte {
+                            byte: c,
+                            offset: self.base + i as u64,
+                        })
+                    }
                 }
             } else {
                 match c {
@@ -266,14 +274,23 @@ impl Message {
         }
         let raw: RawMessage = match serde_json::from_slice(frame) {
             Ok(r) => r,
-            Err(e) if e.is_data() => return Err(DecodeError::NotJsonRpc("not an object of the expected shape")),
+            Err(e) if e.is_data() => {
+                return Err(DecodeError::NotJsonRpc(
+                    "not an object of the expected shape",
+                ))
+            }
             Err(e) => return Err(DecodeError::Json(e.to_string())),
         };
         match (raw.method, raw.id) {
-            (Some(method), Some(id)) => {
-                Ok(Message::Request { id, method, params: raw.params.unwrap_or(Json::Array(Vec::new())) })
-            }
-            (Some(method), None) => Ok(Message::Notification { method, params: raw.params.unwrap_or(Json::Array(Vec::new())) }),
+            (Some(method), Some(id)) => Ok(Message::Request {
+                id,
+                method,
+                params: raw.params.unwrap_or(Json::Array(Vec::new())),
+            }),
+            (Some(method), None) => Ok(Message::Notification {
+                method,
+                params: raw.params.unwrap_or(Json::Array(Vec::new())),
+            }),
             (None, Some(id)) => Ok(Message::Response {
                 id,
                 result: match raw.error {
@@ -292,15 +309,27 @@ impl Message {
             Message::Request { id, method, params } => {
                 serde_json::to_writer(out, &OutRequest { method, params, id })
             }
-            Message::Notification { method, params } => {
-                serde_json::to_writer(out, &OutRequest { method, params, id: &Json::Null })
-            }
+            Message::Notification { method, params } => serde_json::to_writer(
+                out,
+                &OutRequest {
+                    method,
+                    params,
+                    id: &Json::Null,
+                },
+            ),
             Message::Response { id, result } => {
                 let (r, e) = match result {
                     Ok(r) => (r, &Json::Null),
                     Err(e) => (&Json::Null, e),
                 };
-                serde_json::to_writer(out, &OutResponse { id, result: r, error: e })
+                serde_json::to_writer(
+                    out,
+                    &OutResponse {
+                        id,
+                        result: r,
+                        error: e,
+                    },
+                )
             }
         };
     }
@@ -328,7 +357,14 @@ pub fn encode_request<P: Serialize + ?Sized>(
     params: &P,
 ) -> Result<(), serde_json::Error> {
     let mark = out.len();
-    let r = serde_json::to_writer(&mut *out, &OutRequest { method, params, id: &id });
+    let r = serde_json::to_writer(
+        &mut *out,
+        &OutRequest {
+            method,
+            params,
+            id: &id,
+        },
+    );
     if r.is_err() {
         out.truncate(mark);
     }
@@ -337,12 +373,26 @@ pub fn encode_request<P: Serialize + ?Sized>(
 
 /// Appends a successful response to `out`.
 pub fn encode_response(out: &mut Vec<u8>, id: &Json, result: &Json) {
-    let _ = serde_json::to_writer(out, &OutResponse { id, result, error: &Json::Null });
+    let _ = serde_json::to_writer(
+        out,
+        &OutResponse {
+            id,
+            result,
+            error: &Json::Null,
+        },
+    );
 }
 
 /// Appends an error response to `out`.
 pub fn encode_error_response(out: &mut Vec<u8>, id: &Json, error: &Json) {
-    let _ = serde_json::to_writer(out, &OutResponse { id, result: &Json::Null, error });
+    let _ = serde_json::to_writer(
+        out,
+        &OutResponse {
+            id,
+            result: &Json::Null,
+            error,
+        },
+    );
 }
 
 #[cfg(test)]
@@ -377,9 +427,17 @@ mod tests {
         d.feed(text);
         let msgs = all(&mut d);
         assert_eq!(msgs.len(), 3);
-        assert_eq!(msgs[0], Ok(Message::Response { id: json!(1), result: Ok(json!(["a}b\"{", {"x": [1, 2]}])) }));
+        assert_eq!(
+            msgs[0],
+            Ok(Message::Response {
+                id: json!(1),
+                result: Ok(json!(["a}b\"{", {"x": [1, 2]}]))
+            })
+        );
         assert!(matches!(&msgs[1], Ok(Message::Request { method, .. }) if method == "echo"));
-        assert!(matches!(&msgs[2], Ok(Message::Notification { method, .. }) if method == "update2"));
+        assert!(
+            matches!(&msgs[2], Ok(Message::Notification { method, .. }) if method == "update2")
+        );
         assert_eq!(d.pending_bytes(), 0);
     }
 
@@ -395,8 +453,20 @@ mod tests {
             }
         }
         assert_eq!(got.len(), 2);
-        assert_eq!(got[0], Message::Response { id: json!(1), result: Ok(json!("\\\"}")) });
-        assert_eq!(got[1], Message::Response { id: json!(2), result: Err(json!({"error": "x"})) });
+        assert_eq!(
+            got[0],
+            Message::Response {
+                id: json!(1),
+                result: Ok(json!("\\\"}"))
+            }
+        );
+        assert_eq!(
+            got[1],
+            Message::Response {
+                id: json!(2),
+                result: Err(json!({"error": "x"}))
+            }
+        );
     }
 
     #[test]
@@ -407,7 +477,13 @@ mod tests {
         assert!(d.next_frame().is_err(), "errors are sticky");
         let mut d = FrameDecoder::new();
         d.feed(b" x{}");
-        assert_eq!(d.next_frame(), Err(DecodeError::UnexpectedByte { byte: b'x', offset: 1 }));
+        assert_eq!(
+            d.next_frame(),
+            Err(DecodeError::UnexpectedByte {
+                byte: b'x',
+                offset: 1
+            })
+        );
         let mut d = FrameDecoder::new();
         d.feed(b"{\"a\" 1}[1]");
         assert!(matches!(d.next_message(), Err(DecodeError::Json(_))));
@@ -423,9 +499,19 @@ mod tests {
         d.feed(&out);
         assert_eq!(
             d.next_message().unwrap(),
-            Some(Message::Request { id: json!(7), method: "transact".into(), params: json!(["db"]) })
+            Some(Message::Request {
+                id: json!(7),
+                method: "transact".into(),
+                params: json!(["db"])
+            })
         );
-        assert_eq!(d.next_message().unwrap(), Some(Message::Response { id: json!("echo"), result: Ok(json!([])) }));
+        assert_eq!(
+            d.next_message().unwrap(),
+            Some(Message::Response {
+                id: json!("echo"),
+                result: Ok(json!([]))
+            })
+        );
     }
 
     fn json_value() -> impl Strategy<Value = Json> {
@@ -446,11 +532,26 @@ mod tests {
 
     fn message() -> impl Strategy<Value = Message> {
         prop_oneof![
-            (any::<u32>(), "[a-z_]{1,8}", proptest::collection::vec(json_value(), 0..3)).prop_map(|(id, m, p)| {
-                Message::Request { id: json!(id), method: m, params: Json::Array(p) }
-            }),
-            ("[a-z_0-9]{1,8}", proptest::collection::vec(json_value(), 0..3))
-                .prop_map(|(m, p)| Message::Notification { method: m, params: Json::Array(p) }),
+            (
+                any::<u32>(),
+                "[a-z_]{1,8}",
+                proptest::collection::vec(json_value(), 0..3)
+            )
+                .prop_map(|(id, m, p)| {
+                    Message::Request {
+                        id: json!(id),
+                        method: m,
+                        params: Json::Array(p),
+                    }
+                }),
+            (
+                "[a-z_0-9]{1,8}",
+                proptest::collection::vec(json_value(), 0..3)
+            )
+                .prop_map(|(m, p)| Message::Notification {
+                    method: m,
+                    params: Json::Array(p)
+                }),
             (any::<u32>(), json_value(), any::<bool>()).prop_map(|(id, v, ok)| Message::Response {
                 id: json!(id),
                 result: if ok || v.is_null() { Ok(v) } else { Err(v) },

@@ -48,7 +48,7 @@
 //! # Ok(()) }
 //! ```
 
-// pub mod client;
+pub mod client;
 pub mod conn;
 pub mod datum;
 pub mod error;
@@ -58,7 +58,7 @@ pub mod ops;
 pub mod schema;
 pub mod uuid;
 
-// pub use client::{Client, Remote};
+pub use client::{Client, Remote};
 pub use datum::{Atom, AtomType, Datum};
 pub use error::Error;
 pub use schema::{ColumnType, DatabaseSchema};

@@ -27,7 +27,12 @@ pub struct MonitorSelect {
 
 impl Default for MonitorSelect {
     fn default() -> Self {
-        MonitorSelect { initial: true, insert: true, delete: true, modify: true }
+        MonitorSelect {
+            initial: true,
+            insert: true,
+            delete: true,
+            modify: true,
+        }
     }
 }
 
@@ -105,11 +110,18 @@ impl MonitorRequests {
         for (t, reqs) in &self.0 {
             let ts = schema
                 .table(t)
-                .ok_or_else(|| ValidationError::UnknownTable { index: 0, table: t.clone() })?;
+                .ok_or_else(|| ValidationError::UnknownTable {
+                    index: 0,
+                    table: t.clone(),
+                })?;
             for r in reqs {
                 for c in r.columns.iter().flatten() {
                     if ts.column(c).is_none() {
-                        return Err(ValidationError::UnknownColumn { index: 0, table: t.clone(), column: c.clone() });
+                        return Err(ValidationError::UnknownColumn {
+                            index: 0,
+                            table: t.clone(),
+                            column: c.clone(),
+                        });
                     }
                 }
                 // Conditions are checked as those of a select.
@@ -117,7 +129,9 @@ impl MonitorRequests {
                 for c in r.conditions.iter().flatten() {
                     sel = sel.filter(c.clone());
                 }
-                Transaction::new(schema.name.clone()).op(sel).validate(schema)?;
+                Transaction::new(schema.name.clone())
+                    .op(sel)
+                    .validate(schema)?;
             }
         }
         Ok(())
@@ -175,30 +189,51 @@ pub enum UpdateError {
 
 /// Reads `<table-updates>` (update, `v2` false) or `<table-updates2>` (update2 and update3, `v2` true); with a
 /// schema, datums are decoded exactly by column type.
-pub fn parse_table_updates(j: &Json, v2: bool, schema: Option<&DatabaseSchema>) -> Result<TableUpdates, UpdateError> {
+pub fn parse_table_updates(
+    j: &Json,
+    v2: bool,
+    schema: Option<&DatabaseSchema>,
+) -> Result<TableUpdates, UpdateError> {
     let mal = |w: &str| UpdateError::Malformed(w.to_owned());
     let tables = j.as_object().ok_or_else(|| mal("not an object"))?;
     let mut out = TableUpdates::new();
     for (t, rows) in tables {
         let ts = schema.and_then(|s| s.table(t));
-        let rows = rows.as_object().ok_or_else(|| mal("table entry is not an object"))?;
+        let rows = rows
+            .as_object()
+            .ok_or_else(|| mal("table entry is not an object"))?;
         let mut tout = BTreeMap::new();
         for (u, r) in rows {
-            let uuid = Uuid::parse(u).map_err(|_| UpdateError::Malformed(format!("row key {u:?} is not a uuid")))?;
-            let derr = |source| UpdateError::Datum { table: t.clone(), row: uuid, source };
+            let uuid = Uuid::parse(u)
+                .map_err(|_| UpdateError::Malformed(format!("row key {u:?} is not a uuid")))?;
+            let derr = |source| UpdateError::Datum {
+                table: t.clone(),
+                row: uuid,
+                source,
+            };
             let row = |j: &Json| match ts {
                 Some(ts) => parse_row_typed(j, ts),
                 None => parse_row(j),
             };
-            let ro = r.as_object().ok_or_else(|| mal("row update is not an object"))?;
+            let ro = r
+                .as_object()
+                .ok_or_else(|| mal("row update is not an object"))?;
             let upd = if v2 {
                 let (k, v) = ro.iter().next().ok_or_else(|| mal("empty row update"))?;
                 match k.as_str() {
                     "initial" => RowUpdate::Initial(row(v).map_err(derr)?),
                     "insert" => RowUpdate::Insert(row(v).map_err(derr)?),
                     "modify" => RowUpdate::Modify(parse_modify(v, ts).map_err(derr)?),
-                    "delete" => RowUpdate::Delete(if v.is_null() { None } else { Some(row(v).map_err(derr)?) }),
-                    other => return Err(UpdateError::Malformed(format!("unknown row update {other:?}"))),
+                    "delete" => RowUpdate::Delete(if v.is_null() {
+                        None
+                    } else {
+                        Some(row(v).map_err(derr)?)
+                    }),
+                    other => {
+                        return Err(UpdateError::Malformed(format!(
+                            "unknown row update {other:?}"
+                        )))
+                    }
                 }
             } else {
                 RowUpdate::Update {
@@ -217,7 +252,9 @@ pub fn parse_table_updates(j: &Json, v2: bool, schema: Option<&DatabaseSchema>) 
 /// difference is a map: decode with the column's element type but no count limits.
 fn parse_modify(j: &Json, ts: Option<&crate::schema::TableSchema>) -> Result<Row, DatumError> {
     let Some(ts) = ts else { return parse_row(j) };
-    let o = j.as_object().ok_or_else(|| DatumError::syntax("a row is an object", j))?;
+    let o = j
+        .as_object()
+        .ok_or_else(|| DatumError::syntax("a row is an object", j))?;
     o.iter()
         .map(|(k, v)| {
             let d = match ts.column(k) {
@@ -247,8 +284,14 @@ pub struct MonitorSinceReply {
 }
 
 /// Reads the reply to `monitor_cond_since`: `[found, last-txn-id, table-updates2]`.
-pub fn parse_monitor_since_reply(j: &Json, schema: Option<&DatabaseSchema>) -> Result<MonitorSinceReply, UpdateError> {
-    let a = j.as_array().filter(|a| a.len() == 3).ok_or_else(|| UpdateError::Malformed("expected [found, last-txn-id, updates]".into()))?;
+pub fn parse_monitor_since_reply(
+    j: &Json,
+    schema: Option<&DatabaseSchema>,
+) -> Result<MonitorSinceReply, UpdateError> {
+    let a = j
+        .as_array()
+        .filter(|a| a.len() == 3)
+        .ok_or_else(|| UpdateError::Malformed("expected [found, last-txn-id, updates]".into()))?;
     Ok(MonitorSinceReply {
         found: a[0].as_bool().unwrap_or(false),
         last_txn_id: a[1].as_str().and_then(|s| Uuid::parse(s).ok()),
@@ -265,11 +308,19 @@ mod tests {
     #[test]
     fn requests_serialize() {
         let r = MonitorRequests::new()
-            .table("Logical_Switch", MonitorRequest::all().columns(["name", "ports"]))
-            .table("ACL", MonitorRequest::all().filter(Condition::eq("priority", 5i64)).select(MonitorSelect {
-                initial: false,
-                ..Default::default()
-            }));
+            .table(
+                "Logical_Switch",
+                MonitorRequest::all().columns(["name", "ports"]),
+            )
+            .table(
+                "ACL",
+                MonitorRequest::all()
+                    .filter(Condition::eq("priority", 5i64))
+                    .select(MonitorSelect {
+                        initial: false,
+                        ..Default::default()
+                    }),
+            );
         assert_eq!(
             serde_json::to_value(&r).unwrap(),
             json!({"ACL":[{"where":[["priority","==",5]],"select":{"initial":false,"insert":true,"delete":true,"modify":true}}],
@@ -277,7 +328,10 @@ mod tests {
         );
         let nb = DatabaseSchema::parse_str(include_str!("../schemas/ovn-nb.ovsschema")).unwrap();
         r.validate(&nb).unwrap();
-        assert!(MonitorRequests::new().table("X", MonitorRequest::all()).validate(&nb).is_err());
+        assert!(MonitorRequests::new()
+            .table("X", MonitorRequest::all())
+            .validate(&nb)
+            .is_err());
         assert!(MonitorRequests::new()
             .table("ACL", MonitorRequest::all().columns(["nope"]))
             .validate(&nb)
@@ -291,15 +345,28 @@ mod tests {
         let j = json!({"Logical_Switch": {u1: {"modify": {"ports": ["uuid", u1], "name": "b"}}},
                        "Logical_Switch_Port": {u1: {"insert": {"name": "p", "tag_request": 3}}, "00000000-0000-0000-0000-000000000002": {"delete": null}}});
         let t = parse_table_updates(&j, true, Some(&nb)).unwrap();
-        let RowUpdate::Modify(m) = &t["Logical_Switch"][&Uuid::from_u128(1)] else { panic!() };
+        let RowUpdate::Modify(m) = &t["Logical_Switch"][&Uuid::from_u128(1)] else {
+            panic!()
+        };
         assert_eq!(m["ports"], Datum::set([Uuid::from_u128(1)]));
         assert_eq!(m["name"], Datum::from("b"));
-        let RowUpdate::Insert(r) = &t["Logical_Switch_Port"][&Uuid::from_u128(1)] else { panic!() };
+        let RowUpdate::Insert(r) = &t["Logical_Switch_Port"][&Uuid::from_u128(1)] else {
+            panic!()
+        };
         assert_eq!(r["tag_request"], Datum::set([3i64]));
-        assert_eq!(t["Logical_Switch_Port"][&Uuid::from_u128(2)], RowUpdate::Delete(None));
+        assert_eq!(
+            t["Logical_Switch_Port"][&Uuid::from_u128(2)],
+            RowUpdate::Delete(None)
+        );
         let v1 = json!({"T": {u1: {"new": {"a": 1}}}});
         let t = parse_table_updates(&v1, false, None).unwrap();
-        assert!(matches!(&t["T"][&Uuid::from_u128(1)], RowUpdate::Update { old: None, new: Some(_) }));
+        assert!(matches!(
+            &t["T"][&Uuid::from_u128(1)],
+            RowUpdate::Update {
+                old: None,
+                new: Some(_)
+            }
+        ));
         let since = parse_monitor_since_reply(&json!([true, u1, {}]), None).unwrap();
         assert!(since.found);
         assert_eq!(since.last_txn_id, Some(Uuid::from_u128(1)));

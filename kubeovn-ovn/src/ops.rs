@@ -66,7 +66,11 @@ pub struct Condition {
 impl Condition {
     /// A condition from its parts.
     pub fn new(column: impl Into<String>, function: Function, value: impl Into<Datum>) -> Self {
-        Condition { column: column.into(), function, value: value.into() }
+        Condition {
+            column: column.into(),
+            function,
+            value: value.into(),
+        }
     }
     /// `column == value`
     pub fn eq(column: impl Into<String>, value: impl Into<Datum>) -> Self {
@@ -275,23 +279,43 @@ impl Operation {
 
     /// Starts an insert into `table`.
     pub fn insert(table: impl Into<String>) -> Insert {
-        Insert(Operation::Insert { table: table.into(), row: Row::new(), uuid_name: None, uuid: None })
+        Insert(Operation::Insert {
+            table: table.into(),
+            row: Row::new(),
+            uuid_name: None,
+            uuid: None,
+        })
     }
     /// Starts a select from `table`.
     pub fn select(table: impl Into<String>) -> Select {
-        Select(Operation::Select { table: table.into(), conditions: Vec::new(), columns: None })
+        Select(Operation::Select {
+            table: table.into(),
+            conditions: Vec::new(),
+            columns: None,
+        })
     }
     /// Starts an update of `table`.
     pub fn update(table: impl Into<String>) -> Update {
-        Update(Operation::Update { table: table.into(), conditions: Vec::new(), row: Row::new() })
+        Update(Operation::Update {
+            table: table.into(),
+            conditions: Vec::new(),
+            row: Row::new(),
+        })
     }
     /// Starts a mutate of `table`.
     pub fn mutate(table: impl Into<String>) -> Mutate {
-        Mutate(Operation::Mutate { table: table.into(), conditions: Vec::new(), mutations: Vec::new() })
+        Mutate(Operation::Mutate {
+            table: table.into(),
+            conditions: Vec::new(),
+            mutations: Vec::new(),
+        })
     }
     /// Starts a delete from `table`.
     pub fn delete(table: impl Into<String>) -> Delete {
-        Delete(Operation::Delete { table: table.into(), conditions: Vec::new() })
+        Delete(Operation::Delete {
+            table: table.into(),
+            conditions: Vec::new(),
+        })
     }
     /// Starts a wait on `table` (until equal, no timeout).
     pub fn wait(table: impl Into<String>) -> Wait {
@@ -443,9 +467,18 @@ impl Select {
 
 impl Mutate {
     /// Adds a mutation.
-    pub fn mutation(mut self, column: impl Into<String>, mutator: Mutator, value: impl Into<Datum>) -> Self {
+    pub fn mutation(
+        mut self,
+        column: impl Into<String>,
+        mutator: Mutator,
+        value: impl Into<Datum>,
+    ) -> Self {
         if let Operation::Mutate { mutations, .. } = &mut self.0 {
-            mutations.push(Mutation { column: column.into(), mutator, value: value.into() });
+            mutations.push(Mutation {
+                column: column.into(),
+                mutator,
+                value: value.into(),
+            });
         }
         self
     }
@@ -502,7 +535,12 @@ impl Serialize for Operation {
             m.serialize_entry("table", t)?;
         }
         match self {
-            Operation::Insert { row, uuid_name, uuid, .. } => {
+            Operation::Insert {
+                row,
+                uuid_name,
+                uuid,
+                ..
+            } => {
                 m.serialize_entry("row", row)?;
                 if let Some(n) = uuid_name {
                     m.serialize_entry("uuid-name", n)?;
@@ -511,25 +549,49 @@ impl Serialize for Operation {
                     m.serialize_entry("uuid", u)?;
                 }
             }
-            Operation::Select { conditions, columns, .. } => {
+            Operation::Select {
+                conditions,
+                columns,
+                ..
+            } => {
                 m.serialize_entry("where", conditions)?;
                 if let Some(c) = columns {
                     m.serialize_entry("columns", c)?;
                 }
             }
-            Operation::Update { conditions, row, .. } => {
+            Operation::Update {
+                conditions, row, ..
+            } => {
                 m.serialize_entry("where", conditions)?;
                 m.serialize_entry("row", row)?;
             }
-            Operation::Mutate { conditions, mutations, .. } => {
+            Operation::Mutate {
+                conditions,
+                mutations,
+                ..
+            } => {
                 m.serialize_entry("where", conditions)?;
                 m.serialize_entry("mutations", mutations)?;
             }
             Operation::Delete { conditions, .. } => m.serialize_entry("where", conditions)?,
-            Operation::Wait { conditions, columns, until, rows, timeout_ms, .. } => {
+            Operation::Wait {
+                conditions,
+                columns,
+                until,
+                rows,
+                timeout_ms,
+                ..
+            } => {
                 m.serialize_entry("where", conditions)?;
                 m.serialize_entry("columns", columns)?;
-                m.serialize_entry("until", if *until == WaitUntil::Equal { "==" } else { "!=" })?;
+                m.serialize_entry(
+                    "until",
+                    if *until == WaitUntil::Equal {
+                        "=="
+                    } else {
+                        "!="
+                    },
+                )?;
                 m.serialize_entry("rows", rows)?;
                 if let Some(t) = timeout_ms {
                     m.serialize_entry("timeout", t)?;
@@ -557,7 +619,10 @@ pub struct Transaction {
 impl Transaction {
     /// An empty transaction on `db`.
     pub fn new(db: impl Into<String>) -> Self {
-        Transaction { db: db.into(), ops: Vec::new() }
+        Transaction {
+            db: db.into(),
+            ops: Vec::new(),
+        }
     }
 
     /// Appends an operation.
@@ -576,13 +641,22 @@ impl Transaction {
     /// that each named-uuid used is declared by an insert of this transaction, once.
     pub fn validate(&self, schema: &DatabaseSchema) -> Result<(), ValidationError> {
         if self.db != schema.name {
-            return Err(ValidationError::WrongDatabase { expected: schema.name.clone(), found: self.db.clone() });
+            return Err(ValidationError::WrongDatabase {
+                expected: schema.name.clone(),
+                found: self.db.clone(),
+            });
         }
         let mut declared = BTreeSet::new();
         for (i, op) in self.ops.iter().enumerate() {
-            if let Operation::Insert { uuid_name: Some(n), .. } = op {
+            if let Operation::Insert {
+                uuid_name: Some(n), ..
+            } = op
+            {
                 if !declared.insert(n.as_str()) {
-                    return Err(ValidationError::DuplicateUuidName { index: i, name: n.clone() });
+                    return Err(ValidationError::DuplicateUuidName {
+                        index: i,
+                        name: n.clone(),
+                    });
                 }
             }
         }
@@ -679,7 +753,9 @@ pub enum ValidationError {
         name: String,
     },
     /// A named-uuid no insert of the transaction declares.
-    #[error("operation {index}: named-uuid {name:?} is not declared by an insert of this transaction")]
+    #[error(
+        "operation {index}: named-uuid {name:?} is not declared by an insert of this transaction"
+    )]
     UndeclaredUuidName {
         /// Index of the operation using it.
         index: usize,
@@ -688,27 +764,49 @@ pub enum ValidationError {
     },
 }
 
-fn table<'s>(schema: &'s DatabaseSchema, index: usize, name: &str) -> Result<&'s TableSchema, ValidationError> {
-    schema.table(name).ok_or_else(|| ValidationError::UnknownTable { index, table: name.to_owned() })
+fn table<'s>(
+    schema: &'s DatabaseSchema,
+    index: usize,
+    name: &str,
+) -> Result<&'s TableSchema, ValidationError> {
+    schema
+        .table(name)
+        .ok_or_else(|| ValidationError::UnknownTable {
+            index,
+            table: name.to_owned(),
+        })
 }
 
-fn column_type<'s>(t: &'s TableSchema, index: usize, column: &str) -> Result<&'s ColumnType, ValidationError> {
+fn column_type<'s>(
+    t: &'s TableSchema,
+    index: usize,
+    column: &str,
+) -> Result<&'s ColumnType, ValidationError> {
     t.column(column)
         .map(|c| &c.ty)
-        .ok_or_else(|| ValidationError::UnknownColumn { index, table: t.name.clone(), column: column.to_owned() })
+        .ok_or_else(|| ValidationError::UnknownColumn {
+            index,
+            table: t.name.clone(),
+            column: column.to_owned(),
+        })
 }
 
 fn check_named(d: &Datum, index: usize, declared: &BTreeSet<&str>) -> Result<(), ValidationError> {
     let check = |a: &Atom| match a {
         Atom::NamedUuid(n) if !declared.contains(n.as_str()) => {
-            Err(ValidationError::UndeclaredUuidName { index, name: n.clone() })
+            Err(ValidationError::UndeclaredUuidName {
+                index,
+                name: n.clone(),
+            })
         }
         _ => Ok(()),
     };
     match d {
         Datum::Atom(a) => check(a),
         Datum::Set(s) => s.iter().try_for_each(check),
-        Datum::Map(m) => m.iter().try_for_each(|(k, v)| check(k).and_then(|_| check(v))),
+        Datum::Map(m) => m
+            .iter()
+            .try_for_each(|(k, v)| check(k).and_then(|_| check(v))),
     }
 }
 
@@ -718,7 +816,9 @@ fn validate_op(
     op: &Operation,
     declared: &BTreeSet<&str>,
 ) -> Result<(), ValidationError> {
-    let Some(tname) = op.table() else { return Ok(()) };
+    let Some(tname) = op.table() else {
+        return Ok(());
+    };
     let t = table(schema, index, tname)?;
     let datum_err = |column: &str, source| ValidationError::Datum {
         index,
@@ -750,7 +850,8 @@ fn validate_op(
                 r
             }
             Function::Lt | Function::Le | Function::Gt | Function::Ge => {
-                if !(ty.is_scalar() || ty.is_optional()) || !matches!(ty.key.atom, AtomType::Integer | AtomType::Real)
+                if !(ty.is_scalar() || ty.is_optional())
+                    || !matches!(ty.key.atom, AtomType::Integer | AtomType::Real)
                 {
                     return Err(ValidationError::NotApplicable {
                         index,
@@ -762,50 +863,77 @@ fn validate_op(
                 ColumnType::scalar(ty.key.atom)
             }
         };
-        relaxed.validate_with(&c.value, false).map_err(|e| datum_err(&c.column, e))?;
+        relaxed
+            .validate_with(&c.value, false)
+            .map_err(|e| datum_err(&c.column, e))?;
     }
     match op {
         Operation::Insert { row, .. } | Operation::Update { row, .. } => {
             for (col, d) in row {
-                let cs = t.column(col).ok_or_else(|| ValidationError::UnknownColumn {
-                    index,
-                    table: t.name.clone(),
-                    column: col.clone(),
-                })?;
+                let cs = t
+                    .column(col)
+                    .ok_or_else(|| ValidationError::UnknownColumn {
+                        index,
+                        table: t.name.clone(),
+                        column: col.clone(),
+                    })?;
                 let is_update = matches!(op, Operation::Update { .. });
                 if col.starts_with('_') || (is_update && !cs.mutable) {
-                    return Err(ValidationError::ReadOnly { index, table: t.name.clone(), column: col.clone(), op: op.name() });
+                    return Err(ValidationError::ReadOnly {
+                        index,
+                        table: t.name.clone(),
+                        column: col.clone(),
+                        op: op.name(),
+                    });
                 }
                 check_named(d, index, declared)?;
                 cs.ty.validate(d).map_err(|e| datum_err(col, e))?;
             }
         }
-        Operation::Select { columns: Some(cols), .. } | Operation::Wait { columns: cols, .. } => {
+        Operation::Select {
+            columns: Some(cols),
+            ..
+        }
+        | Operation::Wait { columns: cols, .. } => {
             for c in cols {
                 column_type(t, index, c)?;
             }
             if let Operation::Wait { rows, .. } = op {
                 for r in rows {
                     for (col, d) in r {
-                        column_type(t, index, col)?.validate(d).map_err(|e| datum_err(col, e))?;
+                        column_type(t, index, col)?
+                            .validate(d)
+                            .map_err(|e| datum_err(col, e))?;
                     }
                 }
             }
         }
         Operation::Mutate { mutations, .. } => {
             for m in mutations {
-                let cs = t.column(&m.column).ok_or_else(|| ValidationError::UnknownColumn {
-                    index,
-                    table: t.name.clone(),
-                    column: m.column.clone(),
-                })?;
+                let cs = t
+                    .column(&m.column)
+                    .ok_or_else(|| ValidationError::UnknownColumn {
+                        index,
+                        table: t.name.clone(),
+                        column: m.column.clone(),
+                    })?;
                 if m.column.starts_with('_') || !cs.mutable {
-                    return Err(ValidationError::ReadOnly { index, table: t.name.clone(), column: m.column.clone(), op: "mutate" });
+                    return Err(ValidationError::ReadOnly {
+                        index,
+                        table: t.name.clone(),
+                        column: m.column.clone(),
+                        op: "mutate",
+                    });
                 }
                 check_named(&m.value, index, declared)?;
                 validate_mutation(&cs.ty, m).map_err(|what| match what {
                     Ok(e) => datum_err(&m.column, e),
-                    Err(what) => ValidationError::NotApplicable { index, table: t.name.clone(), column: m.column.clone(), what },
+                    Err(what) => ValidationError::NotApplicable {
+                        index,
+                        table: t.name.clone(),
+                        column: m.column.clone(),
+                        what,
+                    },
                 })?;
             }
         }
@@ -822,7 +950,10 @@ fn validate_mutation(ty: &ColumnType, m: &Mutation) -> Result<(), Result<DatumEr
                 _ => matches!(ty.key.atom, AtomType::Integer | AtomType::Real),
             };
             if !numeric || ty.is_map() {
-                return Err(Err(format!("{} needs an integer or real column", m.mutator.as_str())));
+                return Err(Err(format!(
+                    "{} needs an integer or real column",
+                    m.mutator.as_str()
+                )));
             }
             let mut arg = ColumnType::scalar(ty.key.atom);
             arg.key = ty.key.clone();
@@ -831,7 +962,10 @@ fn validate_mutation(ty: &ColumnType, m: &Mutation) -> Result<(), Result<DatumEr
         }
         Mutator::Insert | Mutator::Delete => {
             if ty.is_scalar() {
-                return Err(Err(format!("{} needs a set or map column", m.mutator.as_str())));
+                return Err(Err(format!(
+                    "{} needs a set or map column",
+                    m.mutator.as_str()
+                )));
             }
             let mut arg = ty.clone();
             arg.min = 0;
@@ -842,7 +976,12 @@ fn validate_mutation(ty: &ColumnType, m: &Mutation) -> Result<(), Result<DatumEr
                 Ok(()) => Ok(()),
                 Err(e) if m.mutator == Mutator::Delete && ty.is_map() => {
                     // Deleting from a map also takes a set of keys.
-                    let keys = ColumnType { key: ty.key.clone(), value: None, min: 0, max: u64::MAX };
+                    let keys = ColumnType {
+                        key: ty.key.clone(),
+                        value: None,
+                        min: 0,
+                        max: u64::MAX,
+                    };
                     keys.validate(&m.value).map_err(|_| Ok(e))
                 }
                 Err(e) => Err(Ok(e)),
@@ -864,15 +1003,25 @@ impl OvsdbError {
     /// Reads an error object (or a bare string).
     pub fn from_json(j: &Json) -> Self {
         match j {
-            Json::String(s) => OvsdbError { error: s.clone(), details: None },
+            Json::String(s) => OvsdbError {
+                error: s.clone(),
+                details: None,
+            },
             Json::Object(o) => OvsdbError {
-                error: o.get("error").and_then(Json::as_str).unwrap_or("unknown error").to_owned(),
+                error: o
+                    .get("error")
+                    .and_then(Json::as_str)
+                    .unwrap_or("unknown error")
+                    .to_owned(),
                 details: o.get("details").map(|d| match d {
                     Json::String(s) => s.clone(),
                     other => other.to_string(),
                 }),
             },
-            other => OvsdbError { error: other.to_string(), details: None },
+            other => OvsdbError {
+                error: other.to_string(),
+                details: None,
+            },
         }
     }
 }
@@ -948,8 +1097,13 @@ pub enum ResultError {
 }
 
 /// Parses a `transact` result array for the operations `ops` that were sent.
-pub fn parse_results(ops: &[Operation], result: &Json) -> Result<Vec<OperationResult>, ResultError> {
-    let arr = result.as_array().ok_or_else(|| ResultError::Malformed("result is not an array".into()))?;
+pub fn parse_results(
+    ops: &[Operation],
+    result: &Json,
+) -> Result<Vec<OperationResult>, ResultError> {
+    let arr = result
+        .as_array()
+        .ok_or_else(|| ResultError::Malformed("result is not an array".into()))?;
     // The first error decides: an error for operation i, or a trailing error beyond the operations.
     for (i, r) in arr.iter().enumerate() {
         if let Some(e) = r.as_object().and_then(|o| o.get("error")) {
@@ -965,7 +1119,11 @@ pub fn parse_results(ops: &[Operation], result: &Json) -> Result<Vec<OperationRe
         }
     }
     if arr.len() < ops.len() {
-        return Err(ResultError::Malformed(format!("{} results for {} operations", arr.len(), ops.len())));
+        return Err(ResultError::Malformed(format!(
+            "{} results for {} operations",
+            arr.len(),
+            ops.len()
+        )));
     }
     let mut out = Vec::with_capacity(ops.len());
     for (op, r) in ops.iter().zip(arr) {
@@ -975,25 +1133,29 @@ pub fn parse_results(ops: &[Operation], result: &Json) -> Result<Vec<OperationRe
                     .get("uuid")
                     .and_then(|u| Atom::from_json(u).ok())
                     .and_then(|a| a.as_uuid())
-                    .ok_or_else(|| ResultError::Malformed(format!("insert result without uuid: {r}")))?;
+                    .ok_or_else(|| {
+                        ResultError::Malformed(format!("insert result without uuid: {r}"))
+                    })?;
                 OperationResult::Insert(u)
             }
             Operation::Select { .. } => {
-                let rows = r
-                    .get("rows")
-                    .and_then(Json::as_array)
-                    .ok_or_else(|| ResultError::Malformed(format!("select result without rows: {r}")))?;
+                let rows = r.get("rows").and_then(Json::as_array).ok_or_else(|| {
+                    ResultError::Malformed(format!("select result without rows: {r}"))
+                })?;
                 let mut out_rows = Vec::with_capacity(rows.len());
                 for row in rows {
-                    out_rows.push(parse_row(row).map_err(|e| ResultError::Malformed(e.to_string()))?);
+                    out_rows
+                        .push(parse_row(row).map_err(|e| ResultError::Malformed(e.to_string()))?);
                 }
                 OperationResult::Select(out_rows)
             }
-            Operation::Update { .. } | Operation::Mutate { .. } | Operation::Delete { .. } => OperationResult::Count(
-                r.get("count")
-                    .and_then(Json::as_u64)
-                    .ok_or_else(|| ResultError::Malformed(format!("result without count: {r}")))?,
-            ),
+            Operation::Update { .. } | Operation::Mutate { .. } | Operation::Delete { .. } => {
+                OperationResult::Count(
+                    r.get("count").and_then(Json::as_u64).ok_or_else(|| {
+                        ResultError::Malformed(format!("result without count: {r}"))
+                    })?,
+                )
+            }
             _ => OperationResult::Empty,
         });
     }
@@ -1002,14 +1164,20 @@ pub fn parse_results(ops: &[Operation], result: &Json) -> Result<Vec<OperationRe
 
 /// Reads a JSON row object into a [`Row`] without the schema.
 pub fn parse_row(j: &Json) -> Result<Row, DatumError> {
-    let o = j.as_object().ok_or_else(|| DatumError::syntax("a row is an object", j))?;
-    o.iter().map(|(k, v)| Datum::from_json(v).map(|d| (k.clone(), d))).collect()
+    let o = j
+        .as_object()
+        .ok_or_else(|| DatumError::syntax("a row is an object", j))?;
+    o.iter()
+        .map(|(k, v)| Datum::from_json(v).map(|d| (k.clone(), d)))
+        .collect()
 }
 
 /// Reads a JSON row object into a [`Row`], decoding each column with its type from `table` (unknown columns
 /// are decoded untyped).
 pub fn parse_row_typed(j: &Json, table: &TableSchema) -> Result<Row, DatumError> {
-    let o = j.as_object().ok_or_else(|| DatumError::syntax("a row is an object", j))?;
+    let o = j
+        .as_object()
+        .ok_or_else(|| DatumError::syntax("a row is an object", j))?;
     o.iter()
         .map(|(k, v)| {
             let d = match table.column(k) {
@@ -1033,14 +1201,18 @@ mod tests {
     #[test]
     fn encodes_like_the_rfc() {
         let txn = Transaction::new("OVN_Northbound")
-            .op(Operation::insert("Logical_Switch_Port").uuid_name("p").value("name", "a").value(
-                "external_ids",
-                Datum::map([("k", "v")]),
-            ))
-            .op(Operation::mutate("Logical_Switch").where_eq("name", "ls0").insert("ports", Datum::named_uuid("p")))
+            .op(Operation::insert("Logical_Switch_Port")
+                .uuid_name("p")
+                .value("name", "a")
+                .value("external_ids", Datum::map([("k", "v")])))
+            .op(Operation::mutate("Logical_Switch")
+                .where_eq("name", "ls0")
+                .insert("ports", Datum::named_uuid("p")))
             .op(Operation::select("Logical_Switch").columns(["name"]))
             .op(Operation::delete("ACL").filter(Condition::includes("match", "x")))
-            .op(Operation::wait("Logical_Switch").columns(["name"]).timeout_ms(0))
+            .op(Operation::wait("Logical_Switch")
+                .columns(["name"])
+                .timeout_ms(0))
             .op(Operation::comment("hi"))
             .op(Operation::commit(false));
         let j = serde_json::to_value(&txn).unwrap();
@@ -1061,44 +1233,91 @@ mod tests {
     fn validation_catches_mistakes() {
         let s = nb();
         let ok = Transaction::new("OVN_Northbound")
-            .op(Operation::insert("Logical_Switch_Port").uuid_name("p").value("name", "a").value("tag_request", 5i64))
-            .op(Operation::mutate("Logical_Switch").where_eq("name", "ls0").insert("ports", Datum::named_uuid("p")))
-            .op(Operation::mutate("Logical_Switch").uuid(Uuid::NIL).delete("external_ids", Datum::set(["k"])))
-            .op(Operation::update("Logical_Switch_Port").where_eq("name", "a").value("enabled", Datum::set([true])))
-            .op(Operation::delete("Logical_Switch_Port").filter(Condition::new("tag", Function::Lt, 5i64)));
+            .op(Operation::insert("Logical_Switch_Port")
+                .uuid_name("p")
+                .value("name", "a")
+                .value("tag_request", 5i64))
+            .op(Operation::mutate("Logical_Switch")
+                .where_eq("name", "ls0")
+                .insert("ports", Datum::named_uuid("p")))
+            .op(Operation::mutate("Logical_Switch")
+                .uuid(Uuid::NIL)
+                .delete("external_ids", Datum::set(["k"])))
+            .op(Operation::update("Logical_Switch_Port")
+                .where_eq("name", "a")
+                .value("enabled", Datum::set([true])))
+            .op(
+                Operation::delete("Logical_Switch_Port").filter(Condition::new(
+                    "tag",
+                    Function::Lt,
+                    5i64,
+                )),
+            );
         ok.validate(&s).unwrap();
-        let err = |op: Operation| Transaction::new("OVN_Northbound").op(op).validate(&s).unwrap_err();
-        assert!(matches!(err(Operation::insert("Nope").build()), ValidationError::UnknownTable { .. }));
+        let err = |op: Operation| {
+            Transaction::new("OVN_Northbound")
+                .op(op)
+                .validate(&s)
+                .unwrap_err()
+        };
         assert!(matches!(
-            err(Operation::insert("Logical_Switch").value("nmae", "x").build()),
+            err(Operation::insert("Nope").build()),
+            ValidationError::UnknownTable { .. }
+        ));
+        assert!(matches!(
+            err(Operation::insert("Logical_Switch")
+                .value("nmae", "x")
+                .build()),
             ValidationError::UnknownColumn { .. }
         ));
         assert!(matches!(
-            err(Operation::insert("Logical_Switch").value("name", 3i64).build()),
-            ValidationError::Datum { source: DatumError::WrongType { .. }, .. }
+            err(Operation::insert("Logical_Switch")
+                .value("name", 3i64)
+                .build()),
+            ValidationError::Datum {
+                source: DatumError::WrongType { .. },
+                ..
+            }
         ));
         assert!(matches!(
-            err(Operation::insert("Logical_Switch_Port").value("name", "a").value("tag_request", 5000i64).build()),
-            ValidationError::Datum { source: DatumError::Constraint { .. }, .. }
+            err(Operation::insert("Logical_Switch_Port")
+                .value("name", "a")
+                .value("tag_request", 5000i64)
+                .build()),
+            ValidationError::Datum {
+                source: DatumError::Constraint { .. },
+                ..
+            }
         ));
         assert!(matches!(
             err(Operation::insert("ACL").value("action", "explode").build()),
-            ValidationError::Datum { source: DatumError::Constraint { .. }, .. }
+            ValidationError::Datum {
+                source: DatumError::Constraint { .. },
+                ..
+            }
         ));
         assert!(matches!(
-            err(Operation::mutate("Logical_Switch").insert("ports", Datum::named_uuid("zz")).build()),
+            err(Operation::mutate("Logical_Switch")
+                .insert("ports", Datum::named_uuid("zz"))
+                .build()),
             ValidationError::UndeclaredUuidName { .. }
         ));
         assert!(matches!(
-            err(Operation::update("Logical_Switch").value("_uuid", Datum::uuid(Uuid::NIL)).build()),
+            err(Operation::update("Logical_Switch")
+                .value("_uuid", Datum::uuid(Uuid::NIL))
+                .build()),
             ValidationError::ReadOnly { .. }
         ));
         assert!(matches!(
-            err(Operation::mutate("Logical_Switch").add("name", 1i64).build()),
+            err(Operation::mutate("Logical_Switch")
+                .add("name", 1i64)
+                .build()),
             ValidationError::NotApplicable { .. }
         ));
         assert!(matches!(
-            err(Operation::select("Logical_Switch").filter(Condition::eq("name", 1i64)).build()),
+            err(Operation::select("Logical_Switch")
+                .filter(Condition::eq("name", 1i64))
+                .build()),
             ValidationError::Datum { .. }
         ));
         let wrong_db = Transaction::new("Open_vSwitch").validate(&s).unwrap_err();
@@ -1131,13 +1350,18 @@ mod tests {
             ResultError::Failed(TransactError {
                 index: Some(1),
                 op: Some("select"),
-                error: OvsdbError { error: "syntax error".into(), details: Some("bad".into()) }
+                error: OvsdbError {
+                    error: "syntax error".into(),
+                    details: Some("bad".into())
+                }
             })
         );
         // The trailing commit error.
         let r = json!([{"uuid":["uuid","00000000-0000-0000-0000-000000000001"]}, {"rows":[]}, {"count":0}, {},
             {"error":"constraint violation","details":"duplicate"}]);
-        let ResultError::Failed(e) = parse_results(&ops, &r).unwrap_err() else { panic!() };
+        let ResultError::Failed(e) = parse_results(&ops, &r).unwrap_err() else {
+            panic!()
+        };
         assert_eq!(e.index, None);
         assert_eq!(e.error.error, "constraint violation");
     }

@@ -17,7 +17,10 @@ pub struct SchemaError {
 }
 
 fn serr(path: &str, what: impl Into<String>) -> SchemaError {
-    SchemaError { path: path.to_owned(), what: what.into() }
+    SchemaError {
+        path: path.to_owned(),
+        what: what.into(),
+    }
 }
 
 /// A whole database schema.
@@ -91,7 +94,7 @@ pub enum RefType {
 pub struct BaseType {
     /// The atomic type.
     pub atom: AtomType,
-    /// Allowed values, if enumerated.
+    /// Allowed values, if enumerated (sorted).
     pub enumeration: Option<Vec<Atom>>,
     /// Smallest allowed integer.
     pub min_integer: Option<i64>,
@@ -130,12 +133,18 @@ impl BaseType {
 
     fn parse(j: &Json, path: &str) -> Result<Self, SchemaError> {
         match j {
-            Json::String(s) => {
-                AtomType::from_name(s).map(BaseType::new).ok_or_else(|| serr(path, format!("unknown type {s:?}")))
-            }
+            Json::String(s) => AtomType::from_name(s)
+                .map(BaseType::new)
+                .ok_or_else(|| serr(path, format!("unknown type {s:?}"))),
             Json::Object(o) => {
-                let t = o.get("type").and_then(Json::as_str).ok_or_else(|| serr(path, "missing \"type\""))?;
-                let mut bt = BaseType::new(AtomType::from_name(t).ok_or_else(|| serr(path, format!("unknown type {t:?}")))?);
+                let t = o
+                    .get("type")
+                    .and_then(Json::as_str)
+                    .ok_or_else(|| serr(path, "missing \"type\""))?;
+                let mut bt = BaseType::new(
+                    AtomType::from_name(t)
+                        .ok_or_else(|| serr(path, format!("unknown type {t:?}")))?,
+                );
                 if let Some(e) = o.get("enum") {
                     let d = Datum::from_json(e).map_err(|e| serr(path, format!("enum: {e}")))?;
                     let mut atoms = Vec::with_capacity(d.len());
@@ -152,6 +161,9 @@ impl BaseType {
                     if let Some(a) = atoms.iter().find(|a| a.atom_type() != bt.atom) {
                         return Err(serr(path, format!("enum value {a:?} is not a {}", bt.atom)));
                     }
+                    // A set: kept sorted and without duplicates, as ovsdb-server returns it.
+                    atoms.sort();
+                    atoms.dedup();
                     bt.enumeration = Some(atoms);
                 }
                 let int = |k: &str| o.get(k).and_then(Json::as_i64);
@@ -179,7 +191,12 @@ impl BaseType {
 impl ColumnType {
     /// A scalar column of `atom`.
     pub fn scalar(atom: AtomType) -> Self {
-        ColumnType { key: BaseType::new(atom), value: None, min: 1, max: 1 }
+        ColumnType {
+            key: BaseType::new(atom),
+            value: None,
+            min: 1,
+            max: 1,
+        }
     }
 
     /// Parses the JSON `type` of a column.
@@ -189,23 +206,45 @@ impl ColumnType {
 
     fn parse_at(j: &Json, path: &str) -> Result<Self, SchemaError> {
         match j {
-            Json::String(_) => Ok(ColumnType { key: BaseType::parse(j, path)?, value: None, min: 1, max: 1 }),
+            Json::String(_) => Ok(ColumnType {
+                key: BaseType::parse(j, path)?,
+                value: None,
+                min: 1,
+                max: 1,
+            }),
             Json::Object(o) => {
-                let key = BaseType::parse(o.get("key").ok_or_else(|| serr(path, "missing \"key\""))?, &format!("{path}.key"))?;
-                let value = o.get("value").map(|v| BaseType::parse(v, &format!("{path}.value"))).transpose()?;
+                let key = BaseType::parse(
+                    o.get("key").ok_or_else(|| serr(path, "missing \"key\""))?,
+                    &format!("{path}.key"),
+                )?;
+                let value = o
+                    .get("value")
+                    .map(|v| BaseType::parse(v, &format!("{path}.value")))
+                    .transpose()?;
                 let min = match o.get("min") {
                     None => 1,
-                    Some(v) => v.as_u64().filter(|m| *m <= 1).ok_or_else(|| serr(path, "min must be 0 or 1"))?,
+                    Some(v) => v
+                        .as_u64()
+                        .filter(|m| *m <= 1)
+                        .ok_or_else(|| serr(path, "min must be 0 or 1"))?,
                 };
                 let max = match o.get("max") {
                     None => 1,
                     Some(Json::String(s)) if s == "unlimited" => u64::MAX,
-                    Some(v) => v.as_u64().filter(|m| *m >= 1).ok_or_else(|| serr(path, "max must be >= 1 or \"unlimited\""))?,
+                    Some(v) => v
+                        .as_u64()
+                        .filter(|m| *m >= 1)
+                        .ok_or_else(|| serr(path, "max must be >= 1 or \"unlimited\""))?,
                 };
                 if min > max {
                     return Err(serr(path, "min > max"));
                 }
-                Ok(ColumnType { key, value, min, max })
+                Ok(ColumnType {
+                    key,
+                    value,
+                    min,
+                    max,
+                })
             }
             _ => Err(serr(path, "a type is a string or an object")),
         }
@@ -236,16 +275,27 @@ impl TableSchema {
     /// Parses one table from its JSON object.
     pub fn parse(name: &str, j: &Json) -> Result<Self, SchemaError> {
         let path = format!("tables.{name}");
-        let o = j.as_object().ok_or_else(|| serr(&path, "a table is an object"))?;
-        let cols = o.get("columns").and_then(Json::as_object).ok_or_else(|| serr(&path, "missing \"columns\""))?;
+        let o = j
+            .as_object()
+            .ok_or_else(|| serr(&path, "a table is an object"))?;
+        let cols = o
+            .get("columns")
+            .and_then(Json::as_object)
+            .ok_or_else(|| serr(&path, "missing \"columns\""))?;
         let mut columns = BTreeMap::new();
         for (cname, cj) in cols {
             let cpath = format!("{path}.columns.{cname}");
             if cname.starts_with('_') {
                 return Err(serr(&cpath, "column names starting with _ are reserved"));
             }
-            let co = cj.as_object().ok_or_else(|| serr(&cpath, "a column is an object"))?;
-            let ty = ColumnType::parse_at(co.get("type").ok_or_else(|| serr(&cpath, "missing \"type\""))?, &format!("{cpath}.type"))?;
+            let co = cj
+                .as_object()
+                .ok_or_else(|| serr(&cpath, "a column is an object"))?;
+            let ty = ColumnType::parse_at(
+                co.get("type")
+                    .ok_or_else(|| serr(&cpath, "missing \"type\""))?,
+                &format!("{cpath}.type"),
+            )?;
             columns.insert(
                 cname.clone(),
                 ColumnSchema {
@@ -258,14 +308,24 @@ impl TableSchema {
         }
         let mut indexes = Vec::new();
         if let Some(ix) = o.get("indexes") {
-            for i in ix.as_array().ok_or_else(|| serr(&path, "indexes must be an array"))? {
+            for i in ix
+                .as_array()
+                .ok_or_else(|| serr(&path, "indexes must be an array"))?
+            {
                 let cols: Vec<String> = i
                     .as_array()
                     .ok_or_else(|| serr(&path, "an index is an array of column names"))?
                     .iter()
-                    .map(|c| c.as_str().map(str::to_owned).ok_or_else(|| serr(&path, "index column must be a string")))
+                    .map(|c| {
+                        c.as_str()
+                            .map(str::to_owned)
+                            .ok_or_else(|| serr(&path, "index column must be a string"))
+                    })
                     .collect::<Result<_, _>>()?;
-                if let Some(c) = cols.iter().find(|c| !columns.contains_key(*c) && *c != "_uuid" && *c != "_version") {
+                if let Some(c) = cols
+                    .iter()
+                    .find(|c| !columns.contains_key(*c) && *c != "_uuid" && *c != "_version")
+                {
                     return Err(serr(&path, format!("index names unknown column {c:?}")));
                 }
                 indexes.push(cols);
@@ -293,17 +353,35 @@ impl TableSchema {
 }
 
 fn implicit(name: &str) -> ColumnSchema {
-    ColumnSchema { name: name.to_owned(), ty: ColumnType::scalar(AtomType::Uuid), ephemeral: false, mutable: false }
+    ColumnSchema {
+        name: name.to_owned(),
+        ty: ColumnType::scalar(AtomType::Uuid),
+        ephemeral: false,
+        mutable: false,
+    }
 }
 
 impl DatabaseSchema {
     /// Parses a schema from its JSON document.
     pub fn parse(j: &Json) -> Result<Self, SchemaError> {
-        let o = j.as_object().ok_or_else(|| serr("", "a schema is an object"))?;
-        let name = o.get("name").and_then(Json::as_str).ok_or_else(|| serr("name", "missing"))?.to_owned();
-        let version = o.get("version").and_then(Json::as_str).unwrap_or("").to_owned();
+        let o = j
+            .as_object()
+            .ok_or_else(|| serr("", "a schema is an object"))?;
+        let name = o
+            .get("name")
+            .and_then(Json::as_str)
+            .ok_or_else(|| serr("name", "missing"))?
+            .to_owned();
+        let version = o
+            .get("version")
+            .and_then(Json::as_str)
+            .unwrap_or("")
+            .to_owned();
         let cksum = o.get("cksum").and_then(Json::as_str).map(str::to_owned);
-        let tj = o.get("tables").and_then(Json::as_object).ok_or_else(|| serr("tables", "missing"))?;
+        let tj = o
+            .get("tables")
+            .and_then(Json::as_object)
+            .ok_or_else(|| serr("tables", "missing"))?;
         let mut tables = BTreeMap::new();
         for (t, j) in tj {
             tables.insert(t.clone(), TableSchema::parse(t, j)?);
@@ -313,13 +391,21 @@ impl DatabaseSchema {
                 for bt in std::iter::once(&c.ty.key).chain(c.ty.value.as_ref()) {
                     if let Some(r) = &bt.ref_table {
                         if !tables.contains_key(r) {
-                            return Err(serr(&format!("tables.{}.columns.{}", t.name, c.name), format!("refTable {r:?} does not exist")));
+                            return Err(serr(
+                                &format!("tables.{}.columns.{}", t.name, c.name),
+                                format!("refTable {r:?} does not exist"),
+                            ));
                         }
                     }
                 }
             }
         }
-        Ok(DatabaseSchema { name, version, cksum, tables })
+        Ok(DatabaseSchema {
+            name,
+            version,
+            cksum,
+            tables,
+        })
     }
 
     /// Parses a schema from the text of a `.ovsschema` file.
@@ -366,7 +452,17 @@ mod tests {
         assert_eq!(ports.key.ref_table.as_deref(), Some("Logical_Switch_Port"));
         assert_eq!(nb.table("NB_Global").unwrap().max_rows, Some(1));
         let acl = nb.table("ACL").unwrap();
-        assert!(acl.column("action").unwrap().ty.key.enumeration.as_ref().unwrap().len() >= 4);
+        assert!(
+            acl.column("action")
+                .unwrap()
+                .ty
+                .key
+                .enumeration
+                .as_ref()
+                .unwrap()
+                .len()
+                >= 4
+        );
         assert!(acl.column("_uuid").is_some());
         let ovs = DatabaseSchema::parse_str(include_str!("../schemas/vswitch.ovsschema")).unwrap();
         assert_eq!(ovs.name, "Open_vSwitch");
@@ -391,7 +487,10 @@ mod tests {
 
     #[test]
     fn errors() {
-        assert!(DatabaseSchema::parse_str(r#"{"name":"x","tables":{"T":{"columns":{"a":{"type":"nope"}}}}}"#).is_err());
+        assert!(DatabaseSchema::parse_str(
+            r#"{"name":"x","tables":{"T":{"columns":{"a":{"type":"nope"}}}}}"#
+        )
+        .is_err());
         assert!(DatabaseSchema::parse_str(
             r#"{"name":"x","tables":{"T":{"columns":{"a":{"type":{"key":{"type":"uuid","refTable":"U"}}}}}}}"#
         )

@@ -43,7 +43,9 @@ impl Uuid {
 
     /// Parses the `xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx` form (either case).
     pub fn parse(s: &str) -> Result<Self, UuidParseError> {
-        let err = || UuidParseError { input: s.chars().take(64).collect() };
+        let err = || UuidParseError {
+            input: s.chars().take(64).collect(),
+        };
         let b = s.as_bytes();
         if b.len() != 36 {
             return Err(err());
@@ -141,7 +143,10 @@ mod tests {
         assert!(Uuid::parse("36a6e4b4-2b8b-4a3b-9c3d-0123456789a").is_err());
         assert!(Uuid::parse("36a6e4b4x2b8b-4a3b-9c3d-0123456789ab").is_err());
         assert!(Uuid::parse("36a6e4b4-2b8b-4a3b-9c3d-0123456789ag").is_err());
-        assert_eq!(Uuid::NIL.to_string(), "00000000-0000-0000-0000-000000000000");
+        assert_eq!(
+            Uuid::NIL.to_string(),
+            "00000000-0000-0000-0000-000000000000"
+        );
     }
 
     proptest! {
