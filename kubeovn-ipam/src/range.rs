@@ -3,7 +3,6 @@
 //! Addresses are plain integers (`u32` for IPv4, `u128` for IPv6) behind the [`Addr`] trait, so one
 //! implementation serves both families and a range costs the same whatever its size.
 
-use std::collections::BTreeMap;
 use std::fmt;
 use std::hash::Hash;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -120,13 +119,29 @@ fn touches<A: Addr>(a_hi: A, b_lo: A) -> bool {
     b_lo <= a_hi || a_hi.succ() == Some(b_lo)
 }
 
-/// A set of addresses kept as disjoint, non-adjacent inclusive ranges, keyed by range end.
+/// Ranges per chunk: small enough that shifting inside a chunk is a few cache lines.
+const CHUNK: usize = 32;
+
+/// A set of addresses kept as disjoint, non-adjacent inclusive ranges, sorted.
 ///
-/// Keying by end lets "take the lowest address" change the first entry's value in place.
-#[derive(Clone, PartialEq, Eq, Default)]
+/// The ranges live in chunks of at most [`CHUNK`]; emptied chunks are kept for reuse, so once the set has reached
+/// its peak size, inserting and removing addresses allocate nothing (a `BTreeMap` frees and allocates nodes as it
+/// splits and merges). Taking the lowest address changes the first range in place.
+#[derive(Clone, Default)]
 pub struct RangeSet<A> {
-    map: BTreeMap<A, A>,
+    /// Non-empty chunks, in order.
+    chunks: Vec<Vec<(A, A)>>,
+    /// Emptied chunks, kept for reuse.
+    spare: Vec<Vec<(A, A)>>,
 }
+
+impl<A: Addr> PartialEq for RangeSet<A> {
+    fn eq(&self, other: &Self) -> bool {
+        self.ranges().eq(other.ranges())
+    }
+}
+
+impl<A: Addr> Eq for RangeSet<A> {}
 
 impl<A: Addr> fmt::Debug for RangeSet<A> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -138,15 +153,16 @@ impl<A: Addr> RangeSet<A> {
     /// An empty set.
     pub fn new() -> Self {
         RangeSet {
-            map: BTreeMap::new(),
+            chunks: Vec::new(),
+            spare: Vec::new(),
         }
     }
 
     /// Builds from sorted, disjoint, non-adjacent ranges (as produced by the helpers of this module).
     pub(crate) fn from_sorted(ranges: Vec<(A, A)>) -> Self {
-        RangeSet {
-            map: ranges.into_iter().map(|(lo, hi)| (hi, lo)).collect(),
-        }
+        let mut s = RangeSet::new();
+        s.chunks = ranges.chunks(CHUNK).map(|c| c.to_vec()).collect();
+        s
     }
 
     /// Builds from any ranges (`lo > hi` ranges are ignored).
@@ -156,8 +172,8 @@ impl<A: Addr> RangeSet<A> {
     }
 
     /// The ranges, lowest first, as `(first, last)`.
-    pub fn ranges(&self) -> impl DoubleEndedIterator<Item = (A, A)> + '_ {
-        self.map.iter().map(|(&hi, &lo)| (lo, hi))
+    pub fn ranges(&self) -> impl Iterator<Item = (A, A)> + '_ {
+        self.chunks.iter().flatten().copied()
     }
 
     /// The ranges collected into a vector.
@@ -167,7 +183,7 @@ impl<A: Addr> RangeSet<A> {
 
     /// True when the set holds no address.
     pub fn is_empty(&self) -> bool {
-        self.map.is_empty()
+        self.chunks.is_empty()
     }
 
     /// Number of addresses (saturating at `u128::MAX`).
@@ -178,17 +194,87 @@ impl<A: Addr> RangeSet<A> {
 
     /// Number of ranges.
     pub fn range_count(&self) -> usize {
-        self.map.len()
+        self.chunks.iter().map(Vec::len).sum()
+    }
+
+    /// Chunk and index of the first range ending at or after `a` (`chunks.len()` if none).
+    fn locate(&self, a: A) -> (usize, usize) {
+        let ci = self
+            .chunks
+            .partition_point(|c| c.last().is_some_and(|r| r.1 < a));
+        match self.chunks.get(ci) {
+            Some(c) => (ci, c.partition_point(|r| r.1 < a)),
+            None => (ci, 0),
+        }
+    }
+
+    fn at(&self, (ci, j): (usize, usize)) -> Option<(A, A)> {
+        self.chunks.get(ci).and_then(|c| c.get(j)).copied()
+    }
+
+    fn at_mut(&mut self, (ci, j): (usize, usize)) -> Option<&mut (A, A)> {
+        self.chunks.get_mut(ci).and_then(|c| c.get_mut(j))
+    }
+
+    /// The position before `(ci, j)`.
+    fn before(&self, (ci, j): (usize, usize)) -> Option<(usize, usize)> {
+        if j > 0 {
+            Some((ci, j - 1))
+        } else if ci > 0 {
+            Some((ci - 1, self.chunks[ci - 1].len() - 1))
+        } else {
+            None
+        }
+    }
+
+    fn remove_at(&mut self, (ci, j): (usize, usize)) {
+        let c = &mut self.chunks[ci];
+        c.remove(j);
+        if c.is_empty() {
+            let c = self.chunks.remove(ci);
+            self.spare.push(c);
+        }
+    }
+
+    /// Inserts a range at chunk `ci`, index `j` (`ci == chunks.len()` appends), splitting a full chunk.
+    fn insert_at(&mut self, (ci, j): (usize, usize), r: (A, A)) {
+        if self.chunks.is_empty() {
+            let mut c = self
+                .spare
+                .pop()
+                .unwrap_or_else(|| Vec::with_capacity(CHUNK));
+            c.push(r);
+            self.chunks.push(c);
+            return;
+        }
+        let (ci, j) = if ci == self.chunks.len() {
+            (ci - 1, self.chunks[ci - 1].len())
+        } else {
+            (ci, j)
+        };
+        if self.chunks[ci].len() == CHUNK {
+            let mut tail = self
+                .spare
+                .pop()
+                .unwrap_or_else(|| Vec::with_capacity(CHUNK));
+            tail.extend(self.chunks[ci].drain(CHUNK / 2..));
+            self.chunks.insert(ci + 1, tail);
+            if j > CHUNK / 2 {
+                self.chunks[ci + 1].insert(j - CHUNK / 2, r);
+                return;
+            }
+        }
+        self.chunks[ci].insert(j, r);
     }
 
     /// True when `a` is in the set.
     pub fn contains(&self, a: A) -> bool {
-        self.map.range(a..).next().is_some_and(|(_, &lo)| lo <= a)
+        self.at(self.locate(a)).is_some_and(|(lo, _)| lo <= a)
     }
 
     /// The lowest address.
     pub fn first(&self) -> Option<A> {
-        self.map.first_key_value().map(|(_, &lo)| lo)
+        self.chunks.first().and_then(|c| c.first()).map(|r| r.0)
     }
 
     /// The lowest address for which `skip` is false.
@@ -210,42 +296,74 @@ impl<A: Addr> RangeSet<A> {
 
     /// Removes and returns the lowest address.
     pub fn take_first(&mut self) -> Option<A> {
-        let mut e = self.map.first_entry()?;
-        let lo = *e.get();
-        if lo == *e.key() {
-            e.remove();
-        } else if let Some(n) = lo.succ() {
-            *e.get_mut() = n;
+        let r = self.at_mut((0, 0))?;
+        let lo = r.0;
+        match lo.succ() {
+            Some(n) if lo != r.1 => r.0 = n,
+            _ => self.remove_at((0, 0)),
         }
         Some(lo)
     }
 
     /// Adds one address; false if it was present.
     pub fn insert(&mut self, a: A) -> bool {
-        let after = self.map.range(a..).next().map(|(&hi, &lo)| (hi, lo));
-        if let Some((_, lo)) = after {
-            if lo <= a {
-                return false;
-            }
+        let pos = self.locate(a);
+        let next = self.at(pos);
+        if next.is_some_and(|(lo, _)| lo <= a) {
+            return false;
         }
-        let join_after = after
-            .filter(|&(_, lo)| a.succ() == Some(lo))
-            .map(|(hi, _)| hi);
-        let join_before = a.pred().and_then(|p| self.map.get(&p).map(|&lo| (p, lo)));
+        let prev = self.before(pos);
+        let join_before = prev.filter(|&p| self.at(p).is_some_and(|r| r.1.succ() == Some(a)));
+        let join_after = next.is_some_and(|(lo, _)| a.succ() == Some(lo));
         match (join_before, join_after) {
-            (Some((phi, plo)), Some(hi)) => {
-                self.map.remove(&phi);
-                self.map.insert(hi, plo);
+            (Some(p), true) => {
+                let hi = next.map_or(a, |r| r.1);
+                self.remove_at(pos);
+                if let Some(r) = self.at_mut(p) {
+                    r.1 = hi;
+                }
             }
-            (Some((phi, plo)), None) => {
-                self.map.remove(&phi);
-                self.map.insert(a, plo);
+            (Some(p), false) => {
+                if let Some(r) = self.at_mut(p) {
+                    r.1 = a;
+                }
             }
-            (None, Some(hi)) => {
-                self.map.insert(hi, a);
+            (None, true) => {
+                if let Some(r) = self.at_mut(pos) {
+                    r.0 = a;
+                }
             }
-            (None, None) => {
-                self.map.insert(a, a);
+            (None, false) => self.insert_at(pos, (a, a)),
+        }
+        true
+    }
+
+    /// Removes one address; false if it was absent.
+    pub fn remove(&mut self, a: A) -> bool {
+        let pos = self.locate(a);
+        let Some((lo, hi)) = self.at(pos) else {
+            return false;
+        };
+        if lo > a {
+            return false;
+        }
+        match (a.pred().filter(|_| a > lo), a.succ().filter(|_| a < hi)) {
+            (None, None) => self.remove_at(pos),
+            (None, Some(n)) => {
+                if let Some(r) = self.at_mut(pos) {
+                    r.0 = n;
+                }
+            }
+            (Some(p), None) => {
+                if let Some(r) = self.at_mut(pos) {
+                    r.1 = p;
+                }
+            }
+            (Some(p), Some(n)) => {
+                if let Some(r) = self.at_mut(pos) {
+                    r.1 = p;
+                }
+                self.insert_at((pos.0, pos.1 + 1), (n, hi));
             }
         }
         true
@@ -253,80 +371,25 @@ impl<A: Addr> RangeSet<A> {
 
     /// Adds `lo..=hi`, merging with touching ranges.
     pub fn insert_range(&mut self, lo: A, hi: A) {
-        if lo > hi {
-            return;
+        if lo <= hi {
+            *self = Self::from_sorted(union(&self.to_vec(), &[(lo, hi)]));
         }
-        let (mut lo, mut hi) = (lo, hi);
-        let from = lo.pred().unwrap_or(lo);
-        while let Some((&e, &s)) = self.map.range(from..).next() {
-            if !touches(hi, s) {
-                break;
-            }
-            self.map.remove(&e);
-            lo = lo.min(s);
-            hi = hi.max(e);
-        }
-        self.map.insert(hi, lo);
-    }
-
-    /// Removes one address; false if it was absent.
-    pub fn remove(&mut self, a: A) -> bool {
-        let Some((&hi, lo)) = self.map.range_mut(a..).next() else {
-            return false;
-        };
-        let start = *lo;
-        if start > a {
-            return false;
-        }
-        if start == hi {
-            self.map.remove(&hi);
-        } else if a == start {
-            if let Some(n) = a.succ() {
-                *lo = n;
-            }
-        } else if a == hi {
-            self.map.remove(&hi);
-            if let Some(p) = a.pred() {
-                self.map.insert(p, start);
-            }
-        } else {
-            if let Some(n) = a.succ() {
-                *lo = n;
-            }
-            if let Some(p) = a.pred() {
-                self.map.insert(p, start);
-            }
-        }
-        true
     }
 
     /// Removes every address of `lo..=hi`.
     pub fn remove_range(&mut self, lo: A, hi: A) {
-        if lo > hi {
-            return;
-        }
-        while let Some((&e, &s)) = self.map.range(lo..).next() {
-            if s > hi {
-                break;
-            }
-            self.map.remove(&e);
-            if s < lo {
-                if let Some(p) = lo.pred() {
-                    self.map.insert(p, s);
-                }
-            }
-            if e > hi {
-                if let Some(n) = hi.succ() {
-                    self.map.insert(e, n);
-                }
-                break;
-            }
+        if lo <= hi {
+            *self = Self::from_sorted(difference(&self.to_vec(), &[(lo, hi)]));
         }
     }
 
     /// Removes every address.
     pub fn clear(&mut self) {
-        self.map.clear();
+        let chunks = std::mem::take(&mut self.chunks);
+        self.spare.extend(chunks.into_iter().map(|mut c| {
+            c.clear();
+            c
+        }));
     }
 }
 
@@ -417,7 +480,6 @@ pub(crate) fn intersection<A: Addr>(a: &[(A, A)], b: &[(A, A)]) -> Vec<(A, A)> {
 }
 
 /// `a ∪ b` for normalized range lists.
-#[allow(dead_code)]
 pub(crate) fn union<A: Addr>(a: &[(A, A)], b: &[(A, A)]) -> Vec<(A, A)> {
     let mut v: Vec<(A, A)> = a.iter().chain(b).copied().collect();
     normalize(&mut v)
@@ -648,6 +710,33 @@ mod tests {
         s.insert(u32::MAX);
         s.insert(0);
         assert!(s.contains(u32::MAX) && s.contains(0) && !s.contains(1));
+    }
+
+    #[test]
+    fn chunked_set_matches_a_btreeset() {
+        let mut s = RangeSet::<u32>::new();
+        let mut m = std::collections::BTreeSet::new();
+        let mut x = 12345u64;
+        for i in 0..20000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let a = (x % 600) as u32;
+            match x % 5 {
+                0 | 1 => assert_eq!(s.insert(a), m.insert(a)),
+                2 | 3 => assert_eq!(s.remove(a), m.remove(&a)),
+                _ => assert_eq!(s.take_first(), m.pop_first()),
+            }
+            if i % 97 == 0 {
+                let want = RangeSet::from_ranges(m.iter().map(|&a| (a, a)));
+                assert_eq!(s, want);
+                assert_eq!(s.len(), m.len() as u128);
+                assert!(s.chunks.iter().all(|c| !c.is_empty() && c.len() <= CHUNK));
+                let v = s.to_vec();
+                assert!(v.windows(2).all(|w| w[0].1.succ().unwrap() < w[1].0));
+                assert_eq!(s.contains(a), m.contains(&a));
+            }
+        }
     }
 
     #[test]
