@@ -50,38 +50,70 @@ impl IpamConf {
     /// Reads and checks the `ipam` section of `conf` (code 7 when invalid).
     pub fn from_conf(conf: &NetConf) -> Result<IpamConf, Error> {
         let bad = |reason: String| Error::Config { reason };
-        let raw = conf.ipam.clone().ok_or_else(|| bad("no ipam section".into()))?;
+        let raw = conf
+            .ipam
+            .clone()
+            .ok_or_else(|| bad("no ipam section".into()))?;
         let raw: RawIpam = serde_json::from_value(raw).map_err(|e| bad(format!("ipam: {e}")))?;
         if raw.subnet.trim().is_empty() {
             return Err(bad("ipam.subnet is required".into()));
         }
         let mut cidrs: Vec<IpCidr> = Vec::new();
         for part in raw.subnet.split(',').map(str::trim) {
-            let c: IpCidr = part.parse().map_err(|_| bad(format!("ipam.subnet: invalid CIDR {part:?}")))?;
+            let c: IpCidr = part
+                .parse()
+                .map_err(|_| bad(format!("ipam.subnet: invalid CIDR {part:?}")))?;
             if cidrs.iter().any(|o| o.is_ipv4() == c.is_ipv4()) {
-                return Err(bad(format!("ipam.subnet {:?} has two CIDRs of one family", raw.subnet)));
+                return Err(bad(format!(
+                    "ipam.subnet {:?} has two CIDRs of one family",
+                    raw.subnet
+                )));
             }
             let host_bits = if c.is_ipv4() { 32 } else { 128 } - u32::from(c.prefix);
             if host_bits < 2 {
-                return Err(bad(format!("ipam.subnet: {part} is too small to allocate from")));
+                return Err(bad(format!(
+                    "ipam.subnet: {part} is too small to allocate from"
+                )));
             }
-            cidrs.push(IpCidr { addr: c.network(), prefix: c.prefix });
+            cidrs.push(IpCidr {
+                addr: c.network(),
+                prefix: c.prefix,
+            });
         }
         cidrs.sort_by_key(|c| !c.is_ipv4());
         let mut given: Vec<IpAddr> = Vec::new();
-        for part in raw.gateway.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-            let ip: IpAddr = part.parse().map_err(|_| bad(format!("ipam.gateway: invalid address {part:?}")))?;
+        for part in raw
+            .gateway
+            .split(',')
+            .map(str::trim)
+            .filter(|p| !p.is_empty())
+        {
+            let ip: IpAddr = part
+                .parse()
+                .map_err(|_| bad(format!("ipam.gateway: invalid address {part:?}")))?;
             if !cidrs.iter().any(|c| c.contains(ip)) {
-                return Err(bad(format!("ipam.gateway {ip} is not in ipam.subnet {}", raw.subnet)));
+                return Err(bad(format!(
+                    "ipam.gateway {ip} is not in ipam.subnet {}",
+                    raw.subnet
+                )));
             }
             if given.iter().any(|g| g.is_ipv4() == ip.is_ipv4()) {
-                return Err(bad(format!("ipam.gateway {:?} has two addresses of one family", raw.gateway)));
+                return Err(bad(format!(
+                    "ipam.gateway {:?} has two addresses of one family",
+                    raw.gateway
+                )));
             }
             given.push(ip);
         }
         let gateways = cidrs
             .iter()
-            .map(|c| given.iter().copied().find(|g| c.contains(*g)).unwrap_or_else(|| first_usable(c)))
+            .map(|c| {
+                given
+                    .iter()
+                    .copied()
+                    .find(|g| c.contains(*g))
+                    .unwrap_or_else(|| first_usable(c))
+            })
             .collect();
         Ok(IpamConf {
             cidrs,
@@ -105,7 +137,11 @@ impl IpamConf {
 
     /// The CIDR an address belongs to (for its prefix length) and that CIDR's gateway.
     pub fn cidr_of(&self, ip: IpAddr) -> Option<(IpCidr, IpAddr)> {
-        self.cidrs.iter().zip(&self.gateways).find(|(c, _)| c.contains(ip)).map(|(c, g)| (*c, *g))
+        self.cidrs
+            .iter()
+            .zip(&self.gateways)
+            .find(|(c, _)| c.contains(ip))
+            .map(|(c, g)| (*c, *g))
     }
 }
 
@@ -126,15 +162,23 @@ fn first_usable(c: &IpCidr) -> IpAddr {
 pub fn static_ips(conf: &NetConf, env: &Env) -> Result<Vec<IpAddr>, Error> {
     let from_env = env.arg("IP").into_iter().flat_map(|v| v.split(','));
     let mut out: Vec<IpAddr> = Vec::new();
-    for text in conf.requested_ips().chain(from_env).map(str::trim).filter(|t| !t.is_empty()) {
+    for text in conf
+        .requested_ips()
+        .chain(from_env)
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+    {
         let addr = text.split_once('/').map_or(text, |(a, _)| a);
-        let ip: IpAddr =
-            addr.parse().map_err(|_| Error::Config { reason: format!("invalid static IP {text:?}") })?;
+        let ip: IpAddr = addr.parse().map_err(|_| Error::Config {
+            reason: format!("invalid static IP {text:?}"),
+        })?;
         if out.contains(&ip) {
             continue;
         }
         if let Some(other) = out.iter().find(|o| o.is_ipv4() == ip.is_ipv4()) {
-            return Err(Error::Config { reason: format!("two static IPs of one family requested: {other} and {ip}") });
+            return Err(Error::Config {
+                reason: format!("two static IPs of one family requested: {other} and {ip}"),
+            });
         }
         out.push(ip);
     }
@@ -159,8 +203,10 @@ mod tests {
 
     #[test]
     fn defaults_and_dual_stack() {
-        let c = IpamConf::from_conf(&conf(json!({"type": "kube-ovn-ipam", "subnet": "fd00:88::/112, 10.88.0.5/16",
-            "gateway": "fd00:88::fe"})))
+        let c = IpamConf::from_conf(&conf(
+            json!({"type": "kube-ovn-ipam", "subnet": "fd00:88::/112, 10.88.0.5/16",
+            "gateway": "fd00:88::fe"}),
+        ))
         .unwrap();
         assert_eq!(c.cidr_string(), "10.88.0.0/16,fd00:88::/112");
         assert_eq!(c.gateway_string(), "10.88.0.1,fd00:88::fe");
@@ -181,7 +227,13 @@ mod tests {
             json!({"type": "kube-ovn-ipam", "subnet": "10.0.0.0/8", "excludeIps": "10.0.0.1"}),
             json!({"type": "kube-ovn-ipam", "subnet": 5}),
         ] {
-            assert!(matches!(IpamConf::from_conf(&conf(ipam.clone())), Err(Error::Config { .. })), "{ipam}");
+            assert!(
+                matches!(
+                    IpamConf::from_conf(&conf(ipam.clone())),
+                    Err(Error::Config { .. })
+                ),
+                "{ipam}"
+            );
         }
     }
 
@@ -192,7 +244,10 @@ mod tests {
         c.args = serde_json::from_value(json!({"cni": {"ips": ["fd00::5"]}})).unwrap();
         let env = Env::from_lookup(|k| (k == "CNI_COMMAND").then(|| "VERSION".to_owned())).unwrap();
         assert_eq!(static_ips(&c, &env).unwrap().len(), 2);
-        let env = Env { args: vec![("IP".into(), "10.0.0.5,fd00::6".into())], ..env };
+        let env = Env {
+            args: vec![("IP".into(), "10.0.0.5,fd00::6".into())],
+            ..env
+        };
         assert!(static_ips(&c, &env).is_err(), "two IPv6 addresses");
     }
 }

@@ -14,14 +14,17 @@
 //!   fine), `CHECK`, `VERSION`, and for 1.1.0 `GC` (releases every attachment not in
 //!   `cni.dev/valid-attachments`) and `STATUS` (code 50 when a family has no free address left).
 //! - Static addresses: `runtimeConfig.ips`, `args.cni.ips`, `CNI_ARGS` `IP=a[,b]`.
-//! - State: `dataDir/<network>/state.json`, `kubeovn-ipam`'s subnet snapshot, behind an flock on
-//!   `dataDir/<network>/lock`, replaced atomically (temporary file, fsync, rename, directory fsync).
+//! - State: `dataDir/<network>/`: `state` (`kubeovn-ipam`'s subnet snapshot, one line per allocation,
+//!   replaced atomically: temporary file, fsync, rename, directory fsync) and `journal` (one line per
+//!   allocation or release since, appended and fdatasync'ed), behind an flock on `lock`. Each call reads
+//!   both, appends one line; every 64 changes the journal is folded into a new state.
 //! - Errors: the spec's error object on stdout and exit status 1; codes 1-7 as the spec defines them, and
 //!   100 (no free address), 101 (requested static address unavailable: used, gateway, out of range),
 //!   102 (`CHECK` found no or another allocation), 50 (`STATUS`: not available).
 
 mod conf;
 mod plugin;
+mod state;
 mod store;
 
 use std::io::{Read, Write};
@@ -39,6 +42,40 @@ pub const CODE_STATIC_UNAVAILABLE: ErrorCode = ErrorCode(101);
 /// Plugin-specific error code: `CHECK` found no allocation, or another one than `prevResult` lists.
 pub const CODE_CHECK_FAILED: ErrorCode = ErrorCode(102);
 
+/// What the allocator refused, and for whom.
+#[derive(Debug)]
+pub struct IpamFailure {
+    /// `allocate`, `create`, ...
+    pub op: &'static str,
+    /// The network.
+    pub network: String,
+    /// The container.
+    pub container: String,
+    /// The interface.
+    pub ifname: String,
+    /// The allocator's error.
+    pub source: IpamError,
+}
+
+impl Error {
+    /// An allocator error with its context.
+    pub fn ipam(
+        op: &'static str,
+        network: &str,
+        container: &str,
+        ifname: &str,
+        source: IpamError,
+    ) -> Error {
+        Error::Ipam(Box::new(IpamFailure {
+            op,
+            network: network.to_owned(),
+            container: container.to_owned(),
+            ifname: ifname.to_owned(),
+            source,
+        }))
+    }
+}
+
 /// Everything the plugin can fail with; each maps to a CNI error code.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -52,20 +89,8 @@ pub enum Error {
         reason: String,
     },
     /// The allocator refused (code 100, 101 or 7).
-    #[error("{op} {container}/{ifname} in network {network}")]
-    Ipam {
-        /// `allocate` or `load`.
-        op: &'static str,
-        /// The network.
-        network: String,
-        /// The container.
-        container: String,
-        /// The interface.
-        ifname: String,
-        /// The allocator's error.
-        #[source]
-        source: IpamError,
-    },
+    #[error("{} {}/{} in network {}", .0.op, .0.container, .0.ifname, .0.network)]
+    Ipam(Box<IpamFailure>),
     /// The state could not be read or written (code 5).
     #[error("cannot {what} {}", path.display())]
     Io {
@@ -110,11 +135,11 @@ impl Error {
         match self {
             Error::Spec(e) => e.code(),
             Error::Config { .. } => ErrorCode::INVALID_NETWORK_CONFIG,
-            Error::Ipam { source, .. } => match source {
+            Error::Ipam(f) => match f.source {
                 IpamError::NoAvailable { .. } => CODE_EXHAUSTED,
-                IpamError::Conflict { .. } | IpamError::Gateway { .. } | IpamError::OutOfRange { .. } => {
-                    CODE_STATIC_UNAVAILABLE
-                }
+                IpamError::Conflict { .. }
+                | IpamError::Gateway { .. }
+                | IpamError::OutOfRange { .. } => CODE_STATIC_UNAVAILABLE,
                 _ => ErrorCode::INVALID_NETWORK_CONFIG,
             },
             Error::Io { .. } | Error::State { .. } => ErrorCode::IO_FAILURE,
@@ -128,7 +153,9 @@ impl Error {
         if let Error::Spec(e) = self {
             return e.to_cni(version);
         }
-        let details = std::error::Error::source(self).map(|s| s.to_string()).unwrap_or_default();
+        let details = std::error::Error::source(self)
+            .map(|s| s.to_string())
+            .unwrap_or_default();
         CniError::new(self.code(), self.to_string(), details).with_version(version)
     }
 }
@@ -152,7 +179,10 @@ fn main() -> ExitCode {
     let read = std::io::stdin().lock().read_to_end(&mut stdin);
     let outcome = match read {
         Ok(_) => plugin::run(&stdin),
-        Err(source) => Err(Error::Spec(kubeovn_cni::Error::Io { what: "reading stdin", source })),
+        Err(source) => Err(Error::Spec(kubeovn_cni::Error::Io {
+            what: "reading stdin",
+            source,
+        })),
     };
     let mut out = std::io::stdout().lock();
     match outcome {
@@ -166,7 +196,12 @@ fn main() -> ExitCode {
         Err(e) => {
             let cni = e.to_cni(input_version(&stdin));
             let _ = writeln!(out, "{}", cni.to_json());
-            let _ = writeln!(std::io::stderr(), "kube-ovn-ipam: {} ({})", cni.msg, cni.details);
+            let _ = writeln!(
+                std::io::stderr(),
+                "kube-ovn-ipam: {} ({})",
+                cni.msg,
+                cni.details
+            );
             ExitCode::FAILURE
         }
     }

@@ -3,12 +3,11 @@
 use std::collections::HashSet;
 use std::net::IpAddr;
 
-use kubeovn_cni::spec::{
-    CniResult, Command, Env, IpCidr, IpConfig, NetConf, Version, VersionInfo,
-};
-use kubeovn_ipam::{AllocRequest, Addresses, Family, Subnet, SubnetSnapshot, SubnetSpec};
+use kubeovn_cni::spec::{CniResult, Command, Env, IpCidr, IpConfig, NetConf, Version, VersionInfo};
+use kubeovn_ipam::{Addresses, AllocRequest, Family, SnapshotEntry, Subnet, SubnetSpec};
 
 use crate::conf::{static_ips, IpamConf};
+use crate::state::{self, Change};
 use crate::store::Store;
 use crate::Error;
 
@@ -28,7 +27,9 @@ pub fn run_with(env: &Env, stdin: &[u8]) -> Result<Option<String>, Error> {
     let version = conf.version()?;
     env.command.check_version(version)?;
     if conf.name.is_empty() {
-        return Err(Error::Config { reason: "the network configuration has no name".into() });
+        return Err(Error::Config {
+            reason: "the network configuration has no name".into(),
+        });
     }
     let ipam = IpamConf::from_conf(&conf)?;
     match env.command {
@@ -44,7 +45,11 @@ pub fn run_with(env: &Env, stdin: &[u8]) -> Result<Option<String>, Error> {
 fn version_answer(stdin: &[u8]) -> String {
     let v = serde_json::from_slice::<serde_json::Value>(stdin)
         .ok()
-        .and_then(|v| v.get("cniVersion").and_then(|s| s.as_str()).map(str::to_owned))
+        .and_then(|v| {
+            v.get("cniVersion")
+                .and_then(|s| s.as_str())
+                .map(str::to_owned)
+        })
         .filter(|s| Version::parse(s).is_ok())
         .unwrap_or_default();
     serde_json::to_string(&VersionInfo::all(&v)).unwrap_or_default()
@@ -55,61 +60,118 @@ fn attachment(env: &Env) -> (&str, &str) {
     env.attachment().unwrap_or_default()
 }
 
-/// One network's subnet, loaded from its state file.
+/// One network's subnet, loaded from its state file and journal.
 struct Network {
     subnet: Subnet,
-    /// The state must be written back even without an allocation change (new, or its spec changed).
-    dirty: bool,
     name: String,
+    /// The generation of the state file (0: none yet).
+    gen: u64,
+    /// Changes in the journal.
+    journal_len: usize,
+    /// The next change must rewrite the state (new network, spec changed, stale journal).
+    compact: bool,
 }
 
 impl Network {
     fn spec(name: &str, ipam: &IpamConf) -> SubnetSpec {
-        SubnetSpec::new(name, ipam.cidr_string(), ipam.gateway_string()).exclude(ipam.exclude_ips.iter().cloned())
+        SubnetSpec::new(name, ipam.cidr_string(), ipam.gateway_string())
+            .exclude(ipam.exclude_ips.iter().cloned())
     }
 
-    fn load(store: &Store, name: &str, ipam: &IpamConf) -> Result<Network, Error> {
+    fn load(store: &Store, name: &str, ipam: &IpamConf, exclusive: bool) -> Result<Network, Error> {
         let spec = Network::spec(name, ipam);
-        let ipam_err = |source| Error::Ipam {
-            op: "load",
-            network: name.to_owned(),
-            container: String::new(),
-            ifname: String::new(),
-            source,
+        let corrupt = |e: state::FormatError| Error::State {
+            path: store.state_path(),
+            source: Box::new(e),
         };
-        let corrupt = |source: Box<dyn std::error::Error + Send + Sync>| Error::State { path: store.state_path(), source };
-        let Some(bytes) = store.read()? else {
-            let subnet = Subnet::new(&spec, seed()).map_err(ipam_err)?;
-            return Ok(Network { subnet, dirty: true, name: name.to_owned() });
-        };
-        let snap: SubnetSnapshot = serde_json::from_slice(&bytes).map_err(|e| corrupt(Box::new(e)))?;
-        let mut subnet = Subnet::from_snapshot(&snap).map_err(|e| corrupt(Box::new(e)))?;
-        let mut dirty = false;
-        if snap.spec != spec {
-            let dropped = subnet.update(&spec).map_err(ipam_err)?;
-            for d in dropped {
-                eprintln!("kube-ovn-ipam: network {name}: new subnet spec drops {}/{} {:?} {:?}", d.pod, d.nic, d.v4, d.v6);
+        let (gen, mut subnet, mut compact) = match store.read_state()? {
+            None => {
+                let subnet = Subnet::new(&spec, seed())
+                    .map_err(|source| Error::ipam("create", name, "", "", source))?;
+                (0, subnet, true)
             }
-            dirty = true;
+            Some(bytes) => {
+                let (gen, snap) = state::decode_state(&bytes).map_err(corrupt)?;
+                let subnet = Subnet::from_snapshot(&snap).map_err(|e| corrupt(e.into()))?;
+                (gen, subnet, false)
+            }
+        };
+        let journal = store.read_journal()?;
+        let (changes, complete) = state::decode_journal(&journal, gen).map_err(corrupt)?;
+        if exclusive && complete < journal.len() {
+            store.truncate_journal(complete)?;
         }
-        Ok(Network { subnet, dirty, name: name.to_owned() })
+        if !journal.starts_with(state::journal_header(gen).as_bytes()) {
+            compact = true;
+        }
+        for c in &changes {
+            state::apply(&mut subnet, c).map_err(|e| corrupt(e.into()))?;
+        }
+        if subnet.spec() != &spec {
+            let dropped = subnet.update(&spec).map_err(|source| {
+                Error::ipam("apply the configuration to", name, "", "", source)
+            })?;
+            for d in dropped {
+                eprintln!(
+                    "kube-ovn-ipam: network {name}: the new subnet drops {}/{} {:?} {:?}",
+                    d.pod, d.nic, d.v4, d.v6
+                );
+            }
+            compact = true;
+        }
+        Ok(Network {
+            subnet,
+            name: name.to_owned(),
+            gen,
+            journal_len: changes.len(),
+            compact,
+        })
     }
 
-    fn save(&self, store: &Store) -> Result<(), Error> {
-        let bytes = serde_json::to_vec(&self.subnet.snapshot())
-            .map_err(|e| Error::State { path: store.state_path(), source: Box::new(e) })?;
-        store.write(&bytes)
+    /// Persists changes already applied to `self.subnet`: one journal append, or a new state when due.
+    fn commit(&mut self, store: &Store, changes: &[Change]) -> Result<(), Error> {
+        if self.compact || self.journal_len + changes.len() >= state::COMPACT_AFTER {
+            self.gen += 1;
+            let text = state::encode_state(self.gen, self.subnet.snapshot());
+            store.write_state(text.as_bytes(), state::journal_header(self.gen).as_bytes())?;
+            self.journal_len = 0;
+            self.compact = false;
+        } else {
+            let text: String = changes.iter().map(state::encode_change).collect();
+            store.append_journal(text.as_bytes())?;
+            self.journal_len += changes.len();
+        }
+        Ok(())
     }
 
-    fn ipam_err(&self, op: &'static str, container: &str, ifname: &str) -> impl FnOnce(kubeovn_ipam::IpamError) -> Error {
-        let (network, container, ifname) = (self.name.clone(), container.to_owned(), ifname.to_owned());
-        move |source| Error::Ipam { op, network, container, ifname, source }
+    fn ipam_err(
+        &self,
+        op: &'static str,
+        container: &str,
+        ifname: &str,
+    ) -> impl FnOnce(kubeovn_ipam::IpamError) -> Error {
+        let (network, container, ifname) =
+            (self.name.clone(), container.to_owned(), ifname.to_owned());
+        move |source| Error::ipam(op, &network, &container, &ifname, source)
+    }
+}
+
+fn entry(container: &str, ifname: &str, a: &Addresses) -> SnapshotEntry {
+    SnapshotEntry {
+        pod: container.to_owned(),
+        nic: ifname.to_owned(),
+        v4: a.v4,
+        v6: a.v6,
+        mac: a.mac,
     }
 }
 
 /// A MAC generator seed (the MACs are not returned, but must differ between networks and runs).
 fn seed() -> u64 {
-    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
     (t as u64) ^ (u64::from(std::process::id()) << 32)
 }
 
@@ -117,21 +179,26 @@ fn add(env: &Env, conf: &NetConf, ipam: &IpamConf, version: Version) -> Result<S
     let (container, ifname) = attachment(env);
     let statics = static_ips(conf, env)?;
     let store = Store::open(&ipam.data_dir, &conf.name, true)?;
-    let mut net = Network::load(&store, &conf.name, ipam)?;
+    let mut net = Network::load(&store, &conf.name, ipam, true)?;
     let existing = net.subnet.get(container, ifname);
     let addrs = match existing {
         // Idempotent: the same attachment gets the same addresses (unless it now asks for others).
-        Some(a) if statics.iter().all(|ip| a.ips().any(|x| x == *ip)) => a,
+        Some(a) if statics.iter().all(|ip| a.ips().any(|x| x == *ip)) => {
+            if net.compact {
+                net.commit(&store, &[])?;
+            }
+            a
+        }
         _ => {
             let req = AllocRequest::new(container, ifname).static_ips(&statics);
-            let a = net.subnet.allocate(&req).map_err(net.ipam_err("allocate", container, ifname))?;
-            net.dirty = true;
+            let a = net
+                .subnet
+                .allocate(&req)
+                .map_err(net.ipam_err("allocate", container, ifname))?;
+            net.commit(&store, &[Change::Add(entry(container, ifname, &a))])?;
             a
         }
     };
-    if net.dirty {
-        net.save(&store)?;
-    }
     drop(store);
     Ok(result(ipam, &addrs).convert_to(version).to_json())
 }
@@ -139,9 +206,15 @@ fn add(env: &Env, conf: &NetConf, ipam: &IpamConf, version: Version) -> Result<S
 fn result(ipam: &IpamConf, addrs: &Addresses) -> CniResult {
     let mut r = CniResult::new(Version::LATEST);
     for ip in addrs.ips() {
-        let (cidr, gw) = ipam.cidr_of(ip).map_or((None, None), |(c, g)| (Some(c), Some(g)));
+        let (cidr, gw) = ipam
+            .cidr_of(ip)
+            .map_or((None, None), |(c, g)| (Some(c), Some(g)));
         let prefix = cidr.map_or(if ip.is_ipv4() { 32 } else { 128 }, |c| c.prefix);
-        r.ips.push(IpConfig { address: IpCidr { addr: ip, prefix }, gateway: gw, interface: None });
+        r.ips.push(IpConfig {
+            address: IpCidr { addr: ip, prefix },
+            gateway: gw,
+            interface: None,
+        });
     }
     r.routes.clone_from(&ipam.routes);
     r.dns.clone_from(&ipam.dns);
@@ -151,32 +224,41 @@ fn result(ipam: &IpamConf, addrs: &Addresses) -> CniResult {
 fn del(env: &Env, conf: &NetConf, ipam: &IpamConf) -> Result<(), Error> {
     let (container, ifname) = attachment(env);
     let store = Store::open(&ipam.data_dir, &conf.name, true)?;
-    if store.read()?.is_none() {
-        return Ok(());
-    }
-    let mut net = Network::load(&store, &conf.name, ipam)?;
-    if net.subnet.release(container, ifname).is_some() || net.dirty {
-        net.save(&store)?;
+    let mut net = Network::load(&store, &conf.name, ipam, true)?;
+    if net.subnet.release(container, ifname).is_some() {
+        net.commit(
+            &store,
+            &[Change::Del {
+                pod: container.to_owned(),
+                nic: ifname.to_owned(),
+            }],
+        )?;
     }
     Ok(())
 }
 
 fn check(env: &Env, conf: &NetConf, ipam: &IpamConf) -> Result<(), Error> {
     let (container, ifname) = attachment(env);
-    let fail = |reason: String| Error::Check { container: container.to_owned(), ifname: ifname.to_owned(), reason };
+    let fail = |reason: String| Error::Check {
+        container: container.to_owned(),
+        ifname: ifname.to_owned(),
+        reason,
+    };
     let store = Store::open(&ipam.data_dir, &conf.name, false)?;
-    if store.read()?.is_none() {
-        return Err(fail("no allocation".into()));
-    }
-    let net = Network::load(&store, &conf.name, ipam)?;
+    let net = Network::load(&store, &conf.name, ipam, false)?;
     let Some(addrs) = net.subnet.get(container, ifname) else {
         return Err(fail("no allocation".into()));
     };
     if let Some(prev) = conf.prev_result()? {
-        for ip in crate::result_ips(&prev).into_iter().filter(|ip| ipam.cidr_of(*ip).is_some()) {
+        for ip in crate::result_ips(&prev)
+            .into_iter()
+            .filter(|ip| ipam.cidr_of(*ip).is_some())
+        {
             if !addrs.ips().any(|a| a == ip) {
                 let ours: Vec<IpAddr> = addrs.ips().collect();
-                return Err(fail(format!("prevResult lists {ip}, the allocation is {ours:?}")));
+                return Err(fail(format!(
+                    "prevResult lists {ip}, the allocation is {ours:?}"
+                )));
             }
         }
     }
@@ -191,10 +273,7 @@ fn gc(conf: &NetConf, ipam: &IpamConf) -> Result<(), Error> {
         .map(|a| (a.container_id.as_str(), a.ifname.as_str()))
         .collect();
     let store = Store::open(&ipam.data_dir, &conf.name, true)?;
-    if store.read()?.is_none() {
-        return Ok(());
-    }
-    let mut net = Network::load(&store, &conf.name, ipam)?;
+    let mut net = Network::load(&store, &conf.name, ipam, true)?;
     let stale: Vec<(String, String)> = net
         .subnet
         .iter()
@@ -202,22 +281,32 @@ fn gc(conf: &NetConf, ipam: &IpamConf) -> Result<(), Error> {
         .map(|n| (n.pod.to_owned(), n.nic.to_owned()))
         .collect();
     for (pod, nic) in &stale {
+        eprintln!(
+            "kube-ovn-ipam: GC releases {pod}/{nic} in network {}",
+            conf.name
+        );
         net.subnet.release(pod, nic);
     }
-    if !stale.is_empty() || net.dirty {
-        net.save(&store)?;
+    if !stale.is_empty() {
+        net.compact = true;
+        net.commit(&store, &[])?;
     }
     Ok(())
 }
 
 fn status(conf: &NetConf, ipam: &IpamConf) -> Result<(), Error> {
     let store = Store::open(&ipam.data_dir, &conf.name, false)?;
-    let net = Network::load(&store, &conf.name, ipam)?;
+    let net = Network::load(&store, &conf.name, ipam, false)?;
     let stats = net.subnet.stats();
     for (family, s) in [(Family::V4, &stats.v4), (Family::V6, &stats.v6)] {
-        let has = ipam.cidrs.iter().any(|c| c.is_ipv4() == (family == Family::V4));
+        let has = ipam
+            .cidrs
+            .iter()
+            .any(|c| c.is_ipv4() == (family == Family::V4));
         if has && s.available == 0 {
-            return Err(Error::NotAvailable { reason: format!("no free {family} address in network {}", conf.name) });
+            return Err(Error::NotAvailable {
+                reason: format!("no free {family} address in network {}", conf.name),
+            });
         }
     }
     Ok(())

@@ -1,0 +1,354 @@
+//! The on-disk form of one network's state: `kubeovn-ipam`'s [`SubnetSnapshot`] written compactly, plus a
+//! journal of the allocations and releases made since, so a call appends one line instead of rewriting
+//! every allocation.
+//!
+//! `state` (replaced atomically at compaction):
+//! ```text
+//! {"v":1,"gen":7,"snapshot":{"spec":{..},"released":"..","rng":..,"allocations":[]}}
+//! <container id> <ifname> <IPv4 or -> <IPv6 or -> <MAC, 12 hex digits>
+//! ...
+//! ```
+//! `journal` (appended and fdatasync'ed per change, reset at compaction):
+//! ```text
+//! gen 7
+//! + <container id> <ifname> <IPv4 or -> <IPv6 or -> <MAC>
+//! - <container id> <ifname>
+//! ```
+//! The journal applies only to the state of the same generation: a crash between the rename of a new
+//! state and the journal's reset leaves a journal of the old generation, which is ignored. An incomplete
+//! last journal line (a crash during an append that was never acknowledged) is ignored and cut off.
+
+use std::net::{Ipv4Addr, Ipv6Addr};
+
+use kubeovn_ipam::{
+    Addresses, AllocRequest, IpamError, Mac, SnapshotEntry, Subnet, SubnetSnapshot,
+};
+use serde::{Deserialize, Serialize};
+
+/// The state file's format version.
+const FORMAT: u32 = 1;
+
+/// Compact the journal into the state once it holds this many changes (replaying one costs a few µs).
+pub const COMPACT_AFTER: usize = 64;
+
+#[derive(Serialize, Deserialize)]
+struct Header {
+    v: u32,
+    gen: u64,
+    snapshot: SubnetSnapshot,
+}
+
+/// Why a state or journal could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum FormatError {
+    /// The header line is not what we write.
+    #[error("bad header: {0}")]
+    Header(#[from] serde_json::Error),
+    /// A format version we do not know.
+    #[error("unknown state format version {0}")]
+    Version(u32),
+    /// A line does not parse.
+    #[error("line {line}: {reason}")]
+    Line {
+        /// 1-based line number.
+        line: usize,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The allocator refused the snapshot or a journal entry.
+    #[error("inconsistent state: {0}")]
+    Ipam(#[from] IpamError),
+}
+
+/// One journal entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    /// An allocation.
+    Add(SnapshotEntry),
+    /// A release.
+    Del {
+        /// The container id.
+        pod: String,
+        /// The interface.
+        nic: String,
+    },
+}
+
+fn hex_mac(m: &Mac, out: &mut String) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    for b in m.0 {
+        out.push(HEX[usize::from(b >> 4)] as char);
+        out.push(HEX[usize::from(b & 15)] as char);
+    }
+}
+
+fn parse_mac(s: &str) -> Option<Mac> {
+    let b = s.as_bytes();
+    if b.len() != 12 {
+        return None;
+    }
+    let mut m = [0u8; 6];
+    for (i, o) in m.iter_mut().enumerate() {
+        let h = (b[2 * i] as char).to_digit(16)?;
+        let l = (b[2 * i + 1] as char).to_digit(16)?;
+        *o = (h << 4 | l) as u8;
+    }
+    Some(Mac(m))
+}
+
+fn push_entry(e: &SnapshotEntry, out: &mut String) {
+    use std::fmt::Write;
+    out.push_str(&e.pod);
+    out.push(' ');
+    out.push_str(&e.nic);
+    out.push(' ');
+    let _ = match e.v4 {
+        Some(a) => write!(out, "{a} "),
+        None => write!(out, "- "),
+    };
+    let _ = match e.v6 {
+        Some(a) => write!(out, "{a} "),
+        None => write!(out, "- "),
+    };
+    hex_mac(&e.mac, out);
+    out.push('\n');
+}
+
+fn parse_entry<'a>(mut f: impl Iterator<Item = &'a str>) -> Option<SnapshotEntry> {
+    let pod = f.next()?.to_owned();
+    let nic = f.next()?.to_owned();
+    let v4 = match f.next()? {
+        "-" => None,
+        s => Some(s.parse::<Ipv4Addr>().ok()?),
+    };
+    let v6 = match f.next()? {
+        "-" => None,
+        s => Some(s.parse::<Ipv6Addr>().ok()?),
+    };
+    let mac = parse_mac(f.next()?)?;
+    f.next().is_none().then_some(SnapshotEntry {
+        pod,
+        nic,
+        v4,
+        v6,
+        mac,
+    })
+}
+
+/// Writes a subnet's snapshot in the state format.
+pub fn encode_state(gen: u64, mut snapshot: SubnetSnapshot) -> String {
+    let allocations = std::mem::take(&mut snapshot.allocations);
+    let header = Header {
+        v: FORMAT,
+        gen,
+        snapshot,
+    };
+    // Strings, numbers and lists always serialise.
+    let mut out = serde_json::to_string(&header).unwrap_or_default();
+    out.reserve(allocations.len() * 100 + 1);
+    out.push('\n');
+    for e in &allocations {
+        push_entry(e, &mut out);
+    }
+    out
+}
+
+/// Reads a state file: its generation and snapshot.
+pub fn decode_state(bytes: &[u8]) -> Result<(u64, SubnetSnapshot), FormatError> {
+    let text = std::str::from_utf8(bytes).map_err(|e| FormatError::Line {
+        line: 0,
+        reason: e.to_string(),
+    })?;
+    let (head, body) = text.split_once('\n').unwrap_or((text, ""));
+    let mut h: Header = serde_json::from_str(head)?;
+    if h.v != FORMAT {
+        return Err(FormatError::Version(h.v));
+    }
+    h.snapshot.allocations.reserve(body.len() / 90);
+    for (i, line) in body.lines().enumerate() {
+        let e = parse_entry(line.split(' ')).ok_or_else(|| FormatError::Line {
+            line: i + 2,
+            reason: format!("bad allocation {line:?}"),
+        })?;
+        h.snapshot.allocations.push(e);
+    }
+    Ok((h.gen, h.snapshot))
+}
+
+/// The journal's first line.
+pub fn journal_header(gen: u64) -> String {
+    format!("gen {gen}\n")
+}
+
+/// A journal line.
+pub fn encode_change(c: &Change) -> String {
+    let mut out = String::with_capacity(128);
+    match c {
+        Change::Add(e) => {
+            out.push_str("+ ");
+            push_entry(e, &mut out);
+        }
+        Change::Del { pod, nic } => {
+            out.push_str("- ");
+            out.push_str(pod);
+            out.push(' ');
+            out.push_str(nic);
+            out.push('\n');
+        }
+    }
+    out
+}
+
+/// A journal's changes, if it belongs to generation `gen` (otherwise none), and the length of its complete
+/// lines (anything after is an interrupted append).
+pub fn decode_journal(bytes: &[u8], gen: u64) -> Result<(Vec<Change>, usize), FormatError> {
+    let complete = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |p| p + 1);
+    let text = std::str::from_utf8(&bytes[..complete]).map_err(|e| FormatError::Line {
+        line: 0,
+        reason: e.to_string(),
+    })?;
+    let mut lines = text.lines();
+    if lines.next() != Some(journal_header(gen).trim_end()) {
+        return Ok((Vec::new(), complete));
+    }
+    let mut out = Vec::new();
+    for (i, line) in lines.enumerate() {
+        let bad = || FormatError::Line {
+            line: i + 2,
+            reason: format!("bad journal entry {line:?}"),
+        };
+        let mut f = line.split(' ');
+        let c = match f.next() {
+            Some("+") => Change::Add(parse_entry(f).ok_or_else(bad)?),
+            Some("-") => {
+                let (Some(pod), Some(nic), None) = (f.next(), f.next(), f.next()) else {
+                    return Err(bad());
+                };
+                Change::Del {
+                    pod: pod.to_owned(),
+                    nic: nic.to_owned(),
+                }
+            }
+            _ => return Err(bad()),
+        };
+        out.push(c);
+    }
+    Ok((out, complete))
+}
+
+/// Applies a journal entry to a subnet, reproducing the recorded addresses and MAC exactly.
+pub fn apply(subnet: &mut Subnet, c: &Change) -> Result<(), IpamError> {
+    match c {
+        Change::Add(e) => {
+            let ips: Vec<std::net::IpAddr> =
+                e.v4.map(Into::into)
+                    .into_iter()
+                    .chain(e.v6.map(Into::into))
+                    .collect();
+            let got = subnet.allocate(
+                &AllocRequest::new(&e.pod, &e.nic)
+                    .static_ips(&ips)
+                    .mac(e.mac),
+            )?;
+            if got
+                != (Addresses {
+                    v4: e.v4,
+                    v6: e.v6,
+                    mac: e.mac,
+                })
+            {
+                return Err(IpamError::Conflict {
+                    subnet: subnet.name().to_owned(),
+                    address: format!("{:?}", (e.v4, e.v6)),
+                    owner: format!("{}/{} (journal replay gave {:?})", e.pod, e.nic, got),
+                });
+            }
+        }
+        Change::Del { pod, nic } => {
+            subnet.release(pod, nic);
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kubeovn_ipam::SubnetSpec;
+
+    fn subnet() -> Subnet {
+        Subnet::new(
+            &SubnetSpec::new("n", "10.0.0.0/24,fd00::/120", "10.0.0.1,fd00::1"),
+            1,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn state_round_trip_and_replay() {
+        let mut s = subnet();
+        for i in 0..5 {
+            s.allocate(&AllocRequest::new(&format!("c{i}"), "eth0"))
+                .unwrap();
+        }
+        s.release("c1", "eth0");
+        let text = encode_state(3, s.snapshot());
+        let (gen, snap) = decode_state(text.as_bytes()).unwrap();
+        assert_eq!((gen, &snap), (3, &s.snapshot()));
+
+        // Journal: changes made after the state was written, replayed onto the written state.
+        let mut live = Subnet::from_snapshot(&snap).unwrap();
+        let mut journal = journal_header(3);
+        for i in 5..8 {
+            let a = live
+                .allocate(&AllocRequest::new(&format!("c{i}"), "eth0"))
+                .unwrap();
+            let e = SnapshotEntry {
+                pod: format!("c{i}"),
+                nic: "eth0".into(),
+                v4: a.v4,
+                v6: a.v6,
+                mac: a.mac,
+            };
+            journal.push_str(&encode_change(&Change::Add(e)));
+        }
+        live.release("c2", "eth0");
+        journal.push_str(&encode_change(&Change::Del {
+            pod: "c2".into(),
+            nic: "eth0".into(),
+        }));
+        journal.push_str("+ c9 eth0 10.0"); // an interrupted append
+        let (changes, complete) = decode_journal(journal.as_bytes(), 3).unwrap();
+        assert_eq!(changes.len(), 4);
+        assert_eq!(complete, journal.len() - "+ c9 eth0 10.0".len());
+        let mut replayed = Subnet::from_snapshot(&snap).unwrap();
+        for c in &changes {
+            apply(&mut replayed, c).unwrap();
+        }
+        let (a, b) = (replayed.snapshot(), live.snapshot());
+        assert_eq!((a.allocations, a.released), (b.allocations, b.released));
+        // The next allocation is the same either way.
+        let x = replayed
+            .allocate(&AllocRequest::new("next", "eth0"))
+            .unwrap();
+        let y = live.allocate(&AllocRequest::new("next", "eth0")).unwrap();
+        assert_eq!((x.v4, x.v6), (y.v4, y.v6));
+        // A journal of another generation is ignored.
+        assert!(decode_journal(journal.as_bytes(), 4).unwrap().0.is_empty());
+    }
+
+    #[test]
+    fn bad_input_is_an_error() {
+        for bad in ["", "{}", "{\"v\":2,\"gen\":0,\"snapshot\":{}}"] {
+            assert!(decode_state(bad.as_bytes()).is_err(), "{bad:?}");
+        }
+        let good = encode_state(0, subnet().snapshot());
+        assert!(
+            decode_state(format!("{good}c1 eth0 10.0.0.300 - 000000000000\n").as_bytes()).is_err()
+        );
+        assert!(decode_state(format!("{good}c1 eth0 - - 0000000000\n").as_bytes()).is_err());
+        assert!(decode_journal(b"gen 0\n* x y\n", 0).is_err());
+        assert!(decode_journal(b"gen 0\n- x\n", 0).is_err());
+        assert!(decode_journal(b"gen 0\n- x y z\n", 0).is_err());
+    }
+}
