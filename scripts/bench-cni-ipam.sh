@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # ADD and DEL latency of our CNI IPAM plugin (bins/kube-ovn-ipam) next to Debian's host-local, in one run.
+# Prints cni-peers.sh's table: "ipam host-local ADD/DEL/VERSION" rows, then "kovn" (default build) and
+# "kovn-static" (static build) ADD/DEL rows; the results TSV is kept under /tmp/peerbench-run/results/.
 #
 # usage: scripts/bench-cni-ipam.sh [-n N] [-r REPS]
 #   -n  allocations per plugin (default 1000)
@@ -28,18 +30,33 @@ PEERS=${PEER_BENCH:-/work/shared/peer-bench}
 [ "$(id -u)" = 0 ] || { echo "run as root: the benchmark creates network namespaces" >&2; exit 1; }
 
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$PWD/target}
+# Two builds of the same code: the default (dynamically linked, like Debian's host-local) and a static one
+# (-C target-feature=+crt-static; --target keeps the flag away from build scripts and proc macros), which
+# skips the dynamic loader at every exec.
+HOST=$(rustc -vV | sed -n 's/^host: //p')
+echo "building kube-ovn-ipam (release, dynamic and static)"
 cargo build --quiet --release -p kube-ovn-ipam
-BIN_DIR=$CARGO_TARGET_DIR/release
+RUSTFLAGS="-C target-feature=+crt-static" cargo build --quiet --release -p kube-ovn-ipam --target "$HOST"
+BIN_DIR=$(mktemp -d /tmp/kube-ovn-ipam-bench.XXXXXX)
+CONF_DYN=$BIN_DIR/dynamic.json
+CONF_STATIC=$BIN_DIR/static.json
+trap 'rm -rf "$BIN_DIR"' EXIT
+# The plugin ignores its own name, so the two builds sit side by side under two names.
+cp "$CARGO_TARGET_DIR/release/kube-ovn-ipam" "$BIN_DIR/kube-ovn-ipam"
+cp "$CARGO_TARGET_DIR/$HOST/release/kube-ovn-ipam" "$BIN_DIR/kube-ovn-ipam-static"
 
-CONF=$(mktemp /tmp/kube-ovn-ipam-bench.XXXXXX.json)
-trap 'rm -f "$CONF"' EXIT
 # "@SCRATCH@" is the benchmark's own scratch directory (state lives there, removed at exit).
-cat >"$CONF" <<'JSON'
-{"cniVersion":"1.0.0","name":"pb-kovn","type":"kube-ovn-ipam",
+for t in kube-ovn-ipam kube-ovn-ipam-static; do
+    cat >"$BIN_DIR/$t.json" <<JSON
+{"cniVersion":"1.0.0","name":"pb-kovn","type":"$t",
  "ipam":{"type":"kube-ovn-ipam","subnet":"10.91.0.0/16","routes":[{"dst":"0.0.0.0/0"}],"dataDir":"@SCRATCH@/store"}}
 JSON
+done
+mv "$BIN_DIR/kube-ovn-ipam.json" "$CONF_DYN"; mv "$BIN_DIR/kube-ovn-ipam-static.json" "$CONF_STATIC"
 
 for (( r = 1; r <= REPS; r++ )); do
-    echo "== repetition $r/$REPS: host-local (section ipam) and kube-ovn-ipam (--cni), N=$N =="
-    bash "$PEERS/cni-peers.sh" -s ipam --ipam-n "$N" -n "$N" --cni "kube-ovn-ipam=$CONF" --cni-path "$BIN_DIR"
+    echo "== repetition $r/$REPS: host-local (section ipam), kube-ovn-ipam dynamic and static (--cni), N=$N =="
+    # Alternate the order of our two builds between repetitions (the peers' section always runs first).
+    if (( r % 2 )); then order=("kovn=$CONF_DYN" "kovn-static=$CONF_STATIC"); else order=("kovn-static=$CONF_STATIC" "kovn=$CONF_DYN"); fi
+    bash "$PEERS/cni-peers.sh" -s ipam --ipam-n "$N" -n "$N" --cni "${order[0]}" --cni "${order[1]}" --cni-path "$BIN_DIR"
 done

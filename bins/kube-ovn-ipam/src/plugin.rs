@@ -224,6 +224,9 @@ fn result(ipam: &IpamConf, addrs: &Addresses) -> CniResult {
 fn del(env: &Env, conf: &NetConf, ipam: &IpamConf) -> Result<(), Error> {
     let (container, ifname) = attachment(env);
     let store = Store::open(&ipam.data_dir, &conf.name, true)?;
+    if del_fast(&store, container, ifname)? {
+        return Ok(());
+    }
     let mut net = Network::load(&store, &conf.name, ipam, true)?;
     if net.subnet.release(container, ifname).is_some() {
         net.commit(
@@ -235,6 +238,48 @@ fn del(env: &Env, conf: &NetConf, ipam: &IpamConf) -> Result<(), Error> {
         )?;
     }
     Ok(())
+}
+
+/// `DEL` without loading the allocations: find the attachment in the state's text and the journal, and
+/// append one release line. `false` when the full path is needed (no usable journal, compaction due).
+fn del_fast(store: &Store, container: &str, ifname: &str) -> Result<bool, Error> {
+    let Some(bytes) = store.read_state()? else {
+        // Nothing was ever allocated in this network.
+        return Ok(true);
+    };
+    let Ok(gen) = state::state_generation(&bytes) else {
+        return Ok(false);
+    };
+    let journal = store.read_journal()?;
+    if !journal.starts_with(state::journal_header(gen).as_bytes()) {
+        return Ok(false);
+    }
+    let Ok((changes, complete)) = state::decode_journal(&journal, gen) else {
+        return Ok(false);
+    };
+    if changes.len() + 1 >= state::COMPACT_AFTER {
+        return Ok(false);
+    }
+    let mut present = state::state_has(&bytes, container, ifname);
+    for c in &changes {
+        match c {
+            Change::Add(e) if e.pod == container && e.nic == ifname => present = true,
+            Change::Del { pod, nic } if pod == container && nic == ifname => present = false,
+            _ => {}
+        }
+    }
+    if !present {
+        return Ok(true);
+    }
+    if complete < journal.len() {
+        store.truncate_journal(complete)?;
+    }
+    let line = state::encode_change(&Change::Del {
+        pod: container.to_owned(),
+        nic: ifname.to_owned(),
+    });
+    store.append_journal(line.as_bytes())?;
+    Ok(true)
 }
 
 fn check(env: &Env, conf: &NetConf, ipam: &IpamConf) -> Result<(), Error> {

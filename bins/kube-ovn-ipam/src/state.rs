@@ -175,6 +175,27 @@ pub fn decode_state(bytes: &[u8]) -> Result<(u64, SubnetSnapshot), FormatError> 
     Ok((h.gen, h.snapshot))
 }
 
+/// The generation of a state file, from its first line only.
+pub fn state_generation(bytes: &[u8]) -> Result<u64, FormatError> {
+    #[derive(Deserialize)]
+    struct Gen {
+        v: u32,
+        gen: u64,
+    }
+    let head = bytes.split(|&b| b == b'\n').next().unwrap_or_default();
+    let g: Gen = serde_json::from_slice(head)?;
+    if g.v != FORMAT {
+        return Err(FormatError::Version(g.v));
+    }
+    Ok(g.gen)
+}
+
+/// Whether the allocation list of a state file holds (`container`, `ifname`), without decoding it.
+pub fn state_has(bytes: &[u8], container: &str, ifname: &str) -> bool {
+    let needle = format!("\n{container} {ifname} ");
+    bytes.windows(needle.len()).any(|w| w == needle.as_bytes())
+}
+
 /// The journal's first line.
 pub fn journal_header(gen: u64) -> String {
     format!("gen {gen}\n")
@@ -333,6 +354,10 @@ mod tests {
             .unwrap();
         let y = live.allocate(&AllocRequest::new("next", "eth0")).unwrap();
         assert_eq!((x.v4, x.v6), (y.v4, y.v6));
+        assert_eq!(state_generation(text.as_bytes()).unwrap(), 3);
+        assert!(state_has(text.as_bytes(), "c0", "eth0"));
+        assert!(!state_has(text.as_bytes(), "c1", "eth0"), "released");
+        assert!(!state_has(text.as_bytes(), "c", "eth0"), "whole names only");
         // A journal of another generation is ignored.
         assert!(decode_journal(journal.as_bytes(), 4).unwrap().0.is_empty());
     }
