@@ -24,7 +24,7 @@ fn restore_into<'a>(
     let mut report = RestoreReport::default();
     for rec in records {
         let mut res = Ok(());
-        let found = subnet(&rec.subnet, &mut |s| res = s.restore_record(&rec));
+        let found = subnet(&rec.subnet, &mut |s| res = s.restore_record(&rec, false));
         if !found {
             res = Err(no_subnet(&rec.subnet));
         } else if !touched.contains(&rec.subnet) {

@@ -131,6 +131,8 @@ const CHUNK: usize = 32;
 pub struct RangeSet<A> {
     /// Non-empty chunks, in order.
     chunks: Vec<Vec<(A, A)>>,
+    /// The last address of each chunk: the outer binary search stays in one contiguous array.
+    maxes: Vec<A>,
     /// Emptied chunks, kept for reuse.
     spare: Vec<Vec<(A, A)>>,
 }
@@ -154,6 +156,7 @@ impl<A: Addr> RangeSet<A> {
     pub fn new() -> Self {
         RangeSet {
             chunks: Vec::new(),
+            maxes: Vec::new(),
             spare: Vec::new(),
         }
     }
@@ -162,6 +165,12 @@ impl<A: Addr> RangeSet<A> {
     pub(crate) fn from_sorted(ranges: Vec<(A, A)>) -> Self {
         let mut s = RangeSet::new();
         s.chunks = ranges.chunks(CHUNK).map(|c| c.to_vec()).collect();
+        s.maxes = s
+            .chunks
+            .iter()
+            .filter_map(|c| c.last())
+            .map(|r| r.1)
+            .collect();
         s
     }
 
@@ -199,9 +208,7 @@ impl<A: Addr> RangeSet<A> {
 
     /// Chunk and index of the first range ending at or after `a` (`chunks.len()` if none).
     fn locate(&self, a: A) -> (usize, usize) {
-        let ci = self
-            .chunks
-            .partition_point(|c| c.last().is_some_and(|r| r.1 < a));
+        let ci = self.maxes.partition_point(|&m| m < a);
         match self.chunks.get(ci) {
             Some(c) => (ci, c.partition_point(|r| r.1 < a)),
             None => (ci, 0),
@@ -227,12 +234,32 @@ impl<A: Addr> RangeSet<A> {
         }
     }
 
+    fn fix_max(&mut self, ci: usize) {
+        if let (Some(m), Some(last)) = (
+            self.maxes.get_mut(ci),
+            self.chunks.get(ci).and_then(|c| c.last()),
+        ) {
+            *m = last.1;
+        }
+    }
+
+    /// Sets the end of the range at `pos`.
+    fn set_end(&mut self, pos: (usize, usize), end: A) {
+        if let Some(r) = self.at_mut(pos) {
+            r.1 = end;
+        }
+        self.fix_max(pos.0);
+    }
+
     fn remove_at(&mut self, (ci, j): (usize, usize)) {
         let c = &mut self.chunks[ci];
         c.remove(j);
         if c.is_empty() {
             let c = self.chunks.remove(ci);
+            self.maxes.remove(ci);
             self.spare.push(c);
+        } else {
+            self.fix_max(ci);
         }
     }
 
@@ -245,6 +272,7 @@ impl<A: Addr> RangeSet<A> {
                 .unwrap_or_else(|| Vec::with_capacity(CHUNK));
             c.push(r);
             self.chunks.push(c);
+            self.maxes.push(r.1);
             return;
         }
         let (ci, j) = if ci == self.chunks.len() {
@@ -259,12 +287,17 @@ impl<A: Addr> RangeSet<A> {
                 .unwrap_or_else(|| Vec::with_capacity(CHUNK));
             tail.extend(self.chunks[ci].drain(CHUNK / 2..));
             self.chunks.insert(ci + 1, tail);
+            self.maxes.insert(ci + 1, r.1);
+            self.fix_max(ci + 1);
             if j > CHUNK / 2 {
                 self.chunks[ci + 1].insert(j - CHUNK / 2, r);
+                self.fix_max(ci + 1);
+                self.fix_max(ci);
                 return;
             }
         }
         self.chunks[ci].insert(j, r);
+        self.fix_max(ci);
     }
 
     /// True when `a` is in the set.
@@ -319,15 +352,9 @@ impl<A: Addr> RangeSet<A> {
             (Some(p), true) => {
                 let hi = next.map_or(a, |r| r.1);
                 self.remove_at(pos);
-                if let Some(r) = self.at_mut(p) {
-                    r.1 = hi;
-                }
+                self.set_end(p, hi);
             }
-            (Some(p), false) => {
-                if let Some(r) = self.at_mut(p) {
-                    r.1 = a;
-                }
-            }
+            (Some(p), false) => self.set_end(p, a),
             (None, true) => {
                 if let Some(r) = self.at_mut(pos) {
                     r.0 = a;
@@ -354,15 +381,9 @@ impl<A: Addr> RangeSet<A> {
                     r.0 = n;
                 }
             }
-            (Some(p), None) => {
-                if let Some(r) = self.at_mut(pos) {
-                    r.1 = p;
-                }
-            }
+            (Some(p), None) => self.set_end(pos, p),
             (Some(p), Some(n)) => {
-                if let Some(r) = self.at_mut(pos) {
-                    r.1 = p;
-                }
+                self.set_end(pos, p);
                 self.insert_at((pos.0, pos.1 + 1), (n, hi));
             }
         }
@@ -386,6 +407,7 @@ impl<A: Addr> RangeSet<A> {
     /// Removes every address.
     pub fn clear(&mut self) {
         let chunks = std::mem::take(&mut self.chunks);
+        self.maxes.clear();
         self.spare.extend(chunks.into_iter().map(|mut c| {
             c.clear();
             c
@@ -732,6 +754,8 @@ mod tests {
                 assert_eq!(s, want);
                 assert_eq!(s.len(), m.len() as u128);
                 assert!(s.chunks.iter().all(|c| !c.is_empty() && c.len() <= CHUNK));
+                let maxes: Vec<u32> = s.chunks.iter().map(|c| c.last().unwrap().1).collect();
+                assert_eq!(s.maxes, maxes);
                 let v = s.to_vec();
                 assert!(v.windows(2).all(|w| w[0].1.succ().unwrap() < w[1].0));
                 assert_eq!(s.contains(a), m.contains(&a));

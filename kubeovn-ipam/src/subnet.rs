@@ -964,7 +964,8 @@ impl Subnet {
     }
 
     /// Records one existing allocation without touching free space; [`Subnet::finish_restore`] derives it.
-    pub(crate) fn restore_record(&mut self, rec: &Allocation) -> Result<()> {
+    /// `shared` lets the record share an IP or MAC with another owner (a snapshot's live-migration entries).
+    pub(crate) fn restore_record(&mut self, rec: &Allocation, shared: bool) -> Result<()> {
         let name = &self.spec.name;
         check_names(name, &rec.pod, &rec.nic)?;
         if let Some(p) = rec.pool.as_deref() {
@@ -983,6 +984,7 @@ impl Subnet {
             subnet: &str,
             me: u32,
             a: Option<A>,
+            shared: bool,
         ) -> Result<()> {
             let Some(a) = a else { return Ok(()) };
             let ip: IpAddr = a.to_ip().into();
@@ -1007,7 +1009,7 @@ impl Subnet {
                 address: ip.to_string(),
                 owner,
             };
-            if let Some(o) = f.owner(slots, a, me) {
+            if let Some(o) = f.owner(slots, a, me).filter(|_| !shared) {
                 return Err(c(slots.owner_name(o)));
             }
             if me != NIL && A::get(slots, me).is_some_and(|cur| cur != a) {
@@ -1021,13 +1023,13 @@ impl Subnet {
         }
         let a4 = rec.v4.map(u32::from);
         let a6 = rec.v6.map(u128::from);
-        check(self.v4.as_ref(), &self.slots, name, me, a4)?;
-        check(self.v6.as_ref(), &self.slots, name, me, a6)?;
+        check(self.v4.as_ref(), &self.slots, name, me, a4, shared)?;
+        check(self.v6.as_ref(), &self.slots, name, me, a6, shared)?;
         if let Some(m) = rec.mac {
             if Some(m) == self.spec.gateway_mac {
                 return Err(conflict(m.to_string(), "gateway".to_owned()));
             }
-            if let Some(o) = self.slots.mac_owner(m, me) {
+            if let Some(o) = self.slots.mac_owner(m, me).filter(|_| !shared) {
                 return Err(conflict(m.to_string(), self.slots.owner_name(o)));
             }
             if existing.is_some_and(|id| self.slots.mac(id) != m) {
@@ -1070,14 +1072,28 @@ impl Subnet {
 
     /// The subnet's persistent state.
     pub fn snapshot(&self) -> SubnetSnapshot {
-        let mut allocations: Vec<SnapshotEntry> = self
-            .iter()
-            .map(|n| SnapshotEntry {
-                pod: n.pod.to_owned(),
-                nic: n.nic.to_owned(),
-                v4: n.addrs.v4,
-                v6: n.addrs.v6,
-                mac: n.addrs.mac,
+        let s = &self.slots;
+        let mut allocations: Vec<SnapshotEntry> = s
+            .ids()
+            .map(|id| {
+                let shared = s.v4(id).is_some_and(|a| {
+                    self.v4
+                        .as_ref()
+                        .is_some_and(|f| f.owner(s, a, id).is_some())
+                }) || s.v6(id).is_some_and(|a| {
+                    self.v6
+                        .as_ref()
+                        .is_some_and(|f| f.owner(s, a, id).is_some())
+                }) || s.mac_owner(s.mac(id), id).is_some();
+                let n = self.nic_ref(id);
+                SnapshotEntry {
+                    pod: n.pod.to_owned(),
+                    nic: n.nic.to_owned(),
+                    v4: n.addrs.v4,
+                    v6: n.addrs.v6,
+                    mac: n.addrs.mac,
+                    shared,
+                }
             })
             .collect();
         allocations.sort_unstable();
@@ -1111,7 +1127,7 @@ impl Subnet {
             rec.v4 = e.v4;
             rec.v6 = e.v6;
             rec.mac = Some(e.mac);
-            s.restore_record(&rec)?;
+            s.restore_record(&rec, e.shared)?;
         }
         let released: IpRangeList = snap.released.parse()?;
         s.rebuild(&released.v4.to_vec(), &released.v6.to_vec());

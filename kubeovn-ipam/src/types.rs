@@ -313,6 +313,9 @@ pub struct SnapshotEntry {
     pub v6: Option<Ipv6Addr>,
     /// The MAC.
     pub mac: Mac,
+    /// Another entry holds the same IP or MAC on purpose (taken with conflict checking off, e.g. live migration).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub shared: bool,
 }
 
 /// The persistent state of one subnet: free space is derived on load.

@@ -182,6 +182,24 @@ fn static_conflicts_and_live_migration() {
     assert_eq!(v4(b), "10.0.0.20");
     assert_ne!(a.mac, b.mac);
     assert_eq!(ipam.stats("s").unwrap().v4.using, 1);
+    // The shared state survives a snapshot round trip; restoring it from outside records reports the sharing.
+    let snap = ipam.snapshot();
+    assert_eq!(Ipam::from_snapshot(&snap).unwrap().snapshot(), snap);
+    assert_eq!(
+        snap.subnets[0]
+            .allocations
+            .iter()
+            .filter(|e| e.shared)
+            .count(),
+        2
+    );
+    let mut fresh = ipam_with(SubnetSpec::new("s", "10.0.0.0/24", "10.0.0.1"));
+    let recs = ipam
+        .subnet("s")
+        .unwrap()
+        .iter()
+        .map(|n| Allocation::new("s", n.pod, n.nic, n.addrs));
+    assert_eq!(fresh.restore(recs.collect::<Vec<_>>()).conflicts.len(), 1);
     ipam.release("s", "p1", "eth0").unwrap();
     assert_eq!(ipam.owner(ip("10.0.0.20")).unwrap().pod, "p2");
     ipam.release("s", "p2", "eth0").unwrap();
