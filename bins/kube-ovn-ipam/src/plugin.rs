@@ -163,6 +163,7 @@ fn entry(container: &str, ifname: &str, a: &Addresses) -> SnapshotEntry {
         v4: a.v4,
         v6: a.v6,
         mac: a.mac,
+        shared: false,
     }
 }
 

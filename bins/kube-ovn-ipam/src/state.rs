@@ -5,7 +5,7 @@
 //! `state` (replaced atomically at compaction):
 //! ```text
 //! {"v":1,"gen":7,"snapshot":{"spec":{..},"released":"..","rng":..,"allocations":[]}}
-//! <container id> <ifname> <IPv4 or -> <IPv6 or -> <MAC, 12 hex digits>
+//! <container id> <ifname> <IPv4 or -> <IPv6 or -> <MAC, 12 hex digits> [s: shared on purpose]
 //! ...
 //! ```
 //! `journal` (appended and fdatasync'ed per change, reset at compaction):
@@ -111,6 +111,9 @@ fn push_entry(e: &SnapshotEntry, out: &mut String) {
         None => write!(out, "- "),
     };
     hex_mac(&e.mac, out);
+    if e.shared {
+        out.push_str(" s");
+    }
     out.push('\n');
 }
 
@@ -126,12 +129,18 @@ fn parse_entry<'a>(mut f: impl Iterator<Item = &'a str>) -> Option<SnapshotEntry
         s => Some(s.parse::<Ipv6Addr>().ok()?),
     };
     let mac = parse_mac(f.next()?)?;
+    let shared = match f.next() {
+        None => false,
+        Some("s") => true,
+        Some(_) => return None,
+    };
     f.next().is_none().then_some(SnapshotEntry {
         pod,
         nic,
         v4,
         v6,
         mac,
+        shared,
     })
 }
 
@@ -257,7 +266,8 @@ pub fn decode_journal(bytes: &[u8], gen: u64) -> Result<(Vec<Change>, usize), Fo
     Ok((out, complete))
 }
 
-/// Applies a journal entry to a subnet, reproducing the recorded addresses and MAC exactly.
+/// Applies a journal entry to a subnet, reproducing the recorded addresses and MAC exactly (an entry marked
+/// shared was taken with conflict checking off, so it is replayed that way).
 pub fn apply(subnet: &mut Subnet, c: &Change) -> Result<(), IpamError> {
     match c {
         Change::Add(e) => {
@@ -269,7 +279,8 @@ pub fn apply(subnet: &mut Subnet, c: &Change) -> Result<(), IpamError> {
             let got = subnet.allocate(
                 &AllocRequest::new(&e.pod, &e.nic)
                     .static_ips(&ips)
-                    .mac(e.mac),
+                    .mac(e.mac)
+                    .check_conflict(!e.shared),
             )?;
             if got
                 != (Addresses {
@@ -330,6 +341,7 @@ mod tests {
                 v4: a.v4,
                 v6: a.v6,
                 mac: a.mac,
+                shared: false,
             };
             journal.push_str(&encode_change(&Change::Add(e)));
         }
@@ -360,6 +372,23 @@ mod tests {
         assert!(!state_has(text.as_bytes(), "c", "eth0"), "whole names only");
         // A journal of another generation is ignored.
         assert!(decode_journal(journal.as_bytes(), 4).unwrap().0.is_empty());
+    }
+
+    #[test]
+    fn entry_round_trip() {
+        for shared in [false, true] {
+            let e = SnapshotEntry {
+                pod: "c".into(),
+                nic: "eth0".into(),
+                v4: Some("10.0.0.2".parse().unwrap()),
+                v6: None,
+                mac: Mac([0, 1, 2, 0xab, 0xcd, 0xef]),
+                shared,
+            };
+            let mut line = String::new();
+            push_entry(&e, &mut line);
+            assert_eq!(parse_entry(line.trim_end().split(' ')), Some(e));
+        }
     }
 
     #[test]
