@@ -49,10 +49,13 @@
 //! ```
 
 pub mod client;
+pub mod codegen;
 pub mod conn;
 pub mod datum;
 pub mod error;
 pub mod framing;
+pub mod model;
+pub mod models;
 pub mod monitor;
 pub mod ops;
 pub mod schema;
@@ -61,6 +64,7 @@ pub mod uuid;
 pub use client::{Client, Remote};
 pub use datum::{Atom, AtomType, Datum};
 pub use error::Error;
+pub use model::Model;
 pub use schema::{ColumnType, DatabaseSchema};
 pub use uuid::Uuid;
 

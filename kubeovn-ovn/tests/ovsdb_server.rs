@@ -539,3 +539,55 @@ async fn open_vswitch_database() {
     );
     assert_eq!(v.trim(), "kubeovn-rs");
 }
+
+#[tokio::test]
+async fn typed_models_round_trip_through_the_server() {
+    use kubeovn_ovn::models::nb::{LogicalSwitch, LogicalSwitchPort};
+    use kubeovn_ovn::Model;
+    let Some(srv) = nb_server(Storage::Standalone, false) else {
+        return;
+    };
+    let c = Client::connect(&srv.unix_remote()).await.unwrap();
+    c.get_schema(NB).await.unwrap();
+    let mut lsp = LogicalSwitchPort {
+        name: "typed.ns".into(),
+        addresses: vec!["0a:58:0a:10:00:09 10.16.0.9".into()],
+        tag_request: Some(7),
+        enabled: Some(true),
+        ..Default::default()
+    };
+    lsp.external_ids.insert("vendor".into(), "kube-ovn".into());
+    let ls = LogicalSwitch {
+        name: "typed".into(),
+        ..Default::default()
+    };
+    let txn = Transaction::new(NB)
+        .op(Operation::insert(LogicalSwitch::TABLE)
+            .uuid_name("ls")
+            .row(ls.to_row()))
+        .op(Operation::insert(LogicalSwitchPort::TABLE)
+            .uuid_name("p")
+            .row(lsp.to_row()))
+        .op(Operation::mutate(LogicalSwitch::TABLE)
+            .where_eq(LogicalSwitch::NAME, "typed")
+            .insert(LogicalSwitch::PORTS, Datum::named_uuid("p")));
+    let r = c.transact(&txn).await.unwrap();
+    lsp.uuid = r[1].uuid().unwrap();
+
+    let sel = Transaction::new(NB)
+        .op(Operation::select(LogicalSwitchPort::TABLE).where_eq("name", "typed.ns"));
+    let r = c.transact(&sel).await.unwrap();
+    assert_eq!(
+        LogicalSwitchPort::from_select_row(&r[0].rows().unwrap()[0]).unwrap(),
+        lsp
+    );
+
+    let reqs = MonitorRequests::new().table(LogicalSwitchPort::TABLE, MonitorRequest::all());
+    let (init, _s) = c.monitor_cond(NB, &reqs).await.unwrap();
+    let RowUpdate::Initial(row) = &init[LogicalSwitchPort::TABLE][&lsp.uuid] else {
+        panic!()
+    };
+    assert_eq!(LogicalSwitchPort::from_row(lsp.uuid, row).unwrap(), lsp);
+    let addrs = srv.ctl("ovn-nbctl", &["lsp-get-addresses", "typed.ns"]);
+    assert_eq!(addrs.trim(), "0a:58:0a:10:00:09 10.16.0.9");
+}

@@ -1,0 +1,272 @@
+//! Typed rows: the [`Model`] trait the generated structs of [`crate::models`] implement, and the conversions
+//! between Rust values and datums they use.
+//!
+//! Shapes: a scalar column is `T`, an optional one (`min` 0, `max` 1) `Option<T>`, a set `Vec<T>`, a map
+//! `BTreeMap<K, V>`, with `T` one of `i64`, `f64`, `bool`, `String`, [`Uuid`]. A column missing from a row (a
+//! monitor of some columns only) takes its default; both the exact (typed) and the loose (untyped: bare atom
+//! for a one-element set, integer for a real) forms of a datum are accepted.
+
+use std::collections::BTreeMap;
+
+use crate::datum::{Atom, AtomType, Datum};
+use crate::ops::Row;
+use crate::uuid::Uuid;
+
+/// A column value that does not fit the model's field.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{table}.{column}: expected {expected}, found {found}")]
+pub struct ModelError {
+    /// Table.
+    pub table: &'static str,
+    /// Column.
+    pub column: &'static str,
+    /// The field's shape.
+    pub expected: &'static str,
+    /// The datum found (abridged).
+    pub found: String,
+}
+
+/// A typed row of one table.
+pub trait Model: Sized {
+    /// The table's name.
+    const TABLE: &'static str;
+
+    /// The row's UUID.
+    fn uuid(&self) -> Uuid;
+
+    /// Reads a row (missing columns take their defaults).
+    fn from_row(uuid: Uuid, row: &Row) -> Result<Self, ModelError>;
+
+    /// Every column except `_uuid` and `_version`, e.g. for an insert.
+    fn to_row(&self) -> Row;
+
+    /// Reads a row of a select result, taking the UUID from its `_uuid` column (nil if absent).
+    fn from_select_row(row: &Row) -> Result<Self, ModelError> {
+        let uuid = row
+            .get("_uuid")
+            .and_then(Datum::as_atom)
+            .and_then(Atom::as_uuid)
+            .unwrap_or(Uuid::NIL);
+        Self::from_row(uuid, row)
+    }
+}
+
+/// A Rust type that holds one atom.
+pub trait AtomValue: Sized {
+    /// The OVSDB atomic type.
+    const TYPE: AtomType;
+    /// Reads an atom of this type (an integer is accepted for a real).
+    fn from_atom(a: &Atom) -> Option<Self>;
+    /// The atom.
+    fn to_atom(&self) -> Atom;
+}
+
+impl AtomValue for i64 {
+    const TYPE: AtomType = AtomType::Integer;
+    fn from_atom(a: &Atom) -> Option<Self> {
+        a.as_i64()
+    }
+    fn to_atom(&self) -> Atom {
+        Atom::Integer(*self)
+    }
+}
+impl AtomValue for f64 {
+    const TYPE: AtomType = AtomType::Real;
+    fn from_atom(a: &Atom) -> Option<Self> {
+        match a {
+            Atom::Real(r) => Some(*r),
+            Atom::Integer(i) => Some(*i as f64),
+            _ => None,
+        }
+    }
+    fn to_atom(&self) -> Atom {
+        Atom::Real(*self)
+    }
+}
+impl AtomValue for bool {
+    const TYPE: AtomType = AtomType::Boolean;
+    fn from_atom(a: &Atom) -> Option<Self> {
+        match a {
+            Atom::Boolean(b) => Some(*b),
+            _ => None,
+        }
+    }
+    fn to_atom(&self) -> Atom {
+        Atom::Boolean(*self)
+    }
+}
+impl AtomValue for String {
+    const TYPE: AtomType = AtomType::String;
+    fn from_atom(a: &Atom) -> Option<Self> {
+        a.as_str().map(str::to_owned)
+    }
+    fn to_atom(&self) -> Atom {
+        Atom::String(self.clone())
+    }
+}
+impl AtomValue for Uuid {
+    const TYPE: AtomType = AtomType::Uuid;
+    fn from_atom(a: &Atom) -> Option<Self> {
+        a.as_uuid()
+    }
+    fn to_atom(&self) -> Atom {
+        Atom::Uuid(*self)
+    }
+}
+
+fn err(table: &'static str, column: &'static str, expected: &'static str, d: &Datum) -> ModelError {
+    let mut found = d.to_json().to_string();
+    if found.len() > 120 {
+        let mut cut = 120;
+        while !found.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        found.truncate(cut);
+        found.push('…');
+    }
+    ModelError {
+        table,
+        column,
+        expected,
+        found,
+    }
+}
+
+fn atoms<T: AtomValue>(
+    table: &'static str,
+    column: &'static str,
+    expected: &'static str,
+    d: &Datum,
+) -> Result<Vec<T>, ModelError> {
+    if matches!(d, Datum::Map(m) if !m.is_empty()) {
+        return Err(err(table, column, expected, d));
+    }
+    d.atoms()
+        .iter()
+        .map(|a| T::from_atom(a).ok_or_else(|| err(table, column, expected, d)))
+        .collect()
+}
+
+/// Reads a scalar column.
+pub fn scalar<T: AtomValue + Default>(
+    table: &'static str,
+    column: &'static str,
+    row: &Row,
+) -> Result<T, ModelError> {
+    let Some(d) = row.get(column) else {
+        return Ok(T::default());
+    };
+    let mut it = atoms::<T>(table, column, "one atom", d)?.into_iter();
+    match (it.next(), it.next()) {
+        (Some(v), None) => Ok(v),
+        _ => Err(err(table, column, "one atom", d)),
+    }
+}
+
+/// Reads an optional column.
+pub fn optional<T: AtomValue>(
+    table: &'static str,
+    column: &'static str,
+    row: &Row,
+) -> Result<Option<T>, ModelError> {
+    let Some(d) = row.get(column) else {
+        return Ok(None);
+    };
+    let mut it = atoms::<T>(table, column, "zero or one atom", d)?.into_iter();
+    match (it.next(), it.next()) {
+        (v, None) => Ok(v),
+        _ => Err(err(table, column, "zero or one atom", d)),
+    }
+}
+
+/// Reads a set column.
+pub fn set<T: AtomValue>(
+    table: &'static str,
+    column: &'static str,
+    row: &Row,
+) -> Result<Vec<T>, ModelError> {
+    match row.get(column) {
+        None => Ok(Vec::new()),
+        Some(d) => atoms::<T>(table, column, "a set", d),
+    }
+}
+
+/// Reads a map column.
+pub fn map<K: AtomValue + Ord, V: AtomValue>(
+    table: &'static str,
+    column: &'static str,
+    row: &Row,
+) -> Result<BTreeMap<K, V>, ModelError> {
+    match row.get(column) {
+        None => Ok(BTreeMap::new()),
+        Some(Datum::Map(m)) => m
+            .iter()
+            .map(|(k, v)| match (K::from_atom(k), V::from_atom(v)) {
+                (Some(k), Some(v)) => Ok((k, v)),
+                _ => Err(err(table, column, "a map", &Datum::Map(m.clone()))),
+            })
+            .collect(),
+        Some(Datum::Set(s)) if s.is_empty() => Ok(BTreeMap::new()),
+        Some(d) => Err(err(table, column, "a map", d)),
+    }
+}
+
+/// The datum of a scalar field.
+pub fn scalar_datum<T: AtomValue>(v: &T) -> Datum {
+    Datum::Atom(v.to_atom())
+}
+
+/// The datum of an optional field (an empty set for None).
+pub fn optional_datum<T: AtomValue>(v: &Option<T>) -> Datum {
+    Datum::Set(v.iter().map(T::to_atom).collect())
+}
+
+/// The datum of a set field.
+pub fn set_datum<T: AtomValue>(v: &[T]) -> Datum {
+    Datum::Set(v.iter().map(T::to_atom).collect())
+}
+
+/// The datum of a map field.
+pub fn map_datum<K: AtomValue, V: AtomValue>(v: &BTreeMap<K, V>) -> Datum {
+    Datum::Map(v.iter().map(|(k, v)| (k.to_atom(), v.to_atom())).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loose_and_exact_forms() {
+        let row: Row = [
+            ("a".to_string(), Datum::from("x")),
+            ("b".to_string(), Datum::set(["x"])),
+            ("c".to_string(), Datum::from(3i64)),
+            ("d".to_string(), Datum::empty()),
+            ("e".to_string(), Datum::map([("k", "v")])),
+        ]
+        .into_iter()
+        .collect();
+        assert_eq!(scalar::<String>("T", "a", &row).unwrap(), "x");
+        assert_eq!(scalar::<String>("T", "b", &row).unwrap(), "x");
+        assert_eq!(
+            optional::<String>("T", "a", &row).unwrap(),
+            Some("x".into())
+        );
+        assert_eq!(optional::<i64>("T", "d", &row).unwrap(), None);
+        assert_eq!(
+            set::<String>("T", "a", &row).unwrap(),
+            vec!["x".to_string()]
+        );
+        assert_eq!(scalar::<f64>("T", "c", &row).unwrap(), 3.0);
+        assert_eq!(
+            map::<String, String>("T", "d", &row).unwrap(),
+            BTreeMap::new()
+        );
+        assert_eq!(map::<String, String>("T", "e", &row).unwrap()["k"], "v");
+        assert_eq!(scalar::<i64>("T", "missing", &row).unwrap(), 0);
+        assert!(scalar::<i64>("T", "a", &row).is_err());
+        assert!(scalar::<String>("T", "d", &row).is_err());
+        assert!(map::<String, String>("T", "a", &row).is_err());
+        assert!(set::<String>("T", "e", &row).is_err());
+    }
+}
