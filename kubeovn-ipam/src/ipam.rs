@@ -16,7 +16,7 @@ fn no_subnet(name: &str) -> IpamError {
 }
 
 /// Applies records subnet by subnet, then derives each touched subnet's free space once.
-fn restore_into<'a>(
+fn restore_into(
     mut subnet: impl FnMut(&str, &mut dyn FnMut(&mut Subnet)) -> bool,
     records: impl IntoIterator<Item = Allocation>,
     touched: &mut Vec<String>,

@@ -124,7 +124,7 @@ const CHUNK: usize = 32;
 
 /// A set of addresses kept as disjoint, non-adjacent inclusive ranges, sorted.
 ///
-/// The ranges live in chunks of at most [`CHUNK`]; emptied chunks are kept for reuse, so once the set has reached
+/// The ranges live in chunks of at most 32 ranges; emptied chunks are kept for reuse, so once the set has reached
 /// its peak size, inserting and removing addresses allocate nothing (a `BTreeMap` frees and allocates nodes as it
 /// splits and merges). Taking the lowest address changes the first range in place.
 #[derive(Clone, Default)]

@@ -137,8 +137,16 @@ impl Slots {
             .map(|(i, _)| i as u32)
     }
 
+    /// The hash of a pod name in the pod table (computed once per operation).
+    pub(crate) fn pod_hash(&self, pod: &str) -> u64 {
+        self.hb.hash_one(pod.as_bytes())
+    }
+
     fn head(&self, pod: &str) -> Option<u32> {
-        let h = self.hb.hash_one(pod.as_bytes());
+        self.head_h(pod, self.pod_hash(pod))
+    }
+
+    fn head_h(&self, pod: &str, h: u64) -> Option<u32> {
         self.pods
             .find(h, |&id| {
                 pod_of(&self.slots, &self.arena, id) == pod.as_bytes()
@@ -159,7 +167,12 @@ impl Slots {
     }
 
     pub(crate) fn find(&self, pod: &str, nic: &str) -> Option<u32> {
-        let mut cur = self.head(pod)?;
+        self.find_h(pod, nic, self.pod_hash(pod))
+    }
+
+    /// [`Slots::find`] with the pod hash already computed.
+    pub(crate) fn find_h(&self, pod: &str, nic: &str, h: u64) -> Option<u32> {
+        let mut cur = self.head_h(pod, h)?;
         while cur != NIL {
             let n = name_of(&self.slots, &self.arena, cur);
             if n.get(pod.len()..) == Some(nic.as_bytes()) {
@@ -180,6 +193,11 @@ impl Slots {
 
     /// Creates a slot; the caller has validated the names (pod + nic at most `u16::MAX` bytes).
     pub(crate) fn create(&mut self, pod: &str, nic: &str, mac: Mac) -> u32 {
+        self.create_h(pod, nic, mac, self.pod_hash(pod))
+    }
+
+    /// [`Slots::create`] with the pod hash already computed.
+    pub(crate) fn create_h(&mut self, pod: &str, nic: &str, mac: Mac, h: u64) -> u32 {
         let len = pod.len() + nic.len();
         let id = match self.free.pop() {
             Some(id) => id,
@@ -216,7 +234,6 @@ impl Slots {
             hb,
             ..
         } = self;
-        let h = hb.hash_one(pod.as_bytes());
         match pods
             .find(h, |&i| pod_of(slots, arena, i) == pod.as_bytes())
             .copied()
@@ -238,6 +255,12 @@ impl Slots {
 
     /// Drops a slot; the caller has removed its addresses from the family indexes.
     pub(crate) fn remove(&mut self, id: u32) {
+        let h = self.hb.hash_one(pod_of(&self.slots, &self.arena, id));
+        self.remove_h(id, h);
+    }
+
+    /// [`Slots::remove`] with the pod hash already computed.
+    pub(crate) fn remove_h(&mut self, id: u32, h: u64) {
         let Slots {
             slots,
             arena,
@@ -247,7 +270,6 @@ impl Slots {
             ..
         } = self;
         let pod = pod_of(slots, arena, id);
-        let h = hb.hash_one(pod);
         let next = slots[id as usize].next;
         if let Ok(e) = pods.find_entry(h, |&i| i == id) {
             if next == NIL {

@@ -406,7 +406,13 @@ fn check_names(subnet: &str, pod: &str, nic: &str) -> Result<()> {
 }
 
 /// Parses and validates a spec into empty families.
-fn layout(spec: &SubnetSpec) -> Result<(Option<Fam<u32>>, Option<Fam<u128>>)> {
+/// The IPv4 and IPv6 families of a subnet.
+type Families = (Option<Fam<u32>>, Option<Fam<u128>>);
+
+/// Released ranges per family, carried over a rebuild.
+type Carried = (Vec<(u32, u32)>, Vec<(u128, u128)>);
+
+fn layout(spec: &SubnetSpec) -> Result<Families> {
     if spec.name.is_empty() {
         return Err(IpamError::InvalidName {
             name: String::new(),
@@ -607,7 +613,8 @@ impl Subnet {
             return Err(no_family(Family::V6));
         }
         let domain = self.pool_index(req.pool)?;
-        let existing = self.slots.find(req.pod, req.nic);
+        let pod_hash = self.slots.pod_hash(req.pod);
+        let existing = self.slots.find_h(req.pod, req.nic, pod_hash);
         let me = existing.unwrap_or(NIL);
         if let Some(m) = req.mac {
             let conflict = |owner: String| IpamError::Conflict {
@@ -645,7 +652,7 @@ impl Subnet {
                     Some(m) => m,
                     None => self.fresh_mac(),
                 };
-                self.slots.create(req.pod, req.nic, mac)
+                self.slots.create_h(req.pod, req.nic, mac, pod_hash)
             }
         };
         if let Some(f) = self.v4.as_mut() {
@@ -657,7 +664,7 @@ impl Subnet {
         Ok(self.addresses(id))
     }
 
-    fn release_id(&mut self, id: u32) -> Addresses {
+    fn release_id(&mut self, id: u32, pod_hash: Option<u64>) -> Addresses {
         let addrs = self.addresses(id);
         if let (Some(f), Some(a)) = (self.v4.as_mut(), self.slots.v4(id)) {
             f.release_addr(&mut self.slots, id, a);
@@ -665,21 +672,25 @@ impl Subnet {
         if let (Some(f), Some(a)) = (self.v6.as_mut(), self.slots.v6(id)) {
             f.release_addr(&mut self.slots, id, a);
         }
-        self.slots.remove(id);
+        match pod_hash {
+            Some(h) => self.slots.remove_h(id, h),
+            None => self.slots.remove(id),
+        }
         addrs
     }
 
     /// Releases a (pod, nic); `None` if it held nothing (releasing twice is fine).
     pub fn release(&mut self, pod: &str, nic: &str) -> Option<Addresses> {
-        let id = self.slots.find(pod, nic)?;
-        Some(self.release_id(id))
+        let h = self.slots.pod_hash(pod);
+        let id = self.slots.find_h(pod, nic, h)?;
+        Some(self.release_id(id, Some(h)))
     }
 
     /// Releases every nic of a pod; returns how many.
     pub fn release_pod(&mut self, pod: &str) -> usize {
         let ids: Vec<u32> = self.slots.pod_ids(pod).collect();
         for &id in &ids {
-            self.release_id(id);
+            self.release_id(id, None);
         }
         ids.len()
     }
@@ -787,7 +798,7 @@ impl Subnet {
         }
     }
 
-    fn carried(&self) -> (Vec<(u32, u32)>, Vec<(u128, u128)>) {
+    fn carried(&self) -> Carried {
         (
             self.v4.as_ref().map(Fam::released_vec).unwrap_or_default(),
             self.v6.as_ref().map(Fam::released_vec).unwrap_or_default(),

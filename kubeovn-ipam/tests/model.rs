@@ -3,6 +3,7 @@
 //! After every step: the allocations match the model, no address has two owners, excluded and gateway addresses
 //! are never handed out by next-free, the never-used and released sets match the model (so the reuse order does),
 //! counts agree, and snapshot -> restore gives an identical state.
+#![allow(clippy::unwrap_used)] // Test helpers panic on purpose.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};

@@ -1,4 +1,5 @@
 //! Property tests of the range/exclude parser: parse -> format -> parse round trip, membership, clipping.
+#![allow(clippy::unwrap_used)] // Test helpers panic on purpose.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 

@@ -1,4 +1,5 @@
 //! Our versions of Kube-OVN's `pkg/ipam` test scenarios, plus the fixes this crate adds.
+#![allow(clippy::unwrap_used)] // Test helpers panic on purpose.
 
 use std::net::IpAddr;
 
