@@ -462,10 +462,12 @@ impl Client {
             .map(|_| ())
     }
 
-    /// `monitor_cancel`: stops a monitor.
-    pub async fn monitor_cancel(&self, stream: MonitorStream) -> Result<(), Error> {
-        let r = self.call("monitor_cancel", &[&stream.id]).await;
-        let _ = self.shared.tx.send(Command::Unsubscribe(stream.id.clone()));
+    /// `monitor_cancel`: stops a monitor and waits for the server to confirm. (Dropping the stream also
+    /// cancels it, without waiting.)
+    pub async fn monitor_cancel(&self, mut stream: MonitorStream) -> Result<(), Error> {
+        let id = std::mem::take(&mut stream.id);
+        let r = self.call("monitor_cancel", &[&id]).await;
+        let _ = self.shared.tx.send(Command::Unsubscribe(id));
         r.map(|_| ())
     }
 
@@ -513,7 +515,7 @@ pub struct Update {
     pub tables: TableUpdates,
 }
 
-/// The changes a monitor reports after its initial reply, in order.
+/// The changes a monitor reports after its initial reply, in order. Dropping it cancels the monitor.
 #[derive(Debug)]
 pub struct MonitorStream {
     id: String,
@@ -566,11 +568,21 @@ impl MonitorStream {
 
 impl Drop for MonitorStream {
     fn drop(&mut self) {
-        let _ = self
-            .client
-            .shared
-            .tx
-            .send(Command::Unsubscribe(std::mem::take(&mut self.id)));
+        if self.id.is_empty() {
+            return;
+        }
+        let id = std::mem::take(&mut self.id);
+        // Tell the server to stop (nobody waits for the reply) and stop routing.
+        if let Ok(params) = serde_json::to_vec(&[&id]) {
+            let (reply, _) = oneshot::channel();
+            let _ = self.client.shared.tx.send(Command::Call {
+                method: "monitor_cancel",
+                params,
+                reply,
+                subscribe: None,
+            });
+        }
+        let _ = self.client.shared.tx.send(Command::Unsubscribe(id));
     }
 }
 
