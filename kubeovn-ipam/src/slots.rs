@@ -14,6 +14,8 @@ pub(crate) const NIL: u32 = u32::MAX;
 const HAS_V4: u8 = 1;
 const HAS_V6: u8 = 2;
 const LIVE: u8 = 4;
+/// The MAC was made up during a restore because no record gave one yet; a later record may replace it.
+const MAC_GUESSED: u8 = 8;
 
 /// 28 bytes: the memory target is 100 bytes per allocated address, tables included.
 #[derive(Clone, Copy, Default)]
@@ -299,6 +301,19 @@ impl Slots {
         s.next = NIL;
         self.live -= 1;
         self.free.push(id);
+    }
+
+    pub(crate) fn mac_guessed(&self, id: u32) -> bool {
+        self.slots[id as usize].flags & MAC_GUESSED != 0
+    }
+
+    pub(crate) fn set_mac_guessed(&mut self, id: u32, guessed: bool) {
+        let s = &mut self.slots[id as usize];
+        if guessed {
+            s.flags |= MAC_GUESSED;
+        } else {
+            s.flags &= !MAC_GUESSED;
+        }
     }
 
     pub(crate) fn set_mac(&mut self, id: u32, mac: Mac) {

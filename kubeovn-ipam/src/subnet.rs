@@ -1043,7 +1043,7 @@ impl Subnet {
             if let Some(o) = self.slots.mac_owner(m, me).filter(|_| !shared) {
                 return Err(conflict(m.to_string(), self.slots.owner_name(o)));
             }
-            if existing.is_some_and(|id| self.slots.mac(id) != m) {
+            if existing.is_some_and(|id| self.slots.mac(id) != m && !self.slots.mac_guessed(id)) {
                 return Err(conflict(
                     m.to_string(),
                     format!("{}/{} (has another MAC)", rec.pod, rec.nic),
@@ -1051,13 +1051,21 @@ impl Subnet {
             }
         }
         let id = match existing {
-            Some(id) => id,
+            Some(id) => {
+                if let Some(m) = rec.mac.filter(|_| self.slots.mac_guessed(id)) {
+                    self.slots.set_mac(id, m);
+                    self.slots.set_mac_guessed(id, false);
+                }
+                id
+            }
             None => {
                 let mac = match rec.mac {
                     Some(m) => m,
                     None => self.fresh_mac(),
                 };
-                self.slots.create(&rec.pod, &rec.nic, mac)
+                let id = self.slots.create(&rec.pod, &rec.nic, mac);
+                self.slots.set_mac_guessed(id, rec.mac.is_none());
+                id
             }
         };
         if let (Some(f), Some(a)) = (self.v4.as_mut(), a4) {

@@ -494,9 +494,15 @@ fn restore_from_several_sources_reports_conflicts() {
         rec("s", "gw", Some("10.0.0.1"), None),
         rec("nope", "x", Some("10.0.0.3"), None),
         rec("s", "d", Some("10.0.0.2"), None),
+        // The pod annotation had no MAC; the northbound port has it: adopted, not a conflict.
+        rec("s", "d", Some("10.0.0.2"), Some("0a:00:00:00:00:0d")),
     ];
     let report = ipam.restore(records);
-    assert_eq!(report.restored, 4);
+    assert_eq!(report.restored, 5);
+    assert_eq!(
+        ipam.get("s", "d", "eth0").unwrap().unwrap().mac.to_string(),
+        "0a:00:00:00:00:0d"
+    );
     let pods: Vec<(&str, &str)> = report
         .conflicts
         .iter()
