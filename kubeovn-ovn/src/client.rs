@@ -1,5 +1,5 @@
 //! The async client: one tokio task per connection moves bytes between the socket and the
-//! [`Connection`](crate::conn::Connection) state machine; [`Client`] handles send commands to it.
+//! [`Connection`] state machine; [`Client`] handles send commands to it.
 //!
 //! Every method enqueues its request before its future is first polled, so creating several futures and
 //! awaiting them later pipelines the requests on the one connection.

@@ -149,7 +149,7 @@ impl FrameDecoder {
                     self.escape = false;
                     i += 1;
                 } else {
-                    match buf[i..].iter().position(|&b| b == b'"' || b == b'\\') {
+                    match memchr::memchr2(b'"', b'\\', &buf[i..]) {
                         Some(off) => {
                             i += off;
                             if buf[i] == b'"' {
