@@ -227,6 +227,27 @@ impl Ipam {
 ///
 /// Allocations in different subnets run in parallel (Kube-OVN serialises all of them behind one lock). Clone the
 /// `Arc` to share it; [`SharedIpam::subnet`] gives a subnet's own handle for hot loops.
+///
+/// ```
+/// use std::sync::Arc;
+/// use kubeovn_ipam::{AllocRequest, SharedIpam, SubnetSpec};
+///
+/// let ipam = Arc::new(SharedIpam::new());
+/// ipam.add_or_update_subnet(&SubnetSpec::new("a", "10.1.0.0/24", "10.1.0.1"))?;
+/// ipam.add_or_update_subnet(&SubnetSpec::new("b", "10.2.0.0/24", "10.2.0.1"))?;
+/// let workers: Vec<_> = ["a", "b"]
+///     .into_iter()
+///     .map(|subnet| {
+///         let ipam = ipam.clone();
+///         std::thread::spawn(move || ipam.allocate(subnet, &AllocRequest::new("pod", "eth0")))
+///     })
+///     .collect();
+/// for w in workers {
+///     assert!(w.join().expect("no panic")?.v4.is_some());
+/// }
+/// assert_eq!(ipam.pod_allocations("pod").len(), 2);
+/// # Ok::<(), kubeovn_ipam::IpamError>(())
+/// ```
 #[derive(Debug, Default)]
 pub struct SharedIpam {
     subnets: RwLock<HashMap<String, Arc<Mutex<Subnet>>>>,

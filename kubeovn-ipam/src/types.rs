@@ -109,7 +109,8 @@ pub struct AllocRequest<'a> {
     pub nic: &'a str,
     /// Only this family; `None` means every family of the subnet.
     pub family: Option<Family>,
-    /// Next-free addresses come from this pool; `None` means the subnet's default pool.
+    /// Next-free addresses come from this pool; `None` means the subnet's default pool. An address the nic
+    /// already holds is kept even if it is outside the pool (as in Kube-OVN).
     pub pool: Option<&'a str>,
     /// A static MAC.
     pub mac: Option<Mac>,
