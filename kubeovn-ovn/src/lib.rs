@@ -48,6 +48,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod cache;
 pub mod client;
 pub mod codegen;
 pub mod conn;

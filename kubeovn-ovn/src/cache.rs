@@ -1,0 +1,967 @@
+//! A client-side replica of monitored tables, kept up to date by a monitor, with indexes and change events.
+//!
+//! [`CacheBuilder`] names the tables (and optionally columns) to replicate and the indexes to keep: every
+//! single-column index of the schema (e.g. `Logical_Switch_Port.name`), any extra column the caller names
+//! (e.g. `Logical_Switch.name`, which the schema does not index) and keys of map columns (e.g.
+//! `external_ids:pod`). [`CacheBuilder::start`] monitors them (`monitor_cond_since` when the server has it,
+//! else `monitor_cond`) and spawns one task that applies each update notification atomically: readers take a
+//! read lock and never see half an update. [`Cache::subscribe`] gives the row events of each applied update.
+//!
+//! Rows are stored sparsely (only columns whose value is not the default), so a logical switch port with a
+//! name, addresses and a few external_ids costs a few hundred bytes, indexes included.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), kubeovn_ovn::Error> {
+//! use kubeovn_ovn::{Client, cache::CacheBuilder};
+//! let client = Client::connect("unix:/var/run/ovn/ovnnb_db.sock").await?;
+//! let cache = CacheBuilder::new("OVN_Northbound")
+//!     .table("Logical_Switch_Port")
+//!     .map_key_index("Logical_Switch_Port", "external_ids", "pod")
+//!     .start(&client)
+//!     .await?;
+//! if let Some(row) = cache.lookup("Logical_Switch_Port", "name", "pod1.ns") {
+//!     println!("{} {:?}", row.uuid(), row.get("addresses"));
+//! }
+//! # Ok(()) }
+//! ```
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, RwLock, RwLockReadGuard, Weak};
+use std::time::Duration;
+
+use tokio::sync::{broadcast, watch};
+
+use crate::client::{Client, MonitorStream};
+use crate::datum::{Atom, AtomType, Datum};
+use crate::error::Error;
+use crate::model::{Model, ModelError};
+use crate::monitor::{MonitorRequest, MonitorRequests, RowUpdate, TableUpdates};
+use crate::ops::Row;
+use crate::schema::{ColumnType, DatabaseSchema, TableSchema};
+use crate::uuid::Uuid;
+
+/// What an index is keyed by.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum IndexKey {
+    /// The string value of a column (rows whose value is not one string are not indexed).
+    Column(String),
+    /// The value of `key` in the string map `column` (e.g. `external_ids:pod`).
+    MapKey {
+        /// The map column.
+        column: String,
+        /// The key.
+        key: String,
+    },
+}
+
+impl IndexKey {
+    fn extract<'a>(&self, cols: &TableColumns, row: &'a CachedRow) -> Option<&'a str> {
+        match self {
+            IndexKey::Column(c) => {
+                let i = cols.position(c)?;
+                match row.value(i)? {
+                    Datum::Atom(Atom::String(s)) => Some(s),
+                    Datum::Set(v) if v.len() == 1 => v[0].as_str(),
+                    _ => None,
+                }
+            }
+            IndexKey::MapKey { column, key } => {
+                let i = cols.position(column)?;
+                row.value(i)?.map_get(key)?.as_str()
+            }
+        }
+    }
+}
+
+/// The columns of one replicated table and their default values.
+#[derive(Debug)]
+pub struct TableColumns {
+    table: Arc<str>,
+    names: Vec<String>,
+    defaults: Vec<Datum>,
+    types: Vec<ColumnType>,
+}
+
+impl TableColumns {
+    fn new(ts: &TableSchema, only: Option<&[String]>) -> Self {
+        let names: Vec<String> = match only {
+            Some(cols) => cols.to_vec(),
+            None => ts.columns.keys().cloned().collect(),
+        };
+        let types: Vec<ColumnType> = names
+            .iter()
+            .map(|n| {
+                ts.column(n)
+                    .map(|c| c.ty.clone())
+                    .unwrap_or_else(|| ColumnType::scalar(AtomType::String))
+            })
+            .collect();
+        let defaults = types.iter().map(default_datum).collect();
+        TableColumns {
+            table: ts.name.as_str().into(),
+            names,
+            defaults,
+            types,
+        }
+    }
+
+    /// The table's name.
+    pub fn table(&self) -> &str {
+        &self.table
+    }
+
+    /// The replicated columns.
+    pub fn names(&self) -> &[String] {
+        &self.names
+    }
+
+    /// The position of a column among [`TableColumns::names`].
+    pub fn position(&self, column: &str) -> Option<usize> {
+        self.names.iter().position(|n| n == column)
+    }
+}
+
+fn default_datum(ty: &ColumnType) -> Datum {
+    if ty.min == 1 && ty.max == 1 && ty.value.is_none() {
+        Datum::Atom(match ty.key.atom {
+            AtomType::Integer => Atom::Integer(0),
+            AtomType::Real => Atom::Real(0.0),
+            AtomType::Boolean => Atom::Boolean(false),
+            AtomType::String => Atom::String(String::new()),
+            AtomType::Uuid => Atom::Uuid(Uuid::NIL),
+        })
+    } else if ty.value.is_some() {
+        Datum::Map(Vec::new())
+    } else {
+        Datum::Set(Vec::new())
+    }
+}
+
+fn is_default(d: &Datum, def: &Datum) -> bool {
+    d == def || d.is_empty() && !matches!(def, Datum::Atom(_))
+}
+
+/// One replicated row: its UUID and the values of its non-default columns.
+#[derive(Debug, Clone)]
+pub struct CachedRow {
+    uuid: Uuid,
+    values: Box<[(u16, Datum)]>,
+    columns: Arc<TableColumns>,
+}
+
+impl CachedRow {
+    fn from_row(uuid: Uuid, row: Row, columns: &Arc<TableColumns>) -> Self {
+        let mut values: Vec<(u16, Datum)> = Vec::with_capacity(row.len());
+        for (k, v) in row {
+            if let Some(i) = columns.position(&k) {
+                if !is_default(&v, &columns.defaults[i]) {
+                    values.push((i as u16, v));
+                }
+            }
+        }
+        values.sort_by_key(|(i, _)| *i);
+        CachedRow {
+            uuid,
+            values: values.into_boxed_slice(),
+            columns: columns.clone(),
+        }
+    }
+
+    fn value(&self, i: usize) -> Option<&Datum> {
+        self.values
+            .iter()
+            .find(|(j, _)| *j as usize == i)
+            .map(|(_, d)| d)
+            .or_else(|| self.columns.defaults.get(i))
+    }
+
+    /// The row's UUID.
+    pub fn uuid(&self) -> Uuid {
+        self.uuid
+    }
+
+    /// The table this row belongs to.
+    pub fn table(&self) -> &str {
+        &self.columns.table
+    }
+
+    /// A column's value (its default if not set); None for a column that is not replicated.
+    pub fn get(&self, column: &str) -> Option<&Datum> {
+        self.value(self.columns.position(column)?)
+    }
+
+    /// A string column's value ("" if it is not a string).
+    pub fn get_str(&self, column: &str) -> &str {
+        match self.get(column) {
+            Some(Datum::Atom(Atom::String(s))) => s,
+            Some(Datum::Set(v)) if v.len() == 1 => v[0].as_str().unwrap_or(""),
+            _ => "",
+        }
+    }
+
+    /// The value of `key` in the string map `column`.
+    pub fn map_get(&self, column: &str, key: &str) -> Option<&str> {
+        self.get(column)?.map_get(key)?.as_str()
+    }
+
+    /// The UUIDs held by a set (or scalar) column of references.
+    pub fn uuids(&self, column: &str) -> impl Iterator<Item = Uuid> + '_ {
+        self.get(column)
+            .map(Datum::atoms)
+            .unwrap_or(&[])
+            .iter()
+            .filter_map(Atom::as_uuid)
+    }
+
+    /// Every replicated column with its value, as an untyped row.
+    pub fn to_row(&self) -> Row {
+        self.columns
+            .names
+            .iter()
+            .enumerate()
+            .filter_map(|(i, n)| Some((n.clone(), self.value(i)?.clone())))
+            .collect()
+    }
+
+    /// The row as a typed model (columns not replicated take their defaults).
+    pub fn to_model<M: Model>(&self) -> Result<M, ModelError> {
+        M::from_row(self.uuid, &self.to_row())
+    }
+
+    fn apply_modify(&self, diff: Row) -> CachedRow {
+        let mut values: Vec<(u16, Datum)> = self.values.to_vec();
+        for (k, d) in diff {
+            let Some(i) = self.columns.position(&k) else {
+                continue;
+            };
+            let ty = &self.columns.types[i];
+            let cur = values
+                .iter()
+                .position(|(j, _)| *j as usize == i)
+                .map(|p| values.remove(p).1)
+                .unwrap_or_else(|| self.columns.defaults[i].clone());
+            let new = apply_diff(cur, d, ty);
+            if !is_default(&new, &self.columns.defaults[i]) {
+                values.push((i as u16, new));
+            }
+        }
+        values.sort_by_key(|(i, _)| *i);
+        CachedRow {
+            uuid: self.uuid,
+            values: values.into_boxed_slice(),
+            columns: self.columns.clone(),
+        }
+    }
+}
+
+/// Applies an update2 `modify` difference to a column value.
+fn apply_diff(cur: Datum, diff: Datum, ty: &ColumnType) -> Datum {
+    if ty.min == 1 && ty.max == 1 && ty.value.is_none() {
+        return match diff {
+            Datum::Set(mut v) if v.len() == 1 => Datum::Atom(v.remove(0)),
+            d => d,
+        };
+    }
+    if ty.value.is_some() {
+        let mut m = match cur {
+            Datum::Map(m) => m,
+            _ => Vec::new(),
+        };
+        if let Datum::Map(dm) = diff {
+            for (k, v) in dm {
+                match m.iter().position(|(mk, _)| *mk == k) {
+                    Some(p) if m[p].1 == v => {
+                        m.remove(p);
+                    }
+                    Some(p) => m[p].1 = v,
+                    None => m.push((k, v)),
+                }
+            }
+        }
+        return Datum::Map(m);
+    }
+    let mut s: Vec<Atom> = match cur {
+        Datum::Set(s) => s,
+        Datum::Atom(a) => vec![a],
+        Datum::Map(_) => Vec::new(),
+    };
+    let add: Vec<Atom> = match diff {
+        Datum::Set(s) => s,
+        Datum::Atom(a) => vec![a],
+        Datum::Map(_) => Vec::new(),
+    };
+    for a in add {
+        match s.iter().position(|x| *x == a) {
+            Some(p) => {
+                s.remove(p);
+            }
+            None => s.push(a),
+        }
+    }
+    Datum::Set(s)
+}
+
+/// What happened to a row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventKind {
+    /// A new row.
+    Insert,
+    /// A changed row.
+    Modify,
+    /// A removed row.
+    Delete,
+}
+
+/// One row change, sent to subscribers after its whole update has been applied.
+#[derive(Debug, Clone)]
+pub struct RowEvent {
+    /// Insert, modify or delete.
+    pub kind: EventKind,
+    /// The table.
+    pub table: Arc<str>,
+    /// The row.
+    pub uuid: Uuid,
+    /// The row before (modify, delete).
+    pub old: Option<Arc<CachedRow>>,
+    /// The row after (insert, modify).
+    pub new: Option<Arc<CachedRow>>,
+}
+
+#[derive(Debug)]
+struct Index {
+    key: IndexKey,
+    map: HashMap<Box<str>, Vec<Uuid>>,
+}
+
+impl Index {
+    fn add(&mut self, cols: &TableColumns, row: &CachedRow) {
+        if let Some(k) = self.key.extract(cols, row) {
+            match self.map.get_mut(k) {
+                Some(v) => v.push(row.uuid),
+                None => {
+                    self.map.insert(k.into(), vec![row.uuid]);
+                }
+            }
+        }
+    }
+
+    fn remove(&mut self, cols: &TableColumns, row: &CachedRow) {
+        if let Some(k) = self.key.extract(cols, row) {
+            if let Some(v) = self.map.get_mut(k) {
+                v.retain(|u| *u != row.uuid);
+                if v.is_empty() {
+                    self.map.remove(k);
+                }
+            }
+        }
+    }
+}
+
+#[derive(Debug)]
+struct TableCache {
+    columns: Arc<TableColumns>,
+    rows: HashMap<Uuid, Arc<CachedRow>>,
+    indexes: Vec<Index>,
+}
+
+impl TableCache {
+    fn insert(&mut self, row: Arc<CachedRow>) -> Option<Arc<CachedRow>> {
+        let old = self.remove(row.uuid);
+        for ix in &mut self.indexes {
+            ix.add(&self.columns, &row);
+        }
+        self.rows.insert(row.uuid, row);
+        old
+    }
+
+    fn remove(&mut self, uuid: Uuid) -> Option<Arc<CachedRow>> {
+        let old = self.rows.remove(&uuid)?;
+        for ix in &mut self.indexes {
+            ix.remove(&self.columns, &old);
+        }
+        Some(old)
+    }
+
+    fn index(&self, key: &IndexKey) -> Option<&Index> {
+        self.indexes.iter().find(|i| i.key == *key)
+    }
+}
+
+#[derive(Debug, Default)]
+struct State {
+    tables: HashMap<String, TableCache>,
+    last_txn_id: Option<Uuid>,
+}
+
+impl State {
+    /// Applies one update; returns the events.
+    fn apply(&mut self, updates: TableUpdates, events: bool) -> Vec<RowEvent> {
+        let mut out = Vec::new();
+        for (t, rows) in updates {
+            let Some(tc) = self.tables.get_mut(&t) else {
+                continue;
+            };
+            for (uuid, ru) in rows {
+                let (kind, old, new) = match ru {
+                    RowUpdate::Initial(r) | RowUpdate::Insert(r) => {
+                        let new = Arc::new(CachedRow::from_row(uuid, r, &tc.columns));
+                        let old = tc.insert(new.clone());
+                        let kind = if old.is_some() {
+                            EventKind::Modify
+                        } else {
+                            EventKind::Insert
+                        };
+                        (kind, old, Some(new))
+                    }
+                    RowUpdate::Modify(diff) => {
+                        let Some(old) = tc.rows.get(&uuid).cloned() else {
+                            continue;
+                        };
+                        let new = Arc::new(old.apply_modify(diff));
+                        tc.insert(new.clone());
+                        (EventKind::Modify, Some(old), Some(new))
+                    }
+                    RowUpdate::Delete(_) => {
+                        let Some(old) = tc.remove(uuid) else { continue };
+                        (EventKind::Delete, Some(old), None)
+                    }
+                    RowUpdate::Update { new, .. } => match new {
+                        // `update` form: `new` holds every monitored column.
+                        Some(r) => {
+                            let new = Arc::new(CachedRow::from_row(uuid, r, &tc.columns));
+                            let prev = tc.insert(new.clone());
+                            let kind = if prev.is_some() {
+                                EventKind::Modify
+                            } else {
+                                EventKind::Insert
+                            };
+                            (kind, prev, Some(new))
+                        }
+                        None => {
+                            let Some(old) = tc.remove(uuid) else { continue };
+                            (EventKind::Delete, Some(old), None)
+                        }
+                    },
+                };
+                if events {
+                    out.push(RowEvent {
+                        kind,
+                        table: tc.columns.table.clone(),
+                        uuid,
+                        old,
+                        new,
+                    });
+                }
+            }
+        }
+        out
+    }
+}
+
+/// A consistent read-only view of the replica (holds the read lock: keep it short, never across an await).
+pub struct CacheView<'a> {
+    state: RwLockReadGuard<'a, State>,
+}
+
+impl std::fmt::Debug for CacheView<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CacheView").finish_non_exhaustive()
+    }
+}
+
+impl CacheView<'_> {
+    /// A row by UUID.
+    pub fn get(&self, table: &str, uuid: Uuid) -> Option<&Arc<CachedRow>> {
+        self.state.tables.get(table)?.rows.get(&uuid)
+    }
+
+    /// The first row whose indexed `column` has the string `value`.
+    pub fn lookup(&self, table: &str, column: &str, value: &str) -> Option<&Arc<CachedRow>> {
+        self.lookup_key(table, &IndexKey::Column(column.to_owned()), value)
+    }
+
+    /// The first row whose indexed `key` has `value`.
+    pub fn lookup_key(&self, table: &str, key: &IndexKey, value: &str) -> Option<&Arc<CachedRow>> {
+        let tc = self.state.tables.get(table)?;
+        let u = tc.index(key)?.map.get(value)?.first()?;
+        tc.rows.get(u)
+    }
+
+    /// Every row whose indexed `key` has `value`.
+    pub fn lookup_all(&self, table: &str, key: &IndexKey, value: &str) -> Vec<&Arc<CachedRow>> {
+        let Some(tc) = self.state.tables.get(table) else {
+            return Vec::new();
+        };
+        tc.index(key)
+            .and_then(|i| i.map.get(value))
+            .map(|v| v.iter().filter_map(|u| tc.rows.get(u)).collect())
+            .unwrap_or_default()
+    }
+
+    /// Every row of a table (in no particular order).
+    pub fn rows(&self, table: &str) -> impl Iterator<Item = &Arc<CachedRow>> + '_ {
+        self.state
+            .tables
+            .get(table)
+            .into_iter()
+            .flat_map(|t| t.rows.values())
+    }
+
+    /// The number of rows of a table.
+    pub fn len(&self, table: &str) -> usize {
+        self.state.tables.get(table).map_or(0, |t| t.rows.len())
+    }
+
+    /// Whether a table has no rows.
+    pub fn is_empty(&self, table: &str) -> bool {
+        self.len(table) == 0
+    }
+}
+
+struct Inner {
+    db: String,
+    state: RwLock<State>,
+    events: broadcast::Sender<RowEvent>,
+    generation: watch::Sender<u64>,
+    closed: watch::Sender<Option<String>>,
+    task: std::sync::Mutex<Option<tokio::task::AbortHandle>>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if let Ok(mut t) = self.task.lock() {
+            if let Some(h) = t.take() {
+                h.abort();
+            }
+        }
+    }
+}
+
+/// A replica of monitored tables; cheap to clone (all clones share it). Dropping the last clone stops the
+/// monitor.
+#[derive(Clone)]
+pub struct Cache {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Cache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cache")
+            .field("db", &self.inner.db)
+            .finish_non_exhaustive()
+    }
+}
+
+#[derive(Debug, Clone)]
+struct TableSpec {
+    columns: Option<Vec<String>>,
+    indexes: Vec<IndexKey>,
+}
+
+/// Which tables, columns and indexes a [`Cache`] keeps.
+#[derive(Debug, Clone)]
+pub struct CacheBuilder {
+    db: String,
+    tables: BTreeMap<String, TableSpec>,
+    capacity: usize,
+}
+
+impl CacheBuilder {
+    /// A cache of database `db` with no tables yet.
+    pub fn new(db: impl Into<String>) -> Self {
+        CacheBuilder {
+            db: db.into(),
+            tables: BTreeMap::new(),
+            capacity: 4096,
+        }
+    }
+
+    fn spec(&mut self, table: &str) -> &mut TableSpec {
+        self.tables
+            .entry(table.to_owned())
+            .or_insert_with(|| TableSpec {
+                columns: None,
+                indexes: Vec::new(),
+            })
+    }
+
+    /// Replicates every column of `table`.
+    pub fn table(mut self, table: &str) -> Self {
+        self.spec(table);
+        self
+    }
+
+    /// Replicates only `columns` of `table`.
+    pub fn table_columns<I: IntoIterator<Item = S>, S: Into<String>>(
+        mut self,
+        table: &str,
+        columns: I,
+    ) -> Self {
+        self.spec(table).columns = Some(columns.into_iter().map(Into::into).collect());
+        self
+    }
+
+    /// Indexes `table` by the string value of `column` (the schema's single-column indexes are kept anyway).
+    pub fn index(mut self, table: &str, column: &str) -> Self {
+        let k = IndexKey::Column(column.to_owned());
+        let s = self.spec(table);
+        if !s.indexes.contains(&k) {
+            s.indexes.push(k);
+        }
+        self
+    }
+
+    /// Indexes `table` by the value of `key` in the map `column` (e.g. `external_ids`, `pod`).
+    pub fn map_key_index(mut self, table: &str, column: &str, key: &str) -> Self {
+        let k = IndexKey::MapKey {
+            column: column.to_owned(),
+            key: key.to_owned(),
+        };
+        let s = self.spec(table);
+        if !s.indexes.contains(&k) {
+            s.indexes.push(k);
+        }
+        self
+    }
+
+    /// How many row events a slow subscriber may lag behind before it misses some (default 4096).
+    pub fn event_capacity(mut self, n: usize) -> Self {
+        self.capacity = n.max(1);
+        self
+    }
+
+    /// Builds the empty replica for `schema` (the monitor is not started): for tests and [`Cache::apply`].
+    pub fn build(&self, schema: &DatabaseSchema) -> Result<Cache, Error> {
+        let mut state = State::default();
+        for (t, spec) in &self.tables {
+            let ts = schema.table(t).ok_or_else(|| Error::Protocol {
+                method: "cache",
+                what: format!("no table {t} in {}", schema.name),
+            })?;
+            let columns = Arc::new(TableColumns::new(ts, spec.columns.as_deref()));
+            let mut keys: Vec<IndexKey> = ts
+                .indexes
+                .iter()
+                .filter(|ix| ix.len() == 1)
+                .map(|ix| IndexKey::Column(ix[0].clone()))
+                .collect();
+            for k in &spec.indexes {
+                if !keys.contains(k) {
+                    keys.push(k.clone());
+                }
+            }
+            let indexes = keys
+                .into_iter()
+                .map(|key| Index {
+                    key,
+                    map: HashMap::new(),
+                })
+                .collect();
+            state.tables.insert(
+                t.clone(),
+                TableCache {
+                    columns,
+                    rows: HashMap::new(),
+                    indexes,
+                },
+            );
+        }
+        let (events, _) = broadcast::channel(self.capacity);
+        Ok(Cache {
+            inner: Arc::new(Inner {
+                db: self.db.clone(),
+                state: RwLock::new(state),
+                events,
+                generation: watch::Sender::new(0),
+                closed: watch::Sender::new(None),
+                task: std::sync::Mutex::new(None),
+            }),
+        })
+    }
+
+    fn requests(&self) -> MonitorRequests {
+        let mut r = MonitorRequests::new();
+        for (t, spec) in &self.tables {
+            let mut req = MonitorRequest::all();
+            if let Some(c) = &spec.columns {
+                req = req.columns(c.iter().cloned());
+            }
+            r = r.table(t.clone(), req);
+        }
+        r
+    }
+
+    /// Fetches the schema if needed, monitors the tables, loads their current rows and starts applying
+    /// changes; returns once the initial contents are in the replica.
+    pub async fn start(self, client: &Client) -> Result<Cache, Error> {
+        let schema = match client.schema(&self.db) {
+            Some(s) => s,
+            None => client.get_schema(&self.db).await?,
+        };
+        let cache = self.build(&schema)?;
+        let requests = self.requests();
+        let (initial, last, stream) =
+            match client.monitor_cond_since(&self.db, &requests, None).await {
+                Ok((r, s)) => (r.updates, r.last_txn_id, s),
+                Err(Error::Rpc { .. }) => {
+                    let (u, s) = client.monitor_cond(&self.db, &requests).await?;
+                    (u, None, s)
+                }
+                Err(e) => return Err(e),
+            };
+        cache.apply(initial, last);
+        let weak = Arc::downgrade(&cache.inner);
+        let h = tokio::spawn(run(weak, stream));
+        if let Ok(mut t) = cache.inner.task.lock() {
+            *t = Some(h.abort_handle());
+        }
+        Ok(cache)
+    }
+}
+
+async fn run(weak: Weak<Inner>, mut stream: MonitorStream) {
+    loop {
+        let next = stream.next().await;
+        let Some(inner) = weak.upgrade() else { return };
+        let cache = Cache { inner };
+        match next {
+            Some(Ok(u)) => cache.apply(u.tables, u.last_txn_id),
+            Some(Err(e)) => {
+                cache.inner.closed.send_replace(Some(e.to_string()));
+                return;
+            }
+            None => {
+                cache
+                    .inner
+                    .closed
+                    .send_replace(Some("monitor closed".to_owned()));
+                return;
+            }
+        }
+    }
+}
+
+impl Cache {
+    /// The database replicated.
+    pub fn db(&self) -> &str {
+        &self.inner.db
+    }
+
+    /// Applies one batch of changes atomically and tells subscribers (normally done by the monitor task).
+    pub fn apply(&self, updates: TableUpdates, last_txn_id: Option<Uuid>) {
+        let events = self.inner.events.receiver_count() > 0;
+        let evs = {
+            let Ok(mut st) = self.inner.state.write() else {
+                return;
+            };
+            if last_txn_id.is_some() {
+                st.last_txn_id = last_txn_id;
+            }
+            st.apply(updates, events)
+        };
+        for e in evs {
+            let _ = self.inner.events.send(e);
+        }
+        self.inner.generation.send_modify(|g| *g += 1);
+    }
+
+    /// A consistent view for several lookups.
+    pub fn view(&self) -> CacheView<'_> {
+        CacheView {
+            state: self.inner.state.read().unwrap_or_else(|p| p.into_inner()),
+        }
+    }
+
+    /// A row by UUID.
+    pub fn get(&self, table: &str, uuid: Uuid) -> Option<Arc<CachedRow>> {
+        self.view().get(table, uuid).cloned()
+    }
+
+    /// The first row whose indexed string `column` equals `value`.
+    pub fn lookup(&self, table: &str, column: &str, value: &str) -> Option<Arc<CachedRow>> {
+        self.view().lookup(table, column, value).cloned()
+    }
+
+    /// The first row whose `map_column` has `key` = `value` (needs [`CacheBuilder::map_key_index`]).
+    pub fn lookup_map(
+        &self,
+        table: &str,
+        map_column: &str,
+        key: &str,
+        value: &str,
+    ) -> Option<Arc<CachedRow>> {
+        let k = IndexKey::MapKey {
+            column: map_column.to_owned(),
+            key: key.to_owned(),
+        };
+        self.view().lookup_key(table, &k, value).cloned()
+    }
+
+    /// Every row whose indexed `key` has `value`.
+    pub fn lookup_all(&self, table: &str, key: &IndexKey, value: &str) -> Vec<Arc<CachedRow>> {
+        self.view()
+            .lookup_all(table, key, value)
+            .into_iter()
+            .cloned()
+            .collect()
+    }
+
+    /// Every row of a table.
+    pub fn rows(&self, table: &str) -> Vec<Arc<CachedRow>> {
+        self.view().rows(table).cloned().collect()
+    }
+
+    /// Every row of a table as typed models (rows that do not fit are skipped).
+    pub fn models<M: Model>(&self) -> Vec<M> {
+        self.view()
+            .rows(M::TABLE)
+            .filter_map(|r| r.to_model().ok())
+            .collect()
+    }
+
+    /// The number of rows of a table.
+    pub fn len(&self, table: &str) -> usize {
+        self.view().len(table)
+    }
+
+    /// The last transaction applied (monitor_cond_since only).
+    pub fn last_txn_id(&self) -> Option<Uuid> {
+        self.view().state.last_txn_id
+    }
+
+    /// Row events of every update applied from now on.
+    pub fn subscribe(&self) -> broadcast::Receiver<RowEvent> {
+        self.inner.events.subscribe()
+    }
+
+    /// Why the monitor stopped, if it did (the replica is then frozen).
+    pub fn closed(&self) -> Option<String> {
+        self.inner.closed.borrow().clone()
+    }
+
+    /// Waits until `cond` holds on the replica (checked now and after each applied update), up to `timeout`;
+    /// false on timeout or if the monitor stopped.
+    pub async fn wait_for<F>(&self, timeout: Duration, mut cond: F) -> bool
+    where
+        F: FnMut(&CacheView<'_>) -> bool,
+    {
+        let mut rx = self.inner.generation.subscribe();
+        let fut = async {
+            loop {
+                if cond(&self.view()) {
+                    return true;
+                }
+                if self.closed().is_some() || rx.changed().await.is_err() {
+                    return false;
+                }
+            }
+        };
+        tokio::time::timeout(timeout, fut).await.unwrap_or(false)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn schema() -> DatabaseSchema {
+        include_str!("../schemas/ovn-nb.ovsschema").parse().unwrap()
+    }
+
+    fn lsp(name: &str, pod: &str) -> Row {
+        let mut r = Row::new();
+        r.insert("name".into(), Datum::from(name));
+        r.insert(
+            "addresses".into(),
+            Datum::set(["0a:58:0a:10:00:05 10.16.0.5"]),
+        );
+        r.insert(
+            "external_ids".into(),
+            Datum::map([("pod", pod), ("vendor", "kube-ovn")]),
+        );
+        r
+    }
+
+    fn one(t: &str, u: Uuid, ru: RowUpdate) -> TableUpdates {
+        let mut m = TableUpdates::new();
+        m.entry(t.to_owned()).or_default().insert(u, ru);
+        m
+    }
+
+    fn uuid(i: u8) -> Uuid {
+        Uuid::parse(&format!("00000000-0000-0000-0000-0000000000{i:02x}")).unwrap()
+    }
+
+    #[test]
+    fn insert_modify_delete_and_indexes() {
+        let c = CacheBuilder::new("OVN_Northbound")
+            .table("Logical_Switch_Port")
+            .map_key_index("Logical_Switch_Port", "external_ids", "pod")
+            .build(&schema())
+            .unwrap();
+        let mut rx = c.subscribe();
+        let u = uuid(1);
+        c.apply(
+            one(
+                "Logical_Switch_Port",
+                u,
+                RowUpdate::Insert(lsp("p1", "ns/p1")),
+            ),
+            None,
+        );
+        assert_eq!(
+            c.lookup("Logical_Switch_Port", "name", "p1")
+                .unwrap()
+                .uuid(),
+            u
+        );
+        assert_eq!(
+            c.lookup_map("Logical_Switch_Port", "external_ids", "pod", "ns/p1")
+                .unwrap()
+                .uuid(),
+            u
+        );
+        // modify: rename, drop the vendor key, change pod
+        let mut diff = Row::new();
+        diff.insert("name".into(), Datum::from("p2"));
+        diff.insert(
+            "external_ids".into(),
+            Datum::map([("pod", "ns/p2"), ("vendor", "kube-ovn")]),
+        );
+        c.apply(one("Logical_Switch_Port", u, RowUpdate::Modify(diff)), None);
+        assert!(c.lookup("Logical_Switch_Port", "name", "p1").is_none());
+        let r = c.lookup("Logical_Switch_Port", "name", "p2").unwrap();
+        assert_eq!(r.map_get("external_ids", "pod"), Some("ns/p2"));
+        assert_eq!(r.map_get("external_ids", "vendor"), None);
+        assert_eq!(r.get("enabled"), Some(&Datum::Set(vec![])));
+        let m: crate::models::nb::LogicalSwitchPort = r.to_model().unwrap();
+        assert_eq!(m.name, "p2");
+        c.apply(one("Logical_Switch_Port", u, RowUpdate::Delete(None)), None);
+        assert_eq!(c.len("Logical_Switch_Port"), 0);
+        assert!(c
+            .lookup_map("Logical_Switch_Port", "external_ids", "pod", "ns/p2")
+            .is_none());
+        let kinds: Vec<EventKind> = (0..3).map(|_| rx.try_recv().unwrap().kind).collect();
+        assert_eq!(
+            kinds,
+            [EventKind::Insert, EventKind::Modify, EventKind::Delete]
+        );
+    }
+
+    #[test]
+    fn set_diff_is_symmetric() {
+        let ty = schema()
+            .table("Logical_Switch")
+            .unwrap()
+            .column("ports")
+            .unwrap()
+            .ty
+            .clone();
+        let d = apply_diff(
+            Datum::set([uuid(1), uuid(2)]),
+            Datum::set([uuid(2), uuid(3)]),
+            &ty,
+        );
+        assert_eq!(d, Datum::set([uuid(1), uuid(3)]));
+    }
+}
