@@ -1,0 +1,643 @@
+//! The object store: one resourceVersion sequence, an event history for watches, and the
+//! create/update/delete rules of the API server (uids, generateName, finalizers, namespaces).
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde_json::{json, Map, Value};
+use tokio::sync::broadcast;
+
+use crate::error::{Error, Result};
+use crate::resources::{self, ResourceInfo};
+
+/// Watch event type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventType {
+    /// Object created.
+    Added,
+    /// Object changed.
+    Modified,
+    /// Object removed.
+    Deleted,
+}
+
+impl EventType {
+    /// Wire name (`ADDED`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventType::Added => "ADDED",
+            EventType::Modified => "MODIFIED",
+            EventType::Deleted => "DELETED",
+        }
+    }
+}
+
+/// One change in the store.
+#[derive(Debug)]
+pub struct Event {
+    /// resourceVersion of the change.
+    pub rv: u64,
+    /// Storage key of the resource (`group/plural`).
+    pub key: String,
+    /// Namespace of the object (empty when cluster-scoped).
+    pub namespace: String,
+    /// What happened.
+    pub kind: EventType,
+    /// The object after the change (before it, for deletions, with the new resourceVersion).
+    pub object: Arc<Value>,
+}
+
+type Objects = BTreeMap<(String, String), Arc<Value>>;
+
+struct Inner {
+    rv: u64,
+    resources: Vec<Arc<ResourceInfo>>,
+    objects: HashMap<String, Objects>,
+    history: VecDeque<Arc<Event>>,
+    compacted: u64,
+}
+
+/// The in-memory store behind the server.
+pub struct Store {
+    inner: Mutex<Inner>,
+    tx: broadcast::Sender<Arc<Event>>,
+    history_limit: usize,
+    counter: AtomicU64,
+    seed: u64,
+}
+
+/// Current time as RFC 3339 (`2024-01-02T03:04:05Z`).
+pub fn now_rfc3339() -> String {
+    let secs = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    format_rfc3339(secs as i64)
+}
+
+/// Seconds since the epoch as RFC 3339.
+pub fn format_rfc3339(secs: i64) -> String {
+    let days = secs.div_euclid(86400);
+    let rem = secs.rem_euclid(86400);
+    // Civil-from-days (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = if m <= 2 { y + 1 } else { y };
+    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
+}
+
+/// RFC 3339 (`...Z`) back to seconds since the epoch.
+pub fn parse_rfc3339(s: &str) -> Option<i64> {
+    let b = s.as_bytes();
+    if b.len() < 19 {
+        return None;
+    }
+    let n = |r: std::ops::Range<usize>| s.get(r)?.parse::<i64>().ok();
+    let (y, m, d) = (n(0..4)?, n(5..7)?, n(8..10)?);
+    let (hh, mm, ss) = (n(11..13)?, n(14..16)?, n(17..19)?);
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = if m > 2 { m - 3 } else { m + 9 };
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    Some(days * 86400 + hh * 3600 + mm * 60 + ss)
+}
+
+fn meta_str<'a>(obj: &'a Value, field: &str) -> &'a str {
+    obj.get("metadata").and_then(|m| m.get(field)).and_then(Value::as_str).unwrap_or("")
+}
+
+fn meta_mut(obj: &mut Value) -> Result<&mut Map<String, Value>> {
+    let o = obj.as_object_mut().ok_or_else(|| Error::bad_request("the body must be a JSON object"))?;
+    let m = o.entry("metadata").or_insert_with(|| json!({}));
+    if m.is_null() {
+        *m = json!({});
+    }
+    m.as_object_mut().ok_or_else(|| Error::bad_request("metadata must be an object"))
+}
+
+fn has_finalizers(obj: &Value) -> bool {
+    obj.pointer("/metadata/finalizers").and_then(Value::as_array).is_some_and(|a| !a.is_empty())
+}
+
+/// Whether an update changes more than metadata and status (so `generation` moves).
+fn spec_changed(old: &Value, new: &Value) -> bool {
+    let strip = |v: &Value| -> Value {
+        let mut v = v.clone();
+        if let Some(o) = v.as_object_mut() {
+            o.remove("metadata");
+            o.remove("status");
+        }
+        v
+    };
+    strip(old) != strip(new)
+}
+
+/// The state a request sees in the store, as returned by [`Store::list`].
+pub struct ListSnapshot {
+    /// resourceVersion of the snapshot.
+    pub rv: u64,
+    /// Matching objects in (namespace, name) order.
+    pub items: Vec<Arc<Value>>,
+}
+
+impl Store {
+    /// An empty store with the built-in kinds and the default namespaces.
+    pub fn new(history_limit: usize) -> Self {
+        let (tx, _) = broadcast::channel(16384);
+        let seed = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(1);
+        let store = Store {
+            inner: Mutex::new(Inner {
+                rv: 0,
+                resources: resources::builtins().into_iter().map(Arc::new).collect(),
+                objects: HashMap::new(),
+                history: VecDeque::new(),
+                compacted: 0,
+            }),
+            tx,
+            history_limit: history_limit.max(1),
+            counter: AtomicU64::new(1),
+            seed,
+        };
+        for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
+            let info = store.resource("", "v1", "namespaces");
+            if let Some(info) = info {
+                let _ = store.create(&info, None, json!({"metadata": {"name": ns}}));
+            }
+        }
+        store
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn next_random(&self) -> u64 {
+        // splitmix64 over a counter: unique per store, unpredictable enough for names.
+        let mut z = self.seed.wrapping_add(self.counter.fetch_add(1, Ordering::Relaxed).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    fn uid(&self) -> String {
+        let (a, b) = (self.next_random(), self.next_random());
+        format!(
+            "{:08x}-{:04x}-4{:03x}-{:04x}-{:012x}",
+            a >> 32,
+            (a >> 16) & 0xffff,
+            a & 0xfff,
+            (b >> 48) & 0x3fff | 0x8000,
+            b & 0xffff_ffff_ffff
+        )
+    }
+
+    /// Current resourceVersion.
+    pub fn resource_version(&self) -> u64 {
+        self.lock().rv
+    }
+
+    /// Served resources.
+    pub fn resources(&self) -> Vec<Arc<ResourceInfo>> {
+        self.lock().resources.clone()
+    }
+
+    /// Looks a resource up by group, version and plural.
+    pub fn resource(&self, group: &str, version: &str, plural: &str) -> Option<Arc<ResourceInfo>> {
+        self.lock()
+            .resources
+            .iter()
+            .find(|r| r.group == group && r.version == version && r.plural == plural)
+            .cloned()
+    }
+
+    /// Records a change: bumps the resourceVersion, stamps the object, stores it and tells the watchers.
+    fn commit(&self, inner: &mut Inner, info: &ResourceInfo, kind: EventType, mut obj: Value) -> Arc<Value> {
+        inner.rv += 1;
+        let rv = inner.rv;
+        if let Ok(m) = meta_mut(&mut obj) {
+            m.insert("resourceVersion".into(), Value::String(rv.to_string()));
+        }
+        let ns = meta_str(&obj, "namespace").to_owned();
+        let name = meta_str(&obj, "name").to_owned();
+        let obj = Arc::new(obj);
+        let key = info.key();
+        let objects = inner.objects.entry(key.clone()).or_default();
+        if kind == EventType::Deleted {
+            objects.remove(&(ns.clone(), name));
+        } else {
+            objects.insert((ns.clone(), name), obj.clone());
+        }
+        let ev = Arc::new(Event { rv, key, namespace: ns, kind, object: obj.clone() });
+        inner.history.push_back(ev.clone());
+        while inner.history.len() > self.history_limit {
+            if let Some(old) = inner.history.pop_front() {
+                inner.compacted = old.rv;
+            }
+        }
+        let _ = self.tx.send(ev);
+        obj
+    }
+
+    fn check_namespace(&self, inner: &Inner, info: &ResourceInfo, ns: Option<&str>) -> Result<String> {
+        if !info.namespaced {
+            return Ok(String::new());
+        }
+        let ns = ns.filter(|s| !s.is_empty()).ok_or_else(|| Error::bad_request("a namespace is required"))?;
+        let exists = inner
+            .objects
+            .get("/namespaces")
+            .is_some_and(|o| o.contains_key(&(String::new(), ns.to_owned())));
+        if !exists {
+            return Err(Error::not_found("", "namespaces", ns));
+        }
+        Ok(ns.to_owned())
+    }
+
+    /// Creates an object (POST).
+    pub fn create(&self, info: &ResourceInfo, ns: Option<&str>, mut obj: Value) -> Result<Arc<Value>> {
+        let api_version = info.api_version();
+        {
+            let o = obj.as_object_mut().ok_or_else(|| Error::bad_request("the body must be a JSON object"))?;
+            match o.get("kind").and_then(Value::as_str) {
+                Some(k) if k != info.kind => {
+                    return Err(Error::bad_request(format!("kind {k} does not match the resource {}", info.kind)))
+                }
+                _ => {}
+            }
+            match o.get("apiVersion").and_then(Value::as_str) {
+                Some(v) if v != api_version => {
+                    return Err(Error::bad_request(format!("apiVersion {v} does not match {api_version}")))
+                }
+                _ => {}
+            }
+            o.insert("kind".into(), Value::String(info.kind.clone()));
+            o.insert("apiVersion".into(), Value::String(api_version));
+        }
+        let body_ns = meta_str(&obj, "namespace").to_owned();
+        let ns = match (ns, body_ns.as_str()) {
+            (Some(u), b) if !b.is_empty() && b != u => {
+                return Err(Error::bad_request(
+                    "the namespace of the provided object does not match the namespace sent on the request",
+                ))
+            }
+            (Some(u), _) => Some(u.to_owned()),
+            (None, "") => None,
+            (None, b) => Some(b.to_owned()),
+        };
+        let crd = if info.key() == "apiextensions.k8s.io/customresourcedefinitions" {
+            Some(resources::from_crd(&obj).map_err(Error::invalid)?)
+        } else {
+            None
+        };
+        let mut inner = self.lock();
+        let ns = self.check_namespace(&inner, info, ns.as_deref())?;
+        let m = meta_mut(&mut obj)?;
+        let mut name = m.get("name").and_then(Value::as_str).unwrap_or("").to_owned();
+        if name.is_empty() {
+            let prefix = m.get("generateName").and_then(Value::as_str).unwrap_or("").to_owned();
+            if prefix.is_empty() {
+                return Err(Error::invalid("metadata.name: Required value: name or generateName is required"));
+            }
+            const ALPHA: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+            loop {
+                let mut r = self.next_random();
+                let mut n = prefix.clone();
+                for _ in 0..5 {
+                    n.push(ALPHA[(r % ALPHA.len() as u64) as usize] as char);
+                    r /= ALPHA.len() as u64;
+                }
+                let taken = inner.objects.get(&info.key()).is_some_and(|o| o.contains_key(&(ns.clone(), n.clone())));
+                if !taken {
+                    name = n;
+                    break;
+                }
+            }
+        }
+        validate_name(&name)?;
+        if inner.objects.get(&info.key()).is_some_and(|o| o.contains_key(&(ns.clone(), name.clone()))) {
+            return Err(Error::already_exists(&info.group, &info.plural, &name));
+        }
+        m.insert("name".into(), Value::String(name.clone()));
+        if info.namespaced {
+            m.insert("namespace".into(), Value::String(ns));
+        } else {
+            m.remove("namespace");
+        }
+        m.insert("uid".into(), Value::String(self.uid()));
+        m.insert("creationTimestamp".into(), Value::String(now_rfc3339()));
+        m.insert("generation".into(), json!(1));
+        m.remove("deletionTimestamp");
+        m.remove("resourceVersion");
+        if info.key() == "/namespaces" {
+            obj["status"] = json!({"phase": "Active"});
+            if obj.get("spec").is_none() {
+                obj["spec"] = json!({"finalizers": ["kubernetes"]});
+            }
+        }
+        if let Some(served) = crd {
+            obj["status"] = json!({
+                "conditions": [
+                    {"type": "NamesAccepted", "status": "True", "reason": "NoConflicts", "message": "no conflicts found", "lastTransitionTime": now_rfc3339()},
+                    {"type": "Established", "status": "True", "reason": "InitialNamesAccepted", "message": "the initial names have been accepted", "lastTransitionTime": now_rfc3339()},
+                ],
+                "acceptedNames": obj.pointer("/spec/names").cloned().unwrap_or(Value::Null),
+                "storedVersions": served.iter().map(|r| r.version.clone()).collect::<Vec<_>>(),
+            });
+            inner.resources.retain(|r| !served.iter().any(|s| s.group == r.group && s.plural == r.plural));
+            inner.resources.extend(served.into_iter().map(Arc::new));
+        }
+        Ok(self.commit(&mut inner, info, EventType::Added, obj))
+    }
+
+    /// Reads one object.
+    pub fn get(&self, info: &ResourceInfo, ns: Option<&str>, name: &str) -> Result<Arc<Value>> {
+        let ns = if info.namespaced { ns.unwrap_or("") } else { "" };
+        self.lock()
+            .objects
+            .get(&info.key())
+            .and_then(|o| o.get(&(ns.to_owned(), name.to_owned())))
+            .cloned()
+            .ok_or_else(|| Error::not_found(&info.group, &info.plural, name))
+    }
+
+    /// Lists objects (all namespaces when `ns` is `None`) that pass `filter`.
+    pub fn list(&self, info: &ResourceInfo, ns: Option<&str>, filter: impl Fn(&Value) -> bool) -> ListSnapshot {
+        let inner = self.lock();
+        let items = match inner.objects.get(&info.key()) {
+            None => Vec::new(),
+            Some(objs) => match ns.filter(|_| info.namespaced) {
+                Some(ns) => objs
+                    .range((ns.to_owned(), String::new())..)
+                    .take_while(|((n, _), _)| n == ns)
+                    .map(|(_, v)| v)
+                    .filter(|v| filter(v))
+                    .cloned()
+                    .collect(),
+                None => objs.values().filter(|v| filter(v)).cloned().collect(),
+            },
+        };
+        ListSnapshot { rv: inner.rv, items }
+    }
+
+    /// Replaces an object (PUT), or with `status_only` only its status (PUT on `/status`).
+    ///
+    /// A resourceVersion in `new` must match the stored one (409 Conflict otherwise).
+    pub fn update(
+        &self,
+        info: &ResourceInfo,
+        ns: Option<&str>,
+        name: &str,
+        mut new: Value,
+        status_only: bool,
+    ) -> Result<Arc<Value>> {
+        if !new.is_object() {
+            return Err(Error::bad_request("the body must be a JSON object"));
+        }
+        let body_name = meta_str(&new, "name");
+        if !body_name.is_empty() && body_name != name {
+            return Err(Error::bad_request(format!(
+                "the name of the object ({body_name}) does not match the name on the URL ({name})"
+            )));
+        }
+        let body_ns = meta_str(&new, "namespace");
+        if info.namespaced && !body_ns.is_empty() && Some(body_ns) != ns {
+            return Err(Error::bad_request(
+                "the namespace of the provided object does not match the namespace sent on the request",
+            ));
+        }
+        if let Some(k) = new.get("kind").and_then(Value::as_str) {
+            if k != info.kind {
+                return Err(Error::bad_request(format!("kind {k} does not match the resource {}", info.kind)));
+            }
+        }
+        let key_ns = if info.namespaced { ns.unwrap_or("").to_owned() } else { String::new() };
+        let mut inner = self.lock();
+        let old = inner
+            .objects
+            .get(&info.key())
+            .and_then(|o| o.get(&(key_ns, name.to_owned())))
+            .cloned()
+            .ok_or_else(|| Error::not_found(&info.group, &info.plural, name))?;
+        let rv = meta_str(&new, "resourceVersion");
+        if !rv.is_empty() && rv != meta_str(&old, "resourceVersion") {
+            return Err(Error::conflict(&info.group, &info.plural, name));
+        }
+        let mut obj = if status_only {
+            let mut o = (*old).clone();
+            match new.get("status") {
+                Some(s) => o["status"] = s.clone(),
+                None => {
+                    if let Some(m) = o.as_object_mut() {
+                        m.remove("status");
+                    }
+                }
+            }
+            o
+        } else {
+            if info.status {
+                match old.get("status") {
+                    Some(s) => new["status"] = s.clone(),
+                    None => {
+                        if let Some(m) = new.as_object_mut() {
+                            m.remove("status");
+                        }
+                    }
+                }
+            }
+            new
+        };
+        {
+            let o = obj.as_object_mut().ok_or_else(|| Error::bad_request("the body must be a JSON object"))?;
+            o.insert("kind".into(), Value::String(info.kind.clone()));
+            o.insert("apiVersion".into(), Value::String(info.api_version()));
+        }
+        let old_meta = old.get("metadata").cloned().unwrap_or_else(|| json!({}));
+        let generation = old_meta.get("generation").and_then(Value::as_i64).unwrap_or(1);
+        let bump = !status_only && spec_changed(&old, &obj);
+        let m = meta_mut(&mut obj)?;
+        for k in ["name", "namespace", "uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds"] {
+            match old_meta.get(k) {
+                Some(v) => m.insert(k.into(), v.clone()),
+                None => m.remove(k),
+            };
+        }
+        m.insert("generation".into(), json!(if bump { generation + 1 } else { generation }));
+        if old_meta.get("deletionTimestamp").is_some() && !has_finalizers(&obj) {
+            let obj = self.commit(&mut inner, info, EventType::Deleted, obj);
+            return Ok(obj);
+        }
+        Ok(self.commit(&mut inner, info, EventType::Modified, obj))
+    }
+
+    /// Deletes an object: with finalizers it only gets a deletionTimestamp.
+    ///
+    /// `precondition_rv` (DeleteOptions.preconditions.resourceVersion) must match when given.
+    pub fn delete(
+        &self,
+        info: &ResourceInfo,
+        ns: Option<&str>,
+        name: &str,
+        precondition_rv: Option<&str>,
+    ) -> Result<Arc<Value>> {
+        let key_ns = if info.namespaced { ns.unwrap_or("").to_owned() } else { String::new() };
+        let mut inner = self.lock();
+        let old = inner
+            .objects
+            .get(&info.key())
+            .and_then(|o| o.get(&(key_ns.clone(), name.to_owned())))
+            .cloned()
+            .ok_or_else(|| Error::not_found(&info.group, &info.plural, name))?;
+        if let Some(rv) = precondition_rv {
+            if rv != meta_str(&old, "resourceVersion") {
+                return Err(Error::conflict(&info.group, &info.plural, name));
+            }
+        }
+        if has_finalizers(&old) {
+            if old.pointer("/metadata/deletionTimestamp").is_some() {
+                return Ok(old);
+            }
+            let mut obj = (*old).clone();
+            let m = meta_mut(&mut obj)?;
+            m.insert("deletionTimestamp".into(), Value::String(now_rfc3339()));
+            m.insert("deletionGracePeriodSeconds".into(), json!(0));
+            return Ok(self.commit(&mut inner, info, EventType::Modified, obj));
+        }
+        if info.key() == "/namespaces" {
+            // Cascade: everything in the namespace goes first.
+            let all = inner.resources.clone();
+            let mut seen = Vec::new();
+            for r in all.iter().filter(|r| r.namespaced) {
+                if seen.contains(&r.key()) {
+                    continue;
+                }
+                seen.push(r.key());
+                let victims: Vec<Arc<Value>> = inner
+                    .objects
+                    .get(&r.key())
+                    .map(|o| {
+                        o.range((name.to_owned(), String::new())..)
+                            .take_while(|((n, _), _)| n == name)
+                            .map(|(_, v)| v.clone())
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                for v in victims {
+                    self.commit(&mut inner, r, EventType::Deleted, (*v).clone());
+                }
+            }
+        }
+        if info.key() == "apiextensions.k8s.io/customresourcedefinitions" {
+            if let Ok(served) = resources::from_crd(&old) {
+                inner.resources.retain(|r| !served.iter().any(|s| s.group == r.group && s.plural == r.plural));
+                if let Some(first) = served.first() {
+                    let objs: Vec<Arc<Value>> =
+                        inner.objects.get(&first.key()).map(|o| o.values().cloned().collect()).unwrap_or_default();
+                    for v in objs {
+                        self.commit(&mut inner, first, EventType::Deleted, (*v).clone());
+                    }
+                }
+            }
+        }
+        Ok(self.commit(&mut inner, info, EventType::Deleted, (*old).clone()))
+    }
+
+    /// Starts a watch: the events after `from` still in the history (or synthetic ADDED events for
+    /// every current object when `from` is `None`), and a receiver for what comes next.
+    ///
+    /// Fails with 410 Gone when `from` is older than the history holds.
+    pub fn watch(
+        &self,
+        info: &ResourceInfo,
+        from: Option<u64>,
+    ) -> Result<(Vec<Arc<Event>>, broadcast::Receiver<Arc<Event>>, u64)> {
+        let inner = self.lock();
+        let key = info.key();
+        let rx = self.tx.subscribe();
+        let replay = match from {
+            Some(from) => {
+                if from < inner.compacted {
+                    return Err(Error::gone(format!("too old resource version: {from} ({})", inner.compacted + 1)));
+                }
+                let start = inner.history.partition_point(|e| e.rv <= from);
+                inner.history.range(start..).filter(|e| e.key == key).cloned().collect()
+            }
+            None => inner
+                .objects
+                .get(&key)
+                .map(|o| {
+                    o.values()
+                        .map(|v| {
+                            Arc::new(Event {
+                                rv: meta_str(v, "resourceVersion").parse().unwrap_or(0),
+                                key: key.clone(),
+                                namespace: meta_str(v, "namespace").to_owned(),
+                                kind: EventType::Added,
+                                object: v.clone(),
+                            })
+                        })
+                        .collect()
+                })
+                .unwrap_or_default(),
+        };
+        Ok((replay, rx, inner.rv))
+    }
+}
+
+/// Checks a DNS-1123 subdomain name, as the API server does for most kinds.
+fn validate_name(name: &str) -> Result<()> {
+    let ok = !name.is_empty()
+        && name.len() <= 253
+        && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.' || b == b':')
+        && name.as_bytes().first().is_some_and(u8::is_ascii_alphanumeric)
+        && name.as_bytes().last().is_some_and(u8::is_ascii_alphanumeric);
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::invalid(format!(
+            "metadata.name: Invalid value: {name:?}: a lowercase RFC 1123 subdomain must consist of lower case \
+             alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character"
+        )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rfc3339_round_trip() {
+        assert_eq!(format_rfc3339(0), "1970-01-01T00:00:00Z");
+        assert_eq!(format_rfc3339(1_700_000_000), "2023-11-14T22:13:20Z");
+        assert_eq!(parse_rfc3339("2023-11-14T22:13:20Z"), Some(1_700_000_000));
+    }
+
+    #[test]
+    fn finalizers_keep_the_object() {
+        let s = Store::new(100);
+        let cm = s.resource("", "v1", "configmaps").expect("configmaps");
+        s.create(&cm, Some("default"), json!({"metadata": {"name": "a", "finalizers": ["x/y"]}})).expect("create");
+        let o = s.delete(&cm, Some("default"), "a", None).expect("delete");
+        assert!(o.pointer("/metadata/deletionTimestamp").is_some());
+        let mut o = (*s.get(&cm, Some("default"), "a").expect("still there")).clone();
+        o["metadata"]["finalizers"] = json!([]);
+        s.update(&cm, Some("default"), "a", o, false).expect("update");
+        assert!(s.get(&cm, Some("default"), "a").is_err());
+    }
+
+    #[test]
+    fn missing_namespace_is_not_found() {
+        let s = Store::new(100);
+        let cm = s.resource("", "v1", "configmaps").expect("configmaps");
+        let e = s.create(&cm, Some("nope"), json!({"metadata": {"name": "a"}})).expect_err("no ns");
+        assert_eq!(e.code(), 404);
+    }
+}
