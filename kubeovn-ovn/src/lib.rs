@@ -58,6 +58,7 @@ pub mod framing;
 pub mod model;
 pub mod models;
 pub mod monitor;
+pub mod northbound;
 pub mod ops;
 pub mod schema;
 pub mod uuid;
