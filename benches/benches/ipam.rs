@@ -163,8 +163,9 @@ fn restore(c: &mut Criterion) {
     g.finish();
 }
 
-/// Allocations of `n` pods on one subnet through the shared handle, on each given subnet in parallel.
-fn run_threads(subnets: &[&str], names: &Arc<Vec<String>>, n: usize) -> Duration {
+/// Allocates `n` pods per subnet, one thread per subnet, through the shared handle; with `handles`, each thread
+/// takes its subnet's own handle once instead of going through the registry on every call.
+fn run_threads(subnets: &[&str], names: &Arc<Vec<String>>, n: usize, handles: bool) -> Duration {
     let shared = Arc::new(SharedIpam::with_seed(1));
     for (i, s) in subnets.iter().enumerate() {
         let spec = kubeovn_ipam::SubnetSpec::new(*s, format!("10.{}.0.0/16", 20 + i), "");
@@ -176,12 +177,17 @@ fn run_threads(subnets: &[&str], names: &Arc<Vec<String>>, n: usize) -> Duration
             let shared = shared.clone();
             let names = names.clone();
             scope.spawn(move || {
-                for name in &names[..n] {
-                    black_box(
-                        shared
-                            .allocate(s, &AllocRequest::new(name, "eth0"))
-                            .expect("room"),
-                    );
+                if handles {
+                    let sub = shared.subnet(s).expect("subnet");
+                    for name in &names[..n] {
+                        let mut g = sub.lock().expect("not poisoned");
+                        black_box(g.allocate(&AllocRequest::new(name, "eth0")).expect("room"));
+                    }
+                } else {
+                    for name in &names[..n] {
+                        let r = shared.allocate(s, &AllocRequest::new(name, "eth0"));
+                        black_box(r.expect("room"));
+                    }
                 }
             });
         }
@@ -196,13 +202,24 @@ fn threads(c: &mut Criterion) {
     g.sample_size(10);
     g.throughput(Throughput::Elements(n as u64));
     g.bench_function("1_thread", |b| {
-        b.iter_custom(|iters| (0..iters).map(|_| run_threads(&["a"], &names, n)).sum())
+        b.iter_custom(|iters| {
+            (0..iters)
+                .map(|_| run_threads(&["a"], &names, n, false))
+                .sum()
+        })
     });
     g.throughput(Throughput::Elements(2 * n as u64));
     g.bench_function("2_threads_2_subnets", |b| {
         b.iter_custom(|iters| {
             (0..iters)
-                .map(|_| run_threads(&["a", "b"], &names, n))
+                .map(|_| run_threads(&["a", "b"], &names, n, false))
+                .sum()
+        })
+    });
+    g.bench_function("2_threads_2_subnets_handles", |b| {
+        b.iter_custom(|iters| {
+            (0..iters)
+                .map(|_| run_threads(&["a", "b"], &names, n, true))
                 .sum()
         })
     });

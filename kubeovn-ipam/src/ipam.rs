@@ -1,6 +1,8 @@
 //! The registry of subnets: [`Ipam`] for one owner, [`SharedIpam`] for concurrent callers.
 
+use std::cell::RefCell;
 use std::net::IpAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use hashbrown::HashMap;
@@ -248,11 +250,32 @@ impl Ipam {
 /// assert_eq!(ipam.pod_allocations("pod").len(), 2);
 /// # Ok::<(), kubeovn_ipam::IpamError>(())
 /// ```
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct SharedIpam {
     subnets: RwLock<HashMap<String, Arc<Mutex<Subnet>>>>,
     rng: Mutex<Option<Rng>>,
+    /// Identifies this handle in the per-thread caches.
+    id: u64,
+    /// Bumped when a subnet is added or deleted; per-thread caches older than this are dropped.
+    version: AtomicU64,
 }
+
+type SubnetRef = Arc<Mutex<Subnet>>;
+
+/// The last handle's subnets this thread used. Taking the registry's read lock on every call makes both cores
+/// write its cache line; a hit here only reads the version.
+#[derive(Default)]
+struct ThreadCache {
+    owner: u64,
+    version: u64,
+    map: HashMap<String, SubnetRef>,
+}
+
+thread_local! {
+    static CACHE: RefCell<ThreadCache> = RefCell::new(ThreadCache::default());
+}
+
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
 fn lock(m: &Mutex<Subnet>) -> MutexGuard<'_, Subnet> {
     // A panic while holding the lock cannot leave a subnet half-changed: mutations validate first.
@@ -269,7 +292,15 @@ impl From<Ipam> for SharedIpam {
         SharedIpam {
             subnets: RwLock::new(map),
             rng: Mutex::new(Some(ipam.rng)),
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            version: AtomicU64::new(0),
         }
+    }
+}
+
+impl Default for SharedIpam {
+    fn default() -> Self {
+        Self::new()
     }
 }
 
@@ -294,8 +325,35 @@ impl SharedIpam {
     }
 
     /// A subnet's own handle: lock it to work on the subnet without touching the registry.
+    ///
+    /// Each thread keeps the handles it used in a small cache, checked against the registry's version.
     pub fn subnet(&self, name: &str) -> Option<Arc<Mutex<Subnet>>> {
-        self.map().get(name).cloned()
+        let v = self.version.load(Ordering::Acquire);
+        let hit = CACHE
+            .try_with(|c| {
+                let c = c.borrow();
+                if c.owner == self.id && c.version == v {
+                    c.map.get(name).cloned()
+                } else {
+                    None
+                }
+            })
+            .ok()
+            .flatten();
+        if hit.is_some() {
+            return hit;
+        }
+        let found = self.map().get(name).cloned()?;
+        let _ = CACHE.try_with(|c| {
+            let mut c = c.borrow_mut();
+            if c.owner != self.id || c.version != v {
+                c.map.clear();
+                c.owner = self.id;
+                c.version = v;
+            }
+            c.map.insert(name.to_owned(), found.clone());
+        });
+        Some(found)
     }
 
     /// Runs `f` on a locked subnet.
@@ -327,6 +385,7 @@ impl SharedIpam {
             }
             None => {
                 w.insert(spec.name.clone(), Arc::new(Mutex::new(sub)));
+                self.version.fetch_add(1, Ordering::Release);
                 Ok(Vec::new())
             }
         }
@@ -335,7 +394,9 @@ impl SharedIpam {
     /// Removes a subnet.
     pub fn delete_subnet(&self, name: &str) -> Result<()> {
         let mut w = self.subnets.write().unwrap_or_else(|e| e.into_inner());
-        w.remove(name).map(drop).ok_or_else(|| no_subnet(name))
+        let removed = w.remove(name).map(drop).ok_or_else(|| no_subnet(name));
+        self.version.fetch_add(1, Ordering::Release);
+        removed
     }
 
     /// Adds or replaces a named pool.

@@ -655,3 +655,26 @@ fn bad_input_is_an_error_not_a_panic() {
     ));
     assert_eq!(ipam.stats("s").unwrap().v4.using, 0);
 }
+
+#[test]
+fn shared_handle_cache_follows_deletes_and_instances() {
+    let one = SharedIpam::with_seed(1);
+    let two = SharedIpam::with_seed(2);
+    one.add_or_update_subnet(&SubnetSpec::new("s", "10.0.0.0/24", "10.0.0.1"))
+        .unwrap();
+    two.add_or_update_subnet(&SubnetSpec::new("s", "10.9.0.0/24", "10.9.0.1"))
+        .unwrap();
+    let a = one.allocate("s", &req("p")).unwrap();
+    let b = two.allocate("s", &req("p")).unwrap();
+    assert_eq!((v4(a), v4(b)), ("10.0.0.2".into(), "10.9.0.2".into()));
+    assert_eq!(v4(one.allocate("s", &req("q")).unwrap()), "10.0.0.3");
+    one.delete_subnet("s").unwrap();
+    assert!(matches!(
+        one.allocate("s", &req("r")),
+        Err(IpamError::NoSuchSubnet { .. })
+    ));
+    one.add_or_update_subnet(&SubnetSpec::new("s", "10.1.0.0/24", "10.1.0.1"))
+        .unwrap();
+    assert_eq!(v4(one.allocate("s", &req("r")).unwrap()), "10.1.0.2");
+    assert_eq!(v4(two.allocate("s", &req("r")).unwrap()), "10.9.0.3");
+}
