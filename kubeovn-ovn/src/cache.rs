@@ -327,10 +327,56 @@ pub struct RowEvent {
     pub new: Option<Arc<CachedRow>>,
 }
 
+/// The rows under one index value: almost always one, kept inline.
+#[derive(Debug)]
+enum Ids {
+    One(Uuid),
+    Many(Vec<Uuid>),
+}
+
+impl Ids {
+    fn first(&self) -> Option<&Uuid> {
+        match self {
+            Ids::One(u) => Some(u),
+            Ids::Many(v) => v.first(),
+        }
+    }
+
+    fn as_slice(&self) -> &[Uuid] {
+        match self {
+            Ids::One(u) => std::slice::from_ref(u),
+            Ids::Many(v) => v,
+        }
+    }
+
+    fn push(&mut self, u: Uuid) {
+        match self {
+            Ids::One(a) => *self = Ids::Many(vec![*a, u]),
+            Ids::Many(v) => v.push(u),
+        }
+    }
+
+    /// Removes `u`; true if nothing is left.
+    fn remove(&mut self, u: Uuid) -> bool {
+        match self {
+            Ids::One(a) => *a == u,
+            Ids::Many(v) => {
+                v.retain(|x| *x != u);
+                let empty = v.is_empty();
+                if v.len() == 1 {
+                    let one = v[0];
+                    *self = Ids::One(one);
+                }
+                empty
+            }
+        }
+    }
+}
+
 #[derive(Debug)]
 struct Index {
     key: IndexKey,
-    map: HashMap<Box<str>, Vec<Uuid>>,
+    map: HashMap<Box<str>, Ids>,
 }
 
 impl Index {
@@ -339,7 +385,7 @@ impl Index {
             match self.map.get_mut(k) {
                 Some(v) => v.push(row.uuid),
                 None => {
-                    self.map.insert(k.into(), vec![row.uuid]);
+                    self.map.insert(k.into(), Ids::One(row.uuid));
                 }
             }
         }
@@ -348,8 +394,7 @@ impl Index {
     fn remove(&mut self, cols: &TableColumns, row: &CachedRow) {
         if let Some(k) = self.key.extract(cols, row) {
             if let Some(v) = self.map.get_mut(k) {
-                v.retain(|u| *u != row.uuid);
-                if v.is_empty() {
+                if v.remove(row.uuid) {
                     self.map.remove(k);
                 }
             }
@@ -384,6 +429,18 @@ impl TableCache {
 
     fn index(&self, key: &IndexKey) -> Option<&Index> {
         self.indexes.iter().find(|i| i.key == *key)
+    }
+
+    fn column_index(&self, column: &str) -> Option<&Index> {
+        self.indexes
+            .iter()
+            .find(|i| matches!(&i.key, IndexKey::Column(c) if c == column))
+    }
+
+    fn map_key_index(&self, column: &str, key: &str) -> Option<&Index> {
+        self.indexes.iter().find(
+            |i| matches!(&i.key, IndexKey::MapKey { column: c, key: k } if c == column && k == key),
+        )
     }
 }
 
@@ -477,7 +534,22 @@ impl CacheView<'_> {
 
     /// The first row whose indexed `column` has the string `value`.
     pub fn lookup(&self, table: &str, column: &str, value: &str) -> Option<&Arc<CachedRow>> {
-        self.lookup_key(table, &IndexKey::Column(column.to_owned()), value)
+        let tc = self.state.tables.get(table)?;
+        let u = tc.column_index(column)?.map.get(value)?.first()?;
+        tc.rows.get(u)
+    }
+
+    /// The first row whose `map_column` has `key` = `value` (needs [`CacheBuilder::map_key_index`]).
+    pub fn lookup_map(
+        &self,
+        table: &str,
+        map_column: &str,
+        key: &str,
+        value: &str,
+    ) -> Option<&Arc<CachedRow>> {
+        let tc = self.state.tables.get(table)?;
+        let u = tc.map_key_index(map_column, key)?.map.get(value)?.first()?;
+        tc.rows.get(u)
     }
 
     /// The first row whose indexed `key` has `value`.
@@ -494,7 +566,7 @@ impl CacheView<'_> {
         };
         tc.index(key)
             .and_then(|i| i.map.get(value))
-            .map(|v| v.iter().filter_map(|u| tc.rows.get(u)).collect())
+            .map(|v| v.as_slice().iter().filter_map(|u| tc.rows.get(u)).collect())
             .unwrap_or_default()
     }
 
@@ -790,11 +862,9 @@ impl Cache {
         key: &str,
         value: &str,
     ) -> Option<Arc<CachedRow>> {
-        let k = IndexKey::MapKey {
-            column: map_column.to_owned(),
-            key: key.to_owned(),
-        };
-        self.view().lookup_key(table, &k, value).cloned()
+        self.view()
+            .lookup_map(table, map_column, key, value)
+            .cloned()
     }
 
     /// Every row whose indexed `key` has `value`.

@@ -1,0 +1,346 @@
+//! `kube-ovn-bench`: benchmarks speaking the interfaces of the peer-bench scripts.
+//!
+//! `kube-ovn-bench nb --db unix:SOCK [--server-pid PID] [--batch K] [--window W] [--ls LS] create N | delete |
+//! lookup N` creates ports `pod-<i>.bench` on `ls0` exactly as `nb_rpc.py` does (one transaction per port,
+//! `W` in flight, or `K` ports per transaction), deletes every port of the switch, or measures cache lookups
+//! and memory; it prints one line of `key=value` pairs (`wall_s`, `client_cpu_s`, ...). Connection set-up
+//! (connect, schema, initial cache sync) is not timed.
+
+use std::process::ExitCode;
+use std::time::Instant;
+
+use kubeovn_ovn::northbound::{Batch, Northbound, OvsdbNorthbound, SwitchPort};
+use kubeovn_ovn::Error;
+
+/// Counts live heap bytes, to measure the replica's memory exactly (RSS keeps freed parse buffers).
+struct Counting;
+
+static LIVE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+// The one unsafe item of this benchmark binary: GlobalAlloc is an unsafe trait; this forwards to the system
+// allocator and only counts.
+#[allow(unsafe_code)]
+unsafe impl std::alloc::GlobalAlloc for Counting {
+    unsafe fn alloc(&self, l: std::alloc::Layout) -> *mut u8 {
+        LIVE.fetch_add(l.size(), std::sync::atomic::Ordering::Relaxed);
+        // SAFETY: same contract as the caller's.
+        unsafe { std::alloc::System.alloc(l) }
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: std::alloc::Layout) {
+        LIVE.fetch_sub(l.size(), std::sync::atomic::Ordering::Relaxed);
+        // SAFETY: same contract as the caller's.
+        unsafe { std::alloc::System.dealloc(p, l) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+fn live() -> usize {
+    LIVE.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+const USAGE: &str =
+    "usage: kube-ovn-bench nb --db unix:SOCK [--server-pid PID] [--batch K] [--window W] \
+                     [--ls LS] (create N | delete | lookup N)";
+
+#[derive(Debug)]
+struct Args {
+    db: String,
+    server_pid: Option<u32>,
+    batch: usize,
+    window: usize,
+    ls: String,
+    mode: String,
+    n: usize,
+}
+
+fn parse(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
+    if it.next().as_deref() != Some("nb") {
+        return Err(USAGE.to_owned());
+    }
+    let mut a = Args {
+        db: String::new(),
+        server_pid: None,
+        batch: 1,
+        window: 100,
+        ls: "ls0".to_owned(),
+        mode: String::new(),
+        n: 0,
+    };
+    let num = |v: Option<String>, what: &str| -> Result<usize, String> {
+        v.as_deref()
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| format!("{what} needs a number\n{USAGE}"))
+    };
+    while let Some(arg) = it.next() {
+        match arg.as_str() {
+            "--db" => a.db = it.next().ok_or(USAGE)?,
+            "--server-pid" => a.server_pid = Some(num(it.next(), "--server-pid")? as u32),
+            "--batch" => a.batch = num(it.next(), "--batch")?.max(1),
+            "--window" => a.window = num(it.next(), "--window")?.max(1),
+            "--ls" => a.ls = it.next().ok_or(USAGE)?,
+            "create" | "lookup" => {
+                a.mode = arg.clone();
+                a.n = num(it.next(), &arg)?;
+            }
+            "delete" => a.mode = arg,
+            "-h" | "--help" => return Err(USAGE.to_owned()),
+            other => return Err(format!("unknown argument {other}\n{USAGE}")),
+        }
+    }
+    if a.db.is_empty() || a.mode.is_empty() {
+        return Err(USAGE.to_owned());
+    }
+    Ok(a)
+}
+
+/// User+system CPU seconds of a process (`self` or a pid) from /proc (USER_HZ is 100 on Linux).
+fn cpu_s(pid: Option<u32>) -> f64 {
+    let path = match pid {
+        Some(p) => format!("/proc/{p}/stat"),
+        None => "/proc/self/stat".to_owned(),
+    };
+    let Ok(s) = std::fs::read_to_string(path) else {
+        return 0.0;
+    };
+    let Some(rest) = s.rsplit_once(')').map(|(_, r)| r) else {
+        return 0.0;
+    };
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let t = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+    (t(11) + t(12)) as f64 / 100.0
+}
+
+/// Resident memory in bytes.
+fn rss() -> u64 {
+    std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| {
+            s.split_whitespace()
+                .nth(1)
+                .and_then(|v| v.parse::<u64>().ok())
+        })
+        .unwrap_or(0)
+        * 4096
+}
+
+fn ip_of(i: usize) -> String {
+    let i = i + 2;
+    format!("10.100.{}.{}", (i >> 8) & 255, i & 255)
+}
+
+fn mac_of(i: usize) -> String {
+    format!(
+        "0a:58:64:{:02x}:{:02x}:{:02x}",
+        (i >> 16) & 255,
+        (i >> 8) & 255,
+        i & 255
+    )
+}
+
+/// The port nb_rpc.py creates for index `i`.
+fn port(ls: &str, i: usize) -> SwitchPort {
+    SwitchPort::new(ls, format!("pod-{i}.bench"))
+        .addresses([format!("{} {}", mac_of(i), ip_of(i))])
+        .external_id("ls", ls)
+        .external_id("pod", format!("bench/pod-{i}"))
+        .external_id("vendor", "kube-ovn")
+}
+
+/// Commits `batches` with at most `window` transactions in flight.
+async fn run(nb: &OvsdbNorthbound, batches: Vec<Batch>, window: usize) -> Result<(), Error> {
+    let mut set = tokio::task::JoinSet::new();
+    for b in batches {
+        while set.len() >= window {
+            if let Some(r) = set.join_next().await {
+                r.map_err(|e| Error::Disconnected(e.to_string()))??;
+            }
+        }
+        let nb = nb.clone();
+        set.spawn(async move { nb.commit(b).await });
+    }
+    while let Some(r) = set.join_next().await {
+        r.map_err(|e| Error::Disconnected(e.to_string()))??;
+    }
+    Ok(())
+}
+
+fn chunk(ops: Vec<SwitchPort>, k: usize) -> Vec<Batch> {
+    let mut out = Vec::new();
+    let mut b = Batch::new();
+    for op in ops {
+        b.add(op);
+        if b.len() >= k {
+            out.push(std::mem::take(&mut b));
+        }
+    }
+    if !b.is_empty() {
+        out.push(b);
+    }
+    out
+}
+
+async fn main_async(a: Args) -> Result<String, Error> {
+    let rss0 = rss();
+    let nb = OvsdbNorthbound::connect(&a.db).await?;
+    let rss_loaded = rss();
+    match a.mode.as_str() {
+        "create" | "delete" => {
+            let batches = if a.mode == "create" {
+                chunk((0..a.n).map(|i| port(&a.ls, i)).collect(), a.batch)
+            } else {
+                let mut out = Vec::new();
+                let names = nb.switch_port_names(&a.ls);
+                for c in names.chunks(a.batch) {
+                    let mut b = Batch::new();
+                    for n in c {
+                        b.delete_switch_port(n.clone());
+                    }
+                    out.push(b);
+                }
+                out
+            };
+            let n: usize = batches.iter().map(Batch::len).sum();
+            let txns = batches.len();
+            let (s0, c0, t0) = (cpu_s(a.server_pid), cpu_s(None), Instant::now());
+            run(&nb, batches, a.window).await?;
+            let wall = t0.elapsed().as_secs_f64();
+            let (c1, s1) = (cpu_s(None), cpu_s(a.server_pid));
+            Ok(format!(
+                "wall_s={wall:.3} n={n} rate={:.0} server_cpu_s={:.2} client_cpu_s={:.2} txns={txns} window={} \
+                 batch={} cached_ports={}",
+                n as f64 / wall.max(1e-9),
+                s1 - s0,
+                c1 - c0,
+                a.window,
+                a.batch,
+                nb.cache().len("Logical_Switch_Port"),
+            ))
+        }
+        _ => {
+            // lookup N: make sure N ports exist (batched), then a fresh replica measures memory and lookups.
+            if nb.cache().len("Logical_Switch_Port") < a.n {
+                run(
+                    &nb,
+                    chunk((0..a.n).map(|i| port(&a.ls, i)).collect(), 1000),
+                    4,
+                )
+                .await?;
+            }
+            drop(nb);
+            let before = rss();
+            let live0 = live();
+            let nb2 = OvsdbNorthbound::connect(&a.db).await?;
+            let live1 = live();
+            let after = rss();
+            let cache = nb2.cache();
+            let names: Vec<String> = (0..a.n).map(|i| format!("pod-{i}.bench")).collect();
+            let pods: Vec<String> = (0..a.n).map(|i| format!("bench/pod-{i}")).collect();
+            let rounds = (1_000_000 / a.n.max(1)).max(1);
+            let t0 = Instant::now();
+            let mut hits = 0usize;
+            for _ in 0..rounds {
+                for n in &names {
+                    hits += usize::from(cache.lookup("Logical_Switch_Port", "name", n).is_some());
+                }
+            }
+            let by_name = t0.elapsed().as_secs_f64() * 1e9 / (rounds * a.n) as f64;
+            let t0 = Instant::now();
+            for _ in 0..rounds {
+                for p in &pods {
+                    hits += usize::from(
+                        cache
+                            .lookup_map("Logical_Switch_Port", "external_ids", "pod", p)
+                            .is_some(),
+                    );
+                }
+            }
+            let by_pod = t0.elapsed().as_secs_f64() * 1e9 / (rounds * a.n) as f64;
+            let t0 = Instant::now();
+            for _ in 0..rounds.min(10) {
+                for n in &names {
+                    hits += usize::from(nb2.switch_port(n).is_some());
+                }
+            }
+            let typed = t0.elapsed().as_secs_f64() * 1e9 / (rounds.min(10) * a.n) as f64;
+            Ok(format!(
+                "n={} lookup_name_ns={by_name:.0} lookup_external_id_ns={by_pod:.0} typed_lookup_ns={typed:.0} \
+                 hits={hits} heap_per_port_bytes={:.0} rss_per_port_bytes={:.0} connect_rss_bytes={}",
+                a.n,
+                live1.saturating_sub(live0) as f64 / a.n.max(1) as f64,
+                after.saturating_sub(before) as f64 / a.n.max(1) as f64,
+                rss_loaded.saturating_sub(rss0),
+            ))
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let a = match parse(std::env::args().skip(1)) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(2);
+        }
+    };
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("kube-ovn-bench: runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(main_async(a)) {
+        Ok(line) => {
+            println!("{line}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("kube-ovn-bench: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses_match_nb_rpc() {
+        // nb_rpc.py: mac_of(0) = 0a:58:64:00:00:00, ip_of(0) = 10.100.0.2, ip_of(300) = 10.100.1.46
+        assert_eq!(mac_of(0), "0a:58:64:00:00:00");
+        assert_eq!(ip_of(0), "10.100.0.2");
+        assert_eq!(ip_of(300), "10.100.1.46");
+        assert_eq!(mac_of(70000), "0a:58:64:01:11:70");
+    }
+
+    #[test]
+    fn args() {
+        let a = parse(
+            [
+                "nb",
+                "--batch",
+                "100",
+                "--db",
+                "unix:/x",
+                "--server-pid",
+                "7",
+                "create",
+                "2000",
+            ]
+            .into_iter()
+            .map(String::from),
+        )
+        .unwrap();
+        assert_eq!(
+            (a.batch, a.n, a.mode.as_str(), a.server_pid),
+            (100, 2000, "create", Some(7))
+        );
+        assert!(parse(["nb", "create"].into_iter().map(String::from)).is_err());
+    }
+}
