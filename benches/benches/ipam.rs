@@ -109,36 +109,43 @@ fn churn(c: &mut Criterion) {
 
 fn statics(c: &mut Criterion) {
     let names = pod_names(N);
-    let mut ips = static_ips16(N);
-    shuffle(&mut ips, 3);
     let mut g = c.benchmark_group("static_60k_random");
     g.sample_size(10).throughput(Throughput::Elements(N as u64));
-    g.bench_function("v4_16", |b| {
-        b.iter_batched(
-            || Subnet::new(&spec16(), 1).expect("spec"),
-            |mut s| {
-                for (n, ip) in names.iter().zip(&ips) {
-                    let one = [*ip];
-                    black_box(
-                        s.allocate(&AllocRequest::new(n, "eth0").static_ips(&one))
-                            .expect("free"),
-                    );
-                }
-                s
-            },
-            BatchSize::PerIteration,
-        )
-    });
+    for (label, spec) in [
+        ("v4_16", spec16()),
+        ("dual_16_112", spec_dual()),
+        ("v4_8", spec8()),
+    ] {
+        let mut ips = static_ips(&spec, N);
+        shuffle(&mut ips, 3);
+        g.bench_function(label, |b| {
+            b.iter_batched(
+                || Subnet::new(&spec, 1).expect("spec"),
+                |mut s| {
+                    for (n, ip) in names.iter().zip(&ips) {
+                        let r = AllocRequest::new(n, "eth0").static_ips(ip);
+                        black_box(s.allocate(&r).expect("free"));
+                    }
+                    s
+                },
+                BatchSize::PerIteration,
+            )
+        });
+    }
     g.finish();
 }
 
 fn restore(c: &mut Criterion) {
     let mut g = c.benchmark_group("restore");
     g.sample_size(10);
-    for (label, spec, n) in [("60k_v4_16", spec16(), N), ("100k_v4_8", spec8(), 100_000)] {
+    for (label, spec, n) in [
+        ("60k_v4_16", spec16(), N),
+        ("60k_dual_16_112", spec_dual(), N),
+        ("60k_v4_8", spec8(), N),
+        ("100k_v4_8", spec8(), 100_000),
+    ] {
         let names = pod_names(n);
-        let base = if n == N { "10.16.0.0" } else { "10.0.0.0" };
-        let recs = records(&spec, &names, base.parse().expect("ip"), n);
+        let recs = records(&spec, &names, n);
         let mut shuffled = recs.clone();
         shuffle(&mut shuffled, 11);
         g.throughput(Throughput::Elements(n as u64));

@@ -6,7 +6,6 @@
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::hint::black_box;
-use std::net::IpAddr;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
 use kubeovn_benches::*;
@@ -147,14 +146,13 @@ fn main() {
     check(per == 0.0, "no allocation on repeat allocate / get");
 
     // Static requests in random order, then release in random order.
-    let mut ips: Vec<IpAddr> = static_ips16(n);
+    let mut ips = static_ips(&spec16(), n);
     shuffle(&mut ips, 3);
     let mut s = Subnet::new(&spec16(), 1).expect("spec");
     let c0 = count();
     for (name, ip) in names.iter().zip(&ips) {
-        let one = [*ip];
         black_box(
-            s.allocate(&AllocRequest::new(name, "eth0").static_ips(&one))
+            s.allocate(&AllocRequest::new(name, "eth0").static_ips(ip))
                 .expect("free"),
         );
     }

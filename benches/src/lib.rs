@@ -1,6 +1,6 @@
 //! Shared helpers for the kubeovn-rs benchmarks: names, a seeded shuffle, pre-filled subnets.
 
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use kubeovn_ipam::{AllocRequest, Allocation, Subnet, SubnetSpec};
 
@@ -66,9 +66,9 @@ pub fn filled(spec: &SubnetSpec, names: &[String], n: usize) -> Subnet {
     s
 }
 
-/// `n` allocation records of the v4 subnet `spec` (addresses .2 upwards, as a fill gives them).
-pub fn records(spec: &SubnetSpec, names: &[String], base: Ipv4Addr, n: usize) -> Vec<Allocation> {
-    let b = u32::from(base);
+/// `n` allocation records numbered from the second address of each family's CIDR (as a fill gives them).
+pub fn records(spec: &SubnetSpec, names: &[String], n: usize) -> Vec<Allocation> {
+    let (b4, b6) = bases(spec);
     names[..n]
         .iter()
         .enumerate()
@@ -76,15 +76,36 @@ pub fn records(spec: &SubnetSpec, names: &[String], base: Ipv4Addr, n: usize) ->
             subnet: spec.name.clone(),
             pod: name.clone(),
             nic: "eth0".into(),
-            v4: Some(Ipv4Addr::from(b + 2 + i as u32)),
+            v4: b4.map(|b| Ipv4Addr::from(b + 2 + i as u32)),
+            v6: b6.map(|b| Ipv6Addr::from(b + 2 + i as u128)),
             ..Default::default()
         })
         .collect()
 }
 
-/// `n` distinct addresses of a /16 (above the gateway), for static requests.
-pub fn static_ips16(n: usize) -> Vec<IpAddr> {
+/// `n` distinct static requests (one address per family of the subnet, above the gateway).
+pub fn static_ips(spec: &SubnetSpec, n: usize) -> Vec<Vec<IpAddr>> {
+    let (b4, b6) = bases(spec);
     (0..n)
-        .map(|i| IpAddr::V4(Ipv4Addr::from(0x0a10_0002 + i as u32)))
+        .map(|i| {
+            let v4 = b4.map(|b| IpAddr::V4(Ipv4Addr::from(b + 2 + i as u32)));
+            let v6 = b6.map(|b| IpAddr::V6(Ipv6Addr::from(b + 2 + i as u128)));
+            v4.into_iter().chain(v6).collect()
+        })
         .collect()
+}
+
+/// Network addresses of a spec's CIDRs.
+fn bases(spec: &SubnetSpec) -> (Option<u32>, Option<u128>) {
+    let mut b4 = None;
+    let mut b6 = None;
+    for part in spec.cidr.split(',') {
+        let ip = part.split('/').next().unwrap_or_default();
+        match ip.parse::<IpAddr>() {
+            Ok(IpAddr::V4(a)) => b4 = Some(u32::from(a)),
+            Ok(IpAddr::V6(a)) => b6 = Some(u128::from(a)),
+            Err(_) => {}
+        }
+    }
+    (b4, b6)
 }
