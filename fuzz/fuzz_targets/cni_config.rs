@@ -7,7 +7,8 @@ use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(c) = NetConf::from_slice(data) {
-        let again = NetConf::from_slice(c.to_json().as_bytes()).expect("a serialised configuration parses");
+        let again =
+            NetConf::from_slice(c.to_json().as_bytes()).expect("a serialised configuration parses");
         assert_eq!(again, c);
     }
     if let Ok(l) = NetConfList::from_slice(data) {
@@ -16,7 +17,8 @@ fuzz_target!(|data: &[u8]| {
         assert_eq!(again, l);
     }
     if let Ok(n) = NetworkConfig::from_slice(data) {
-        let again = NetworkConfig::from_slice(n.to_json().as_bytes()).expect("a serialised configuration parses");
+        let again = NetworkConfig::from_slice(n.to_json().as_bytes())
+            .expect("a serialised configuration parses");
         assert_eq!(again, n);
         if let NetworkConfig::Single(c) = &n {
             // Every plugin's previous result either parses or is refused with a spec error, never a panic.
