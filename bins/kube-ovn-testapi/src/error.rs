@@ -33,40 +33,73 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
     fn status(code: u16, reason: &'static str, message: impl Into<String>) -> Self {
-        Error::Status { code, reason, message: message.into(), details: None }
+        Error::Status {
+            code,
+            reason,
+            message: message.into(),
+            details: None,
+        }
     }
 
     fn with_details(self, d: Value) -> Self {
         match self {
-            Error::Status { code, reason, message, .. } => {
-                Error::Status { code, reason, message, details: Some(Box::new(d)) }
-            }
+            Error::Status {
+                code,
+                reason,
+                message,
+                ..
+            } => Error::Status {
+                code,
+                reason,
+                message,
+                details: Some(Box::new(d)),
+            },
             other => other,
         }
     }
 
     /// 404 for a named object.
     pub fn not_found(group: &str, plural: &str, name: &str) -> Self {
-        let what = if group.is_empty() { plural.to_owned() } else { format!("{plural}.{group}") };
+        let what = if group.is_empty() {
+            plural.to_owned()
+        } else {
+            format!("{plural}.{group}")
+        };
         Self::status(404, "NotFound", format!("{what} \"{name}\" not found"))
             .with_details(json!({"name": name, "group": group, "kind": plural}))
     }
 
     /// 404 for a path that names no served resource.
     pub fn no_resource() -> Self {
-        Self::status(404, "NotFound", "the server could not find the requested resource")
+        Self::status(
+            404,
+            "NotFound",
+            "the server could not find the requested resource",
+        )
     }
 
     /// 409 AlreadyExists.
     pub fn already_exists(group: &str, plural: &str, name: &str) -> Self {
-        let what = if group.is_empty() { plural.to_owned() } else { format!("{plural}.{group}") };
-        Self::status(409, "AlreadyExists", format!("{what} \"{name}\" already exists"))
-            .with_details(json!({"name": name, "group": group, "kind": plural}))
+        let what = if group.is_empty() {
+            plural.to_owned()
+        } else {
+            format!("{plural}.{group}")
+        };
+        Self::status(
+            409,
+            "AlreadyExists",
+            format!("{what} \"{name}\" already exists"),
+        )
+        .with_details(json!({"name": name, "group": group, "kind": plural}))
     }
 
     /// 409 Conflict on a stale resourceVersion.
     pub fn conflict(group: &str, plural: &str, name: &str) -> Self {
-        let what = if group.is_empty() { plural.to_owned() } else { format!("{plural}.{group}") };
+        let what = if group.is_empty() {
+            plural.to_owned()
+        } else {
+            format!("{plural}.{group}")
+        };
         Self::status(
             409,
             "Conflict",
@@ -95,17 +128,29 @@ impl Error {
 
     /// 405 MethodNotAllowed.
     pub fn method_not_allowed() -> Self {
-        Self::status(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
+        Self::status(
+            405,
+            "MethodNotAllowed",
+            "the server does not allow this method on the requested resource",
+        )
     }
 
     /// 415 UnsupportedMediaType.
     pub fn unsupported_media(ct: &str) -> Self {
-        Self::status(415, "UnsupportedMediaType", format!("the body of the request was in an unknown format: {ct}"))
+        Self::status(
+            415,
+            "UnsupportedMediaType",
+            format!("the body of the request was in an unknown format: {ct}"),
+        )
     }
 
     /// 413 RequestEntityTooLarge.
     pub fn too_large(limit: usize) -> Self {
-        Self::status(413, "RequestEntityTooLarge", format!("the request body is larger than {limit} bytes"))
+        Self::status(
+            413,
+            "RequestEntityTooLarge",
+            format!("the request body is larger than {limit} bytes"),
+        )
     }
 
     /// 500 InternalError.
@@ -124,9 +169,12 @@ impl Error {
     /// The `Status` object for this error, as kube-client and kubectl parse it.
     pub fn to_status(&self) -> Value {
         let (code, reason, message, details) = match self {
-            Error::Status { code, reason, message, details } => {
-                (*code, *reason, message.clone(), details.as_deref().cloned())
-            }
+            Error::Status {
+                code,
+                reason,
+                message,
+                details,
+            } => (*code, *reason, message.clone(), details.as_deref().cloned()),
             Error::Io { .. } => (500, "InternalError", self.to_string(), None),
         };
         let mut s = json!({

@@ -37,7 +37,10 @@ struct ChannelBody(mpsc::Receiver<Bytes>);
 impl Body for ChannelBody {
     type Data = Bytes;
     type Error = Infallible;
-    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
         self.0.poll_recv(cx).map(|o| o.map(|b| Ok(Frame::data(b))))
     }
 }
@@ -46,7 +49,10 @@ fn json_response(code: u16, v: &Value) -> Response<RespBody> {
     let body = serde_json::to_vec(v).unwrap_or_default();
     let mut r = Response::new(Full::new(Bytes::from(body)).boxed());
     *r.status_mut() = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    r.headers_mut().insert(hyper::header::CONTENT_TYPE, hyper::header::HeaderValue::from_static("application/json"));
+    r.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("application/json"),
+    );
     r
 }
 
@@ -67,7 +73,10 @@ fn list_response(info: &ResourceInfo, meta: &Value, items: &[Arc<Value>]) -> Res
     }
     out.extend_from_slice(b"]}");
     let mut r = Response::new(Full::new(Bytes::from(out)).boxed());
-    r.headers_mut().insert(hyper::header::CONTENT_TYPE, hyper::header::HeaderValue::from_static("application/json"));
+    r.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("application/json"),
+    );
     r
 }
 
@@ -84,7 +93,10 @@ fn decode(s: &str) -> String {
         match b[i] {
             b'+' => out.push(b' '),
             b'%' if i + 2 < b.len() => {
-                match std::str::from_utf8(&b[i + 1..i + 3]).ok().and_then(|h| u8::from_str_radix(h, 16).ok()) {
+                match std::str::from_utf8(&b[i + 1..i + 3])
+                    .ok()
+                    .and_then(|h| u8::from_str_radix(h, 16).ok())
+                {
                     Some(v) => {
                         out.push(v);
                         i += 2;
@@ -150,8 +162,10 @@ fn group_list(store: &Store) -> Value {
     let groups: Vec<Value> = groups
         .into_iter()
         .map(|(g, vs)| {
-            let versions: Vec<Value> =
-                vs.iter().map(|v| json!({"groupVersion": format!("{g}/{v}"), "version": v})).collect();
+            let versions: Vec<Value> = vs
+                .iter()
+                .map(|v| json!({"groupVersion": format!("{g}/{v}"), "version": v}))
+                .collect();
             json!({"name": g, "versions": versions, "preferredVersion": versions[0]})
         })
         .collect();
@@ -168,12 +182,22 @@ fn resource_list(store: &Store, group: &str, version: &str) -> Option<Value> {
     if rs.is_empty() {
         return None;
     }
-    let gv = if group.is_empty() { version.to_owned() } else { format!("{group}/{version}") };
-    Some(json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": rs}))
+    let gv = if group.is_empty() {
+        version.to_owned()
+    } else {
+        format!("{group}/{version}")
+    };
+    Some(
+        json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": rs}),
+    )
 }
 
 fn route(store: &Store, path: &str) -> Result<Route> {
-    let segs: Vec<&str> = path.trim_matches('/').split('/').filter(|s| !s.is_empty()).collect();
+    let segs: Vec<&str> = path
+        .trim_matches('/')
+        .split('/')
+        .filter(|s| !s.is_empty())
+        .collect();
     let (group, version, rest) = match segs.as_slice() {
         ["version"] => {
             return Ok(Route::Discovery(json!({
@@ -183,8 +207,10 @@ fn route(store: &Store, path: &str) -> Result<Route> {
             })))
         }
         ["api"] => {
-            return Ok(Route::Discovery(json!({"kind": "APIVersions", "versions": ["v1"],
-                "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": "127.0.0.1"}]})))
+            return Ok(Route::Discovery(
+                json!({"kind": "APIVersions", "versions": ["v1"],
+                "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": "127.0.0.1"}]}),
+            ))
         }
         ["apis"] => return Ok(Route::Discovery(group_list(store))),
         ["api", v, rest @ ..] => ("", *v, rest),
@@ -192,28 +218,48 @@ fn route(store: &Store, path: &str) -> Result<Route> {
         _ => return Err(Error::no_resource()),
     };
     if rest.is_empty() {
-        return resource_list(store, group, version).map(Route::Discovery).ok_or_else(Error::no_resource);
+        return resource_list(store, group, version)
+            .map(Route::Discovery)
+            .ok_or_else(Error::no_resource);
     }
     let (watch, rest) = match rest {
         ["watch", r @ ..] => (true, r),
         r => (false, r),
     };
-    let find = |plural: &str| store.resource(group, version, plural).ok_or_else(Error::no_resource);
+    let find = |plural: &str| {
+        store
+            .resource(group, version, plural)
+            .ok_or_else(Error::no_resource)
+    };
     let s = |x: &&str| Some((*x).to_owned());
     let t = match rest {
-        ["namespaces", ns, sub @ ("status" | "finalize")] => {
-            Target { info: find("namespaces")?, ns: None, name: s(ns), sub: s(sub), watch }
-        }
+        ["namespaces", ns, sub @ ("status" | "finalize")] => Target {
+            info: find("namespaces")?,
+            ns: None,
+            name: s(ns),
+            sub: s(sub),
+            watch,
+        },
         ["namespaces", ns, plural, name @ ..] if name.len() <= 2 => {
             let info = find(plural)?;
             if !info.namespaced {
                 return Err(Error::no_resource());
             }
-            Target { info, ns: s(ns), name: name.first().and_then(s), sub: name.get(1).and_then(s), watch }
+            Target {
+                info,
+                ns: s(ns),
+                name: name.first().and_then(s),
+                sub: name.get(1).and_then(s),
+                watch,
+            }
         }
-        [plural, name @ ..] if name.len() <= 2 => {
-            Target { info: find(plural)?, ns: None, name: name.first().and_then(s), sub: name.get(1).and_then(s), watch }
-        }
+        [plural, name @ ..] if name.len() <= 2 => Target {
+            info: find(plural)?,
+            ns: None,
+            name: name.first().and_then(s),
+            sub: name.get(1).and_then(s),
+            watch,
+        },
         _ => return Err(Error::no_resource()),
     };
     if let Some(sub) = &t.sub {
@@ -225,7 +271,10 @@ fn route(store: &Store, path: &str) -> Result<Route> {
 }
 
 /// Serves one request.
-pub async fn handle(shared: Arc<Shared>, req: Request<hyper::body::Incoming>) -> Response<RespBody> {
+pub async fn handle(
+    shared: Arc<Shared>,
+    req: Request<hyper::body::Incoming>,
+) -> Response<RespBody> {
     match handle_inner(&shared, req).await {
         Ok(r) => r,
         Err(e) => error_response(&e),
@@ -233,8 +282,27 @@ pub async fn handle(shared: Arc<Shared>, req: Request<hyper::body::Incoming>) ->
 }
 
 async fn read_body(shared: &Shared, req: Request<hyper::body::Incoming>) -> Result<Value> {
+    let ct = req
+        .headers()
+        .get(hyper::header::CONTENT_TYPE)
+        .and_then(|c| c.to_str().ok())
+        .unwrap_or("");
+    let base = ct.split(';').next().unwrap_or("").trim();
+    if !(base.is_empty()
+        || base == "application/json"
+        || base.ends_with("+json")
+        || req.method() == Method::PATCH)
+    {
+        // Protobuf and CBOR are not spoken: client-go falls back to JSON on 415.
+        return Err(Error::unsupported_media(base));
+    }
     if let Some(len) = req.headers().get(hyper::header::CONTENT_LENGTH) {
-        if len.to_str().ok().and_then(|l| l.parse::<usize>().ok()).is_some_and(|l| l > shared.max_body) {
+        if len
+            .to_str()
+            .ok()
+            .and_then(|l| l.parse::<usize>().ok())
+            .is_some_and(|l| l > shared.max_body)
+        {
             return Err(Error::too_large(shared.max_body));
         }
     }
@@ -243,7 +311,8 @@ async fn read_body(shared: &Shared, req: Request<hyper::body::Incoming>) -> Resu
         .await
         .map_err(|_| Error::too_large(shared.max_body))?
         .to_bytes();
-    serde_json::from_slice(&body).map_err(|e| Error::bad_request(format!("the body of the request is not valid JSON: {e}")))
+    serde_json::from_slice(&body)
+        .map_err(|e| Error::bad_request(format!("the body of the request is not valid JSON: {e}")))
 }
 
 fn wants_table(req: &Request<hyper::body::Incoming>) -> bool {
@@ -253,14 +322,20 @@ fn wants_table(req: &Request<hyper::body::Incoming>) -> bool {
         .is_some_and(|a| a.contains("as=Table"))
 }
 
-async fn handle_inner(shared: &Arc<Shared>, req: Request<hyper::body::Incoming>) -> Result<Response<RespBody>> {
+async fn handle_inner(
+    shared: &Arc<Shared>,
+    req: Request<hyper::body::Incoming>,
+) -> Result<Response<RespBody>> {
     let path = req.uri().path().to_owned();
     if path.starts_with("/openapi") {
         return Err(Error::no_resource());
     }
     if path == "/healthz" || path == "/readyz" || path == "/livez" {
         let mut r = Response::new(Full::new(Bytes::from_static(b"ok")).boxed());
-        r.headers_mut().insert(hyper::header::CONTENT_TYPE, hyper::header::HeaderValue::from_static("text/plain"));
+        r.headers_mut().insert(
+            hyper::header::CONTENT_TYPE,
+            hyper::header::HeaderValue::from_static("text/plain"),
+        );
         return Ok(r);
     }
     let q = Query::parse(req.uri().query());
@@ -281,7 +356,10 @@ async fn handle_inner(shared: &Arc<Shared>, req: Request<hyper::body::Incoming>)
         (Method::GET, Some(name)) if !t.watch => {
             let obj = store.get(&info, ns, name)?;
             if table {
-                return Ok(json_response(200, &to_table(&info, &[obj], store.resource_version(), &q)));
+                return Ok(json_response(
+                    200,
+                    &to_table(&info, &[obj], store.resource_version(), &q),
+                ));
             }
             Ok(json_response(200, &obj))
         }
@@ -294,17 +372,31 @@ async fn handle_inner(shared: &Arc<Shared>, req: Request<hyper::body::Incoming>)
             if t.watch || q.flag("watch") && q.get("watch").is_some() {
                 return watch(shared, info, t.ns, labels, fields, &q, table);
             }
-            let limit: usize = q.get("limit").and_then(|l| l.parse().ok()).filter(|l| *l > 0).unwrap_or(usize::MAX);
-            let cont = q.get("continue").filter(|c| !c.is_empty()).map(str::to_owned);
+            let limit: usize = q
+                .get("limit")
+                .and_then(|l| l.parse().ok())
+                .filter(|l| *l > 0)
+                .unwrap_or(usize::MAX);
+            let cont = q
+                .get("continue")
+                .filter(|c| !c.is_empty())
+                .map(str::to_owned);
             let after: Option<(String, String)> = match &cont {
                 Some(c) => {
-                    let (ns, name) = c.split_once('/').ok_or_else(|| Error::bad_request("invalid continue token"))?;
+                    let (ns, name) = c
+                        .split_once('/')
+                        .ok_or_else(|| Error::bad_request("invalid continue token"))?;
                     Some((ns.to_owned(), name.to_owned()))
                 }
                 None => None,
             };
             let key = |v: &Value| {
-                let m = |f: &str| v.pointer(&format!("/metadata/{f}")).and_then(Value::as_str).unwrap_or("").to_owned();
+                let m = |f: &str| {
+                    v.pointer(&format!("/metadata/{f}"))
+                        .and_then(Value::as_str)
+                        .unwrap_or("")
+                        .to_owned()
+                };
                 (m("namespace"), m("name"))
             };
             let snap = store.list(&info, ns, |v| {
@@ -359,7 +451,10 @@ async fn handle_inner(shared: &Arc<Shared>, req: Request<hyper::body::Incoming>)
                 patch::apply(kind, &mut obj, &body)?;
                 let pinned = body.pointer("/metadata/resourceVersion").is_some();
                 if !pinned {
-                    if let (Some(m), Some(rv)) = (obj.get_mut("metadata").and_then(Value::as_object_mut), &cur_rv) {
+                    if let (Some(m), Some(rv)) = (
+                        obj.get_mut("metadata").and_then(Value::as_object_mut),
+                        &cur_rv,
+                    ) {
                         m.insert("resourceVersion".into(), rv.clone());
                     }
                 }
@@ -374,7 +469,9 @@ async fn handle_inner(shared: &Arc<Shared>, req: Request<hyper::body::Incoming>)
         (Method::DELETE, Some(name)) => {
             let name = name.to_owned();
             let opts = delete_options(shared, req).await?;
-            let rv = opts.pointer("/preconditions/resourceVersion").and_then(Value::as_str);
+            let rv = opts
+                .pointer("/preconditions/resourceVersion")
+                .and_then(Value::as_str);
             let obj = store.delete(&info, t.ns.as_deref(), &name, rv)?;
             Ok(json_response(200, &obj))
         }
@@ -384,7 +481,10 @@ async fn handle_inner(shared: &Arc<Shared>, req: Request<hyper::body::Incoming>)
             let snap = store.list(&info, ns, |v| labels.matches(v) && fields.matches(v));
             let mut deleted = Vec::new();
             for o in snap.items {
-                let name = o.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("");
+                let name = o
+                    .pointer("/metadata/name")
+                    .and_then(Value::as_str)
+                    .unwrap_or("");
                 let ons = o.pointer("/metadata/namespace").and_then(Value::as_str);
                 if let Ok(d) = store.delete(&info, ons, name, None) {
                     deleted.push(d);
@@ -414,11 +514,15 @@ async fn delete_options(shared: &Shared, req: Request<hyper::body::Incoming>) ->
     if body.iter().all(u8::is_ascii_whitespace) {
         return Ok(json!({}));
     }
-    serde_json::from_slice(&body).map_err(|e| Error::bad_request(format!("invalid DeleteOptions: {e}")))
+    serde_json::from_slice(&body)
+        .map_err(|e| Error::bad_request(format!("invalid DeleteOptions: {e}")))
 }
 
 fn age(obj: &Value) -> String {
-    let Some(t) = obj.pointer("/metadata/creationTimestamp").and_then(Value::as_str).and_then(store::parse_rfc3339)
+    let Some(t) = obj
+        .pointer("/metadata/creationTimestamp")
+        .and_then(Value::as_str)
+        .and_then(store::parse_rfc3339)
     else {
         return "<unknown>".into();
     };
@@ -432,21 +536,69 @@ fn age(obj: &Value) -> String {
     }
 }
 
+/// Renders one table row's cells from an object.
+type CellsFn = dyn Fn(&Value) -> Vec<Value>;
+
 fn to_table(info: &ResourceInfo, items: &[Arc<Value>], rv: u64, q: &Query) -> Value {
     let col = |n: &str, ty: &str| json!({"name": n, "type": ty, "format": if n == "Name" {"name"} else {""}, "description": "", "priority": 0});
-    let s = |o: &Value, p: &str| o.pointer(p).and_then(Value::as_str).unwrap_or("<none>").to_owned();
-    let (cols, cells): (Vec<Value>, Box<dyn Fn(&Value) -> Vec<Value>>) = match info.key().as_str() {
+    let s = |o: &Value, p: &str| {
+        o.pointer(p)
+            .and_then(Value::as_str)
+            .unwrap_or("<none>")
+            .to_owned()
+    };
+    let (cols, cells): (Vec<Value>, Box<CellsFn>) = match info.key().as_str() {
         "/pods" => (
-            vec![col("Name", "string"), col("Status", "string"), col("Node", "string"), col("Age", "string")],
-            Box::new(move |o| vec![json!(s(o, "/metadata/name")), json!(o.pointer("/status/phase").and_then(Value::as_str).unwrap_or("Pending")), json!(s(o, "/spec/nodeName")), json!(age(o))]),
+            vec![
+                col("Name", "string"),
+                col("Status", "string"),
+                col("Node", "string"),
+                col("Age", "string"),
+            ],
+            Box::new(move |o| {
+                vec![
+                    json!(s(o, "/metadata/name")),
+                    json!(o
+                        .pointer("/status/phase")
+                        .and_then(Value::as_str)
+                        .unwrap_or("Pending")),
+                    json!(s(o, "/spec/nodeName")),
+                    json!(age(o)),
+                ]
+            }),
         ),
         "/namespaces" => (
-            vec![col("Name", "string"), col("Status", "string"), col("Age", "string")],
-            Box::new(move |o| vec![json!(s(o, "/metadata/name")), json!(s(o, "/status/phase")), json!(age(o))]),
+            vec![
+                col("Name", "string"),
+                col("Status", "string"),
+                col("Age", "string"),
+            ],
+            Box::new(move |o| {
+                vec![
+                    json!(s(o, "/metadata/name")),
+                    json!(s(o, "/status/phase")),
+                    json!(age(o)),
+                ]
+            }),
         ),
         "/services" => (
-            vec![col("Name", "string"), col("Type", "string"), col("Cluster-IP", "string"), col("Age", "string")],
-            Box::new(move |o| vec![json!(s(o, "/metadata/name")), json!(o.pointer("/spec/type").and_then(Value::as_str).unwrap_or("ClusterIP")), json!(s(o, "/spec/clusterIP")), json!(age(o))]),
+            vec![
+                col("Name", "string"),
+                col("Type", "string"),
+                col("Cluster-IP", "string"),
+                col("Age", "string"),
+            ],
+            Box::new(move |o| {
+                vec![
+                    json!(s(o, "/metadata/name")),
+                    json!(o
+                        .pointer("/spec/type")
+                        .and_then(Value::as_str)
+                        .unwrap_or("ClusterIP")),
+                    json!(s(o, "/spec/clusterIP")),
+                    json!(age(o)),
+                ]
+            }),
         ),
         _ => (
             vec![col("Name", "string"), col("Age", "string")],
@@ -489,15 +641,27 @@ fn watch(
 ) -> Result<Response<RespBody>> {
     let from = match q.get("resourceVersion") {
         None | Some("" | "0") => None,
-        Some(v) => Some(v.parse::<u64>().map_err(|_| Error::bad_request(format!("invalid resourceVersion {v:?}")))?),
+        Some(v) => Some(
+            v.parse::<u64>()
+                .map_err(|_| Error::bad_request(format!("invalid resourceVersion {v:?}")))?,
+        ),
     };
     let bookmarks = q.flag("allowWatchBookmarks") && q.get("allowWatchBookmarks").is_some();
-    let timeout = q.get("timeoutSeconds").and_then(|t| t.parse::<u64>().ok()).filter(|t| *t > 0);
+    let timeout = q
+        .get("timeoutSeconds")
+        .and_then(|t| t.parse::<u64>().ok())
+        .filter(|t| *t > 0);
     let (tx, rx) = mpsc::channel::<Bytes>(256);
     let mut resp = Response::new(ChannelBody(rx).boxed());
-    resp.headers_mut()
-        .insert(hyper::header::CONTENT_TYPE, hyper::header::HeaderValue::from_static("application/json"));
-    let (replay, mut sub, mut last_rv) = match shared.store.watch(&info, from) {
+    resp.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("application/json"),
+    );
+    let store::WatchStart {
+        replay,
+        rx: mut sub,
+        rv: mut last_rv,
+    } = match shared.store.watch(&info, from) {
         Ok(x) => x,
         Err(e) => {
             // Like the real server: a 200 stream carrying one ERROR event with the 410 Status.
@@ -512,13 +676,20 @@ fn watch(
     let info2 = info.clone();
     let matches = move |e: &Event| {
         e.key == key
-            && ns.as_ref().is_none_or(|n| !info2.namespaced || *n == e.namespace)
+            && ns
+                .as_ref()
+                .is_none_or(|n| !info2.namespaced || *n == e.namespace)
             && labels.matches(&e.object)
             && fields.matches(&e.object)
     };
     let render = move |e: &Event| -> Bytes {
         if table {
-            let t = to_table(&info, std::slice::from_ref(&e.object), e.rv, &Query(Vec::new()));
+            let t = to_table(
+                &info,
+                std::slice::from_ref(&e.object),
+                e.rv,
+                &Query(Vec::new()),
+            );
             event_line(e.kind.as_str(), &t)
         } else {
             event_line(e.kind.as_str(), &e.object)

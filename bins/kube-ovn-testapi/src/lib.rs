@@ -81,10 +81,14 @@ impl TestApiServer {
     pub async fn start(config: Config) -> Result<Self> {
         let listener = TcpListener::bind(config.listen)
             .await
-            .map_err(|source| Error::Io { context: format!("binding {}", config.listen), source })?;
-        let addr = listener
-            .local_addr()
-            .map_err(|source| Error::Io { context: "reading the bound address".into(), source })?;
+            .map_err(|source| Error::Io {
+                context: format!("binding {}", config.listen),
+                source,
+            })?;
+        let addr = listener.local_addr().map_err(|source| Error::Io {
+            context: "reading the bound address".into(),
+            source,
+        })?;
         let shared = Arc::new(http::Shared {
             store: Store::new(config.history_limit),
             max_body: config.max_body_bytes,
@@ -92,7 +96,12 @@ impl TestApiServer {
         });
         let (stop, stop_rx) = watch::channel(false);
         let task = tokio::spawn(accept_loop(listener, shared.clone(), stop_rx));
-        Ok(TestApiServer { addr, shared, stop, task: Some(task) })
+        Ok(TestApiServer {
+            addr,
+            shared,
+            stop,
+            task: Some(task),
+        })
     }
 
     /// The bound address.
@@ -117,8 +126,10 @@ impl TestApiServer {
 
     /// Writes [`Self::kubeconfig_yaml`] to `path`.
     pub fn write_kubeconfig(&self, path: &Path) -> Result<()> {
-        std::fs::write(path, self.kubeconfig_yaml())
-            .map_err(|source| Error::Io { context: format!("writing {}", path.display()), source })
+        std::fs::write(path, self.kubeconfig_yaml()).map_err(|source| Error::Io {
+            context: format!("writing {}", path.display()),
+            source,
+        })
     }
 
     /// Stops accepting, closes connections and watches, and waits for the accept loop.
@@ -145,7 +156,11 @@ pub fn kubeconfig_yaml(url: &str) -> String {
     )
 }
 
-async fn accept_loop(listener: TcpListener, shared: Arc<http::Shared>, mut stop: watch::Receiver<bool>) {
+async fn accept_loop(
+    listener: TcpListener,
+    shared: Arc<http::Shared>,
+    mut stop: watch::Receiver<bool>,
+) {
     loop {
         let conn = tokio::select! {
             c = listener.accept() => c,

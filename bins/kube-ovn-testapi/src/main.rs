@@ -18,15 +18,29 @@ fn parse_args() -> Result<(SocketAddr, Option<PathBuf>), String> {
             Some((f, v)) => (f.to_owned(), Some(v.to_owned())),
             None => (a.clone(), None),
         };
-        let mut value = || inline.clone().or_else(|| args.next()).ok_or_else(|| format!("{flag} needs a value"));
+        let mut value = || {
+            inline
+                .clone()
+                .or_else(|| args.next())
+                .ok_or_else(|| format!("{flag} needs a value"))
+        };
         match flag.as_str() {
-            "--listen" => listen = Some(value()?.parse::<SocketAddr>().map_err(|e| format!("--listen: {e}"))?),
+            "--listen" => {
+                listen = Some(
+                    value()?
+                        .parse::<SocketAddr>()
+                        .map_err(|e| format!("--listen: {e}"))?,
+                )
+            }
             "--kubeconfig" => kubeconfig = Some(PathBuf::from(value()?)),
             "-h" | "--help" => return Err(USAGE.to_owned()),
             other => return Err(format!("unknown argument {other:?}\n{USAGE}")),
         }
     }
-    Ok((listen.unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0))), kubeconfig))
+    Ok((
+        listen.unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0))),
+        kubeconfig,
+    ))
 }
 
 fn main() -> ExitCode {
@@ -37,7 +51,11 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let rt = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("kube-ovn-testapi: starting the runtime: {e}");
@@ -45,7 +63,12 @@ fn main() -> ExitCode {
         }
     };
     rt.block_on(async move {
-        let server = match TestApiServer::start(Config { listen, ..Config::default() }).await {
+        let server = match TestApiServer::start(Config {
+            listen,
+            ..Config::default()
+        })
+        .await
+        {
             Ok(s) => s,
             Err(e) => {
                 eprintln!("kube-ovn-testapi: {e}");
@@ -59,13 +82,14 @@ fn main() -> ExitCode {
             }
         }
         eprintln!("kube-ovn-testapi: serving on {}", server.url());
-        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(s) => s,
-            Err(e) => {
-                eprintln!("kube-ovn-testapi: installing the SIGTERM handler: {e}");
-                return ExitCode::FAILURE;
-            }
-        };
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(e) => {
+                    eprintln!("kube-ovn-testapi: installing the SIGTERM handler: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
         tokio::select! {
             _ = term.recv() => {}
             _ = tokio::signal::ctrl_c() => {}

@@ -45,10 +45,13 @@ pub fn apply(kind: PatchKind, target: &mut Value, patch: &Value) -> Result<()> {
         PatchKind::Json => {
             let p: json_patch::Patch = serde_json::from_value(patch.clone())
                 .map_err(|e| Error::bad_request(format!("invalid JSON patch: {e}")))?;
-            json_patch::patch(target, &p).map_err(|e| Error::invalid(format!("the JSON patch failed: {e}")))
+            json_patch::patch(target, &p)
+                .map_err(|e| Error::invalid(format!("the JSON patch failed: {e}")))
         }
         PatchKind::Strategic => {
-            let p = patch.as_object().ok_or_else(|| Error::bad_request("a strategic merge patch must be an object"))?;
+            let p = patch
+                .as_object()
+                .ok_or_else(|| Error::bad_request("a strategic merge patch must be an object"))?;
             strategic(target, p, "");
             Ok(())
         }
@@ -57,7 +60,12 @@ pub fn apply(kind: PatchKind, target: &mut Value, patch: &Value) -> Result<()> {
 
 fn merge_key(field: &str) -> Option<&'static str> {
     Some(match field {
-        "containers" | "initContainers" | "ephemeralContainers" | "volumes" | "env" | "imagePullSecrets" => "name",
+        "containers"
+        | "initContainers"
+        | "ephemeralContainers"
+        | "volumes"
+        | "env"
+        | "imagePullSecrets" => "name",
         "volumeMounts" => "mountPath",
         "conditions" => "type",
         "ownerReferences" => "uid",
@@ -76,7 +84,9 @@ fn strategic(target: &mut Value, patch: &Map<String, Value>, _field: &str) {
     if !target.is_object() {
         *target = Value::Object(Map::new());
     }
-    let Some(t) = target.as_object_mut() else { return };
+    let Some(t) = target.as_object_mut() else {
+        return;
+    };
     for (k, v) in patch {
         if let Some(list) = k.strip_prefix("$deleteFromPrimitiveList/") {
             if let (Some(Value::Array(items)), Some(del)) = (t.get_mut(list), v.as_array()) {
@@ -131,7 +141,9 @@ fn merge_list(field: &str, cur: &mut Vec<Value>, patch: &[Value]) -> bool {
     }
     let key = match merge_key(field) {
         Some(k) if field != "ports" || patch.iter().all(|p| p.get(k).is_some()) => k,
-        _ if field == "ports" && patch.iter().all(|p| p.get("containerPort").is_some()) => "containerPort",
+        _ if field == "ports" && patch.iter().all(|p| p.get("containerPort").is_some()) => {
+            "containerPort"
+        }
         _ => return false,
     };
     if !patch.iter().all(Value::is_object) {
@@ -140,7 +152,9 @@ fn merge_list(field: &str, cur: &mut Vec<Value>, patch: &[Value]) -> bool {
     for p in patch {
         let Some(pm) = p.as_object() else { continue };
         let id = pm.get(key).cloned();
-        let pos = cur.iter().position(|c| c.get(key) == id.as_ref() && id.is_some());
+        let pos = cur
+            .iter()
+            .position(|c| c.get(key) == id.as_ref() && id.is_some());
         match (pos, pm.get("$patch").and_then(Value::as_str)) {
             (Some(i), Some("delete")) => {
                 cur.remove(i);
@@ -172,7 +186,10 @@ mod tests {
         apply(PatchKind::Strategic, &mut pod, &patch).expect("patch");
         assert_eq!(pod["metadata"]["labels"], json!({"b": "2"}));
         assert_eq!(pod["metadata"]["finalizers"], json!(["x", "y"]));
-        assert_eq!(pod["spec"]["containers"], json!([{"name": "c2", "image": "i3"}]));
+        assert_eq!(
+            pod["spec"]["containers"],
+            json!([{"name": "c2", "image": "i3"}])
+        );
     }
 
     #[test]

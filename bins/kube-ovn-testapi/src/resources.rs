@@ -92,9 +92,30 @@ pub fn builtins() -> Vec<ResourceInfo> {
         builtin("", "events", "Event", true, &["ev"], false),
         builtin("", "configmaps", "ConfigMap", true, &["cm"], false),
         builtin("", "secrets", "Secret", true, &[], false),
-        builtin("", "serviceaccounts", "ServiceAccount", true, &["sa"], false),
-        builtin("discovery.k8s.io", "endpointslices", "EndpointSlice", true, &[], false),
-        builtin("networking.k8s.io", "networkpolicies", "NetworkPolicy", true, &["netpol"], false),
+        builtin(
+            "",
+            "serviceaccounts",
+            "ServiceAccount",
+            true,
+            &["sa"],
+            false,
+        ),
+        builtin(
+            "discovery.k8s.io",
+            "endpointslices",
+            "EndpointSlice",
+            true,
+            &[],
+            false,
+        ),
+        builtin(
+            "networking.k8s.io",
+            "networkpolicies",
+            "NetworkPolicy",
+            true,
+            &["netpol"],
+            false,
+        ),
         builtin("coordination.k8s.io", "leases", "Lease", true, &[], false),
         builtin(
             "apiextensions.k8s.io",
@@ -128,7 +149,12 @@ pub fn from_crd(crd: &Value) -> Result<Vec<ResourceInfo>, String> {
     let short_names = names
         .get("shortNames")
         .and_then(Value::as_array)
-        .map(|a| a.iter().filter_map(Value::as_str).map(str::to_owned).collect::<Vec<_>>())
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        })
         .unwrap_or_default();
     let namespaced = match spec.get("scope").and_then(Value::as_str) {
         Some("Namespaced") | None => true,

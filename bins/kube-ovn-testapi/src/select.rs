@@ -44,7 +44,11 @@ fn set(s: &str) -> Result<Vec<String>> {
     let inner = s
         .strip_prefix('(')
         .and_then(|s| s.strip_suffix(')'))
-        .ok_or_else(|| Error::bad_request(format!("unable to parse requirement: expected a set, found {s:?}")))?;
+        .ok_or_else(|| {
+            Error::bad_request(format!(
+                "unable to parse requirement: expected a set, found {s:?}"
+            ))
+        })?;
     Ok(inner.split(',').map(|v| v.trim().to_owned()).collect())
 }
 
@@ -81,7 +85,9 @@ impl Selector {
             } else if let Some(k) = p.strip_prefix('!') {
                 Req::NotExists(k.trim().into())
             } else if p.contains([' ', '(', ')']) {
-                return Err(Error::bad_request(format!("unable to parse requirement: {p:?}")));
+                return Err(Error::bad_request(format!(
+                    "unable to parse requirement: {p:?}"
+                )));
             } else {
                 Req::Exists(p.into())
             };
@@ -107,7 +113,10 @@ impl Selector {
                     Some(v) => Some(v.to_string()),
                 }
             } else {
-                labels.and_then(|l| l.get(k)).and_then(Value::as_str).map(str::to_owned)
+                labels
+                    .and_then(|l| l.get(k))
+                    .and_then(Value::as_str)
+                    .map(str::to_owned)
             }
         };
         self.reqs.iter().all(|r| match r {
@@ -129,17 +138,27 @@ mod tests {
     #[test]
     fn label_selectors() {
         let o = json!({"metadata": {"labels": {"app": "a", "tier": "web"}}});
-        assert!(Selector::labels("app=a,tier in (web, db)").expect("parse").matches(&o));
+        assert!(Selector::labels("app=a,tier in (web, db)")
+            .expect("parse")
+            .matches(&o));
         assert!(!Selector::labels("app!=a").expect("parse").matches(&o));
         assert!(Selector::labels("!missing,app").expect("parse").matches(&o));
-        assert!(!Selector::labels("tier notin (web)").expect("parse").matches(&o));
+        assert!(!Selector::labels("tier notin (web)")
+            .expect("parse")
+            .matches(&o));
     }
 
     #[test]
     fn field_selectors() {
         let o = json!({"metadata": {"name": "p", "namespace": "d"}, "spec": {"nodeName": "n1"}});
-        assert!(Selector::fields("spec.nodeName=n1,metadata.namespace==d").expect("parse").matches(&o));
-        assert!(!Selector::fields("metadata.name!=p").expect("parse").matches(&o));
-        assert!(Selector::fields("spec.missing=").expect("parse").matches(&o));
+        assert!(Selector::fields("spec.nodeName=n1,metadata.namespace==d")
+            .expect("parse")
+            .matches(&o));
+        assert!(!Selector::fields("metadata.name!=p")
+            .expect("parse")
+            .matches(&o));
+        assert!(Selector::fields("spec.missing=")
+            .expect("parse")
+            .matches(&o));
     }
 }

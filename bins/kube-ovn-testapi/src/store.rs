@@ -70,7 +70,10 @@ pub struct Store {
 
 /// Current time as RFC 3339 (`2024-01-02T03:04:05Z`).
 pub fn now_rfc3339() -> String {
-    let secs = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    let secs = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
     format_rfc3339(secs as i64)
 }
 
@@ -89,7 +92,12 @@ pub fn format_rfc3339(secs: i64) -> String {
     let d = doy - (153 * mp + 2) / 5 + 1;
     let m = if mp < 10 { mp + 3 } else { mp - 9 };
     let y = if m <= 2 { y + 1 } else { y };
-    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
 }
 
 /// RFC 3339 (`...Z`) back to seconds since the epoch.
@@ -112,20 +120,28 @@ pub fn parse_rfc3339(s: &str) -> Option<i64> {
 }
 
 fn meta_str<'a>(obj: &'a Value, field: &str) -> &'a str {
-    obj.get("metadata").and_then(|m| m.get(field)).and_then(Value::as_str).unwrap_or("")
+    obj.get("metadata")
+        .and_then(|m| m.get(field))
+        .and_then(Value::as_str)
+        .unwrap_or("")
 }
 
 fn meta_mut(obj: &mut Value) -> Result<&mut Map<String, Value>> {
-    let o = obj.as_object_mut().ok_or_else(|| Error::bad_request("the body must be a JSON object"))?;
+    let o = obj
+        .as_object_mut()
+        .ok_or_else(|| Error::bad_request("the body must be a JSON object"))?;
     let m = o.entry("metadata").or_insert_with(|| json!({}));
     if m.is_null() {
         *m = json!({});
     }
-    m.as_object_mut().ok_or_else(|| Error::bad_request("metadata must be an object"))
+    m.as_object_mut()
+        .ok_or_else(|| Error::bad_request("metadata must be an object"))
 }
 
 fn has_finalizers(obj: &Value) -> bool {
-    obj.pointer("/metadata/finalizers").and_then(Value::as_array).is_some_and(|a| !a.is_empty())
+    obj.pointer("/metadata/finalizers")
+        .and_then(Value::as_array)
+        .is_some_and(|a| !a.is_empty())
 }
 
 /// Whether an update changes more than metadata and status (so `generation` moves).
@@ -141,6 +157,16 @@ fn spec_changed(old: &Value, new: &Value) -> bool {
     strip(old) != strip(new)
 }
 
+/// What [`Store::watch`] hands a new watch.
+pub struct WatchStart {
+    /// Events to send first, in order.
+    pub replay: Vec<Arc<Event>>,
+    /// Every later change.
+    pub rx: broadcast::Receiver<Arc<Event>>,
+    /// resourceVersion when the watch started.
+    pub rv: u64,
+}
+
 /// The state a request sees in the store, as returned by [`Store::list`].
 pub struct ListSnapshot {
     /// resourceVersion of the snapshot.
@@ -153,7 +179,10 @@ impl Store {
     /// An empty store with the built-in kinds and the default namespaces.
     pub fn new(history_limit: usize) -> Self {
         let (tx, _) = broadcast::channel(16384);
-        let seed = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(1);
+        let seed = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(1);
         let store = Store {
             inner: Mutex::new(Inner {
                 rv: 0,
@@ -182,7 +211,11 @@ impl Store {
 
     fn next_random(&self) -> u64 {
         // splitmix64 over a counter: unique per store, unpredictable enough for names.
-        let mut z = self.seed.wrapping_add(self.counter.fetch_add(1, Ordering::Relaxed).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        let mut z = self.seed.wrapping_add(
+            self.counter
+                .fetch_add(1, Ordering::Relaxed)
+                .wrapping_mul(0x9E37_79B9_7F4A_7C15),
+        );
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
         z ^ (z >> 31)
@@ -220,7 +253,13 @@ impl Store {
     }
 
     /// Records a change: bumps the resourceVersion, stamps the object, stores it and tells the watchers.
-    fn commit(&self, inner: &mut Inner, info: &ResourceInfo, kind: EventType, mut obj: Value) -> Arc<Value> {
+    fn commit(
+        &self,
+        inner: &mut Inner,
+        info: &ResourceInfo,
+        kind: EventType,
+        mut obj: Value,
+    ) -> Arc<Value> {
         inner.rv += 1;
         let rv = inner.rv;
         if let Ok(m) = meta_mut(&mut obj) {
@@ -236,7 +275,13 @@ impl Store {
         } else {
             objects.insert((ns.clone(), name), obj.clone());
         }
-        let ev = Arc::new(Event { rv, key, namespace: ns, kind, object: obj.clone() });
+        let ev = Arc::new(Event {
+            rv,
+            key,
+            namespace: ns,
+            kind,
+            object: obj.clone(),
+        });
         inner.history.push_back(ev.clone());
         while inner.history.len() > self.history_limit {
             if let Some(old) = inner.history.pop_front() {
@@ -247,11 +292,18 @@ impl Store {
         obj
     }
 
-    fn check_namespace(&self, inner: &Inner, info: &ResourceInfo, ns: Option<&str>) -> Result<String> {
+    fn check_namespace(
+        &self,
+        inner: &Inner,
+        info: &ResourceInfo,
+        ns: Option<&str>,
+    ) -> Result<String> {
         if !info.namespaced {
             return Ok(String::new());
         }
-        let ns = ns.filter(|s| !s.is_empty()).ok_or_else(|| Error::bad_request("a namespace is required"))?;
+        let ns = ns
+            .filter(|s| !s.is_empty())
+            .ok_or_else(|| Error::bad_request("a namespace is required"))?;
         let exists = inner
             .objects
             .get("/namespaces")
@@ -263,19 +315,31 @@ impl Store {
     }
 
     /// Creates an object (POST).
-    pub fn create(&self, info: &ResourceInfo, ns: Option<&str>, mut obj: Value) -> Result<Arc<Value>> {
+    pub fn create(
+        &self,
+        info: &ResourceInfo,
+        ns: Option<&str>,
+        mut obj: Value,
+    ) -> Result<Arc<Value>> {
         let api_version = info.api_version();
         {
-            let o = obj.as_object_mut().ok_or_else(|| Error::bad_request("the body must be a JSON object"))?;
+            let o = obj
+                .as_object_mut()
+                .ok_or_else(|| Error::bad_request("the body must be a JSON object"))?;
             match o.get("kind").and_then(Value::as_str) {
                 Some(k) if k != info.kind => {
-                    return Err(Error::bad_request(format!("kind {k} does not match the resource {}", info.kind)))
+                    return Err(Error::bad_request(format!(
+                        "kind {k} does not match the resource {}",
+                        info.kind
+                    )))
                 }
                 _ => {}
             }
             match o.get("apiVersion").and_then(Value::as_str) {
                 Some(v) if v != api_version => {
-                    return Err(Error::bad_request(format!("apiVersion {v} does not match {api_version}")))
+                    return Err(Error::bad_request(format!(
+                        "apiVersion {v} does not match {api_version}"
+                    )))
                 }
                 _ => {}
             }
@@ -301,11 +365,21 @@ impl Store {
         let mut inner = self.lock();
         let ns = self.check_namespace(&inner, info, ns.as_deref())?;
         let m = meta_mut(&mut obj)?;
-        let mut name = m.get("name").and_then(Value::as_str).unwrap_or("").to_owned();
+        let mut name = m
+            .get("name")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_owned();
         if name.is_empty() {
-            let prefix = m.get("generateName").and_then(Value::as_str).unwrap_or("").to_owned();
+            let prefix = m
+                .get("generateName")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_owned();
             if prefix.is_empty() {
-                return Err(Error::invalid("metadata.name: Required value: name or generateName is required"));
+                return Err(Error::invalid(
+                    "metadata.name: Required value: name or generateName is required",
+                ));
             }
             const ALPHA: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
             loop {
@@ -315,7 +389,10 @@ impl Store {
                     n.push(ALPHA[(r % ALPHA.len() as u64) as usize] as char);
                     r /= ALPHA.len() as u64;
                 }
-                let taken = inner.objects.get(&info.key()).is_some_and(|o| o.contains_key(&(ns.clone(), n.clone())));
+                let taken = inner
+                    .objects
+                    .get(&info.key())
+                    .is_some_and(|o| o.contains_key(&(ns.clone(), n.clone())));
                 if !taken {
                     name = n;
                     break;
@@ -323,7 +400,11 @@ impl Store {
             }
         }
         validate_name(&name)?;
-        if inner.objects.get(&info.key()).is_some_and(|o| o.contains_key(&(ns.clone(), name.clone()))) {
+        if inner
+            .objects
+            .get(&info.key())
+            .is_some_and(|o| o.contains_key(&(ns.clone(), name.clone())))
+        {
             return Err(Error::already_exists(&info.group, &info.plural, &name));
         }
         m.insert("name".into(), Value::String(name.clone()));
@@ -352,7 +433,11 @@ impl Store {
                 "acceptedNames": obj.pointer("/spec/names").cloned().unwrap_or(Value::Null),
                 "storedVersions": served.iter().map(|r| r.version.clone()).collect::<Vec<_>>(),
             });
-            inner.resources.retain(|r| !served.iter().any(|s| s.group == r.group && s.plural == r.plural));
+            inner.resources.retain(|r| {
+                !served
+                    .iter()
+                    .any(|s| s.group == r.group && s.plural == r.plural)
+            });
             inner.resources.extend(served.into_iter().map(Arc::new));
         }
         Ok(self.commit(&mut inner, info, EventType::Added, obj))
@@ -360,7 +445,11 @@ impl Store {
 
     /// Reads one object.
     pub fn get(&self, info: &ResourceInfo, ns: Option<&str>, name: &str) -> Result<Arc<Value>> {
-        let ns = if info.namespaced { ns.unwrap_or("") } else { "" };
+        let ns = if info.namespaced {
+            ns.unwrap_or("")
+        } else {
+            ""
+        };
         self.lock()
             .objects
             .get(&info.key())
@@ -370,7 +459,12 @@ impl Store {
     }
 
     /// Lists objects (all namespaces when `ns` is `None`) that pass `filter`.
-    pub fn list(&self, info: &ResourceInfo, ns: Option<&str>, filter: impl Fn(&Value) -> bool) -> ListSnapshot {
+    pub fn list(
+        &self,
+        info: &ResourceInfo,
+        ns: Option<&str>,
+        filter: impl Fn(&Value) -> bool,
+    ) -> ListSnapshot {
         let inner = self.lock();
         let items = match inner.objects.get(&info.key()) {
             None => Vec::new(),
@@ -385,7 +479,10 @@ impl Store {
                 None => objs.values().filter(|v| filter(v)).cloned().collect(),
             },
         };
-        ListSnapshot { rv: inner.rv, items }
+        ListSnapshot {
+            rv: inner.rv,
+            items,
+        }
     }
 
     /// Replaces an object (PUT), or with `status_only` only its status (PUT on `/status`).
@@ -416,10 +513,17 @@ impl Store {
         }
         if let Some(k) = new.get("kind").and_then(Value::as_str) {
             if k != info.kind {
-                return Err(Error::bad_request(format!("kind {k} does not match the resource {}", info.kind)));
+                return Err(Error::bad_request(format!(
+                    "kind {k} does not match the resource {}",
+                    info.kind
+                )));
             }
         }
-        let key_ns = if info.namespaced { ns.unwrap_or("").to_owned() } else { String::new() };
+        let key_ns = if info.namespaced {
+            ns.unwrap_or("").to_owned()
+        } else {
+            String::new()
+        };
         let mut inner = self.lock();
         let old = inner
             .objects
@@ -456,21 +560,36 @@ impl Store {
             new
         };
         {
-            let o = obj.as_object_mut().ok_or_else(|| Error::bad_request("the body must be a JSON object"))?;
+            let o = obj
+                .as_object_mut()
+                .ok_or_else(|| Error::bad_request("the body must be a JSON object"))?;
             o.insert("kind".into(), Value::String(info.kind.clone()));
             o.insert("apiVersion".into(), Value::String(info.api_version()));
         }
         let old_meta = old.get("metadata").cloned().unwrap_or_else(|| json!({}));
-        let generation = old_meta.get("generation").and_then(Value::as_i64).unwrap_or(1);
+        let generation = old_meta
+            .get("generation")
+            .and_then(Value::as_i64)
+            .unwrap_or(1);
         let bump = !status_only && spec_changed(&old, &obj);
         let m = meta_mut(&mut obj)?;
-        for k in ["name", "namespace", "uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds"] {
+        for k in [
+            "name",
+            "namespace",
+            "uid",
+            "creationTimestamp",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+        ] {
             match old_meta.get(k) {
                 Some(v) => m.insert(k.into(), v.clone()),
                 None => m.remove(k),
             };
         }
-        m.insert("generation".into(), json!(if bump { generation + 1 } else { generation }));
+        m.insert(
+            "generation".into(),
+            json!(if bump { generation + 1 } else { generation }),
+        );
         if old_meta.get("deletionTimestamp").is_some() && !has_finalizers(&obj) {
             let obj = self.commit(&mut inner, info, EventType::Deleted, obj);
             return Ok(obj);
@@ -488,7 +607,11 @@ impl Store {
         name: &str,
         precondition_rv: Option<&str>,
     ) -> Result<Arc<Value>> {
-        let key_ns = if info.namespaced { ns.unwrap_or("").to_owned() } else { String::new() };
+        let key_ns = if info.namespaced {
+            ns.unwrap_or("").to_owned()
+        } else {
+            String::new()
+        };
         let mut inner = self.lock();
         let old = inner
             .objects
@@ -537,10 +660,17 @@ impl Store {
         }
         if info.key() == "apiextensions.k8s.io/customresourcedefinitions" {
             if let Ok(served) = resources::from_crd(&old) {
-                inner.resources.retain(|r| !served.iter().any(|s| s.group == r.group && s.plural == r.plural));
+                inner.resources.retain(|r| {
+                    !served
+                        .iter()
+                        .any(|s| s.group == r.group && s.plural == r.plural)
+                });
                 if let Some(first) = served.first() {
-                    let objs: Vec<Arc<Value>> =
-                        inner.objects.get(&first.key()).map(|o| o.values().cloned().collect()).unwrap_or_default();
+                    let objs: Vec<Arc<Value>> = inner
+                        .objects
+                        .get(&first.key())
+                        .map(|o| o.values().cloned().collect())
+                        .unwrap_or_default();
                     for v in objs {
                         self.commit(&mut inner, first, EventType::Deleted, (*v).clone());
                     }
@@ -554,21 +684,25 @@ impl Store {
     /// every current object when `from` is `None`), and a receiver for what comes next.
     ///
     /// Fails with 410 Gone when `from` is older than the history holds.
-    pub fn watch(
-        &self,
-        info: &ResourceInfo,
-        from: Option<u64>,
-    ) -> Result<(Vec<Arc<Event>>, broadcast::Receiver<Arc<Event>>, u64)> {
+    pub fn watch(&self, info: &ResourceInfo, from: Option<u64>) -> Result<WatchStart> {
         let inner = self.lock();
         let key = info.key();
         let rx = self.tx.subscribe();
         let replay = match from {
             Some(from) => {
                 if from < inner.compacted {
-                    return Err(Error::gone(format!("too old resource version: {from} ({})", inner.compacted + 1)));
+                    return Err(Error::gone(format!(
+                        "too old resource version: {from} ({})",
+                        inner.compacted + 1
+                    )));
                 }
                 let start = inner.history.partition_point(|e| e.rv <= from);
-                inner.history.range(start..).filter(|e| e.key == key).cloned().collect()
+                inner
+                    .history
+                    .range(start..)
+                    .filter(|e| e.key == key)
+                    .cloned()
+                    .collect()
             }
             None => inner
                 .objects
@@ -588,7 +722,11 @@ impl Store {
                 })
                 .unwrap_or_default(),
         };
-        Ok((replay, rx, inner.rv))
+        Ok(WatchStart {
+            replay,
+            rx,
+            rv: inner.rv,
+        })
     }
 }
 
@@ -596,9 +734,17 @@ impl Store {
 fn validate_name(name: &str) -> Result<()> {
     let ok = !name.is_empty()
         && name.len() <= 253
-        && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.' || b == b':')
-        && name.as_bytes().first().is_some_and(u8::is_ascii_alphanumeric)
-        && name.as_bytes().last().is_some_and(u8::is_ascii_alphanumeric);
+        && name.bytes().all(|b| {
+            b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.' || b == b':'
+        })
+        && name
+            .as_bytes()
+            .first()
+            .is_some_and(u8::is_ascii_alphanumeric)
+        && name
+            .as_bytes()
+            .last()
+            .is_some_and(u8::is_ascii_alphanumeric);
     if ok {
         Ok(())
     } else {
@@ -624,12 +770,18 @@ mod tests {
     fn finalizers_keep_the_object() {
         let s = Store::new(100);
         let cm = s.resource("", "v1", "configmaps").expect("configmaps");
-        s.create(&cm, Some("default"), json!({"metadata": {"name": "a", "finalizers": ["x/y"]}})).expect("create");
+        s.create(
+            &cm,
+            Some("default"),
+            json!({"metadata": {"name": "a", "finalizers": ["x/y"]}}),
+        )
+        .expect("create");
         let o = s.delete(&cm, Some("default"), "a", None).expect("delete");
         assert!(o.pointer("/metadata/deletionTimestamp").is_some());
         let mut o = (*s.get(&cm, Some("default"), "a").expect("still there")).clone();
         o["metadata"]["finalizers"] = json!([]);
-        s.update(&cm, Some("default"), "a", o, false).expect("update");
+        s.update(&cm, Some("default"), "a", o, false)
+            .expect("update");
         assert!(s.get(&cm, Some("default"), "a").is_err());
     }
 
@@ -637,7 +789,9 @@ mod tests {
     fn missing_namespace_is_not_found() {
         let s = Store::new(100);
         let cm = s.resource("", "v1", "configmaps").expect("configmaps");
-        let e = s.create(&cm, Some("nope"), json!({"metadata": {"name": "a"}})).expect_err("no ns");
+        let e = s
+            .create(&cm, Some("nope"), json!({"metadata": {"name": "a"}}))
+            .expect_err("no ns");
         assert_eq!(e.code(), 404);
     }
 }

@@ -8,7 +8,9 @@ use std::time::Duration;
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
+use kube::api::{
+    Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams,
+};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Client, CustomResource, CustomResourceExt, ResourceExt};
@@ -25,7 +27,10 @@ async fn start(config: Config) -> (TestApiServer, Client) {
 }
 
 fn cm(name: &str) -> ConfigMap {
-    serde_json::from_value(json!({"metadata": {"name": name, "labels": {"app": "x"}}, "data": {"k": "v"}})).unwrap()
+    serde_json::from_value(
+        json!({"metadata": {"name": name, "labels": {"app": "x"}}, "data": {"k": "v"}}),
+    )
+    .unwrap()
 }
 
 fn err_code(e: &kube::Error) -> u16 {
@@ -40,7 +45,9 @@ async fn create_get_list_with_selectors_and_paging() {
     let (server, client) = start(Config::default()).await;
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
     for i in 0..7 {
-        api.create(&PostParams::default(), &cm(&format!("c{i}"))).await.unwrap();
+        api.create(&PostParams::default(), &cm(&format!("c{i}")))
+            .await
+            .unwrap();
     }
     let mut other = cm("z");
     other.metadata.labels = Some([("app".to_owned(), "y".to_owned())].into());
@@ -50,9 +57,15 @@ async fn create_get_list_with_selectors_and_paging() {
     assert_eq!(got.data.unwrap()["k"], "v");
     assert!(got.metadata.uid.is_some() && got.metadata.creation_timestamp.is_some());
 
-    let l = api.list(&ListParams::default().labels("app=x")).await.unwrap();
+    let l = api
+        .list(&ListParams::default().labels("app=x"))
+        .await
+        .unwrap();
     assert_eq!(l.items.len(), 7);
-    let l = api.list(&ListParams::default().fields("metadata.name=z")).await.unwrap();
+    let l = api
+        .list(&ListParams::default().fields("metadata.name=z"))
+        .await
+        .unwrap();
     assert_eq!(l.items.len(), 1);
 
     // Paging: 3 + 3 + 2.
@@ -74,14 +87,32 @@ async fn create_get_list_with_selectors_and_paging() {
     g.metadata.generate_name = Some("gen-".into());
     let g = api.create(&PostParams::default(), &g).await.unwrap();
     assert!(g.name_any().starts_with("gen-") && g.name_any().len() == 9);
-    assert_eq!(err_code(&api.create(&PostParams::default(), &cm("c1")).await.unwrap_err()), 409);
+    assert_eq!(
+        err_code(
+            &api.create(&PostParams::default(), &cm("c1"))
+                .await
+                .unwrap_err()
+        ),
+        409
+    );
     let missing: Api<ConfigMap> = Api::namespaced(client.clone(), "nope");
-    assert_eq!(err_code(&missing.create(&PostParams::default(), &cm("a")).await.unwrap_err()), 404);
+    assert_eq!(
+        err_code(
+            &missing
+                .create(&PostParams::default(), &cm("a"))
+                .await
+                .unwrap_err()
+        ),
+        404
+    );
     assert_eq!(err_code(&api.get("absent").await.unwrap_err()), 404);
 
     // All namespaces, and cluster-scoped namespaces.
     let all: Api<ConfigMap> = Api::all(client.clone());
-    assert_eq!(all.list(&ListParams::default()).await.unwrap().items.len(), 9);
+    assert_eq!(
+        all.list(&ListParams::default()).await.unwrap().items.len(),
+        9
+    );
     let nss: Api<Namespace> = Api::all(client);
     assert!(nss.get("default").await.is_ok());
     server.shutdown().await;
@@ -97,15 +128,25 @@ async fn pods_field_selector_on_node_name() {
         .unwrap();
         pods.create(&PostParams::default(), &p).await.unwrap();
     }
-    let l = pods.list(&ListParams::default().fields("spec.nodeName=n1")).await.unwrap();
-    assert_eq!(l.items.iter().map(|p| p.name_any()).collect::<Vec<_>>(), ["a", "c"]);
+    let l = pods
+        .list(&ListParams::default().fields("spec.nodeName=n1"))
+        .await
+        .unwrap();
+    assert_eq!(
+        l.items.iter().map(|p| p.name_any()).collect::<Vec<_>>(),
+        ["a", "c"]
+    );
     // Status subresource: the main resource ignores status, /status only takes status.
     let mut p = pods.get("a").await.unwrap();
     p.status = Some(serde_json::from_value(json!({"phase": "Running"})).unwrap());
     let after = pods.replace("a", &PostParams::default(), &p).await.unwrap();
     assert!(after.status.is_none());
     let after = pods
-        .patch_status("a", &PatchParams::default(), &Patch::Merge(json!({"status": {"phase": "Running"}})))
+        .patch_status(
+            "a",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"phase": "Running"}})),
+        )
         .await
         .unwrap();
     assert_eq!(after.status.unwrap().phase.as_deref(), Some("Running"));
@@ -124,7 +165,10 @@ async fn optimistic_concurrency_conflict() {
     // The stale copy loses.
     let mut stale = first;
     stale.data = Some([("k".to_owned(), "2".to_owned())].into());
-    let e = api.replace("a", &PostParams::default(), &stale).await.unwrap_err();
+    let e = api
+        .replace("a", &PostParams::default(), &stale)
+        .await
+        .unwrap_err();
     assert_eq!(err_code(&e), 409);
     match e {
         kube::Error::Api(s) => assert_eq!(s.reason, "Conflict"),
@@ -140,7 +184,16 @@ async fn patches_of_each_type() {
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
     api.create(&PostParams::default(), &cm("a")).await.unwrap();
     let pp = PatchParams::default();
-    let m = api.patch("a", &pp, &Patch::Merge(json!({"metadata": {"labels": {"m": "1"}}, "data": {"k": null, "n": "2"}}))).await.unwrap();
+    let m = api
+        .patch(
+            "a",
+            &pp,
+            &Patch::Merge(
+                json!({"metadata": {"labels": {"m": "1"}}, "data": {"k": null, "n": "2"}}),
+            ),
+        )
+        .await
+        .unwrap();
     assert_eq!(m.labels().get("m").map(String::as_str), Some("1"));
     assert_eq!(m.data.as_ref().unwrap().get("k"), None);
     let jp: json_patch_ops::Patch = serde_json::from_value(json!([
@@ -153,8 +206,16 @@ async fn patches_of_each_type() {
     assert_eq!(j.data.unwrap()["n"], "3");
     // A failing JSON patch test op is rejected and changes nothing.
     let bad: json_patch_ops::Patch =
-        serde_json::from_value(json!([{"op": "test", "path": "/data/n", "value": "nope"}])).unwrap();
-    assert_eq!(err_code(&api.patch("a", &pp, &Patch::<()>::Json(bad)).await.unwrap_err()), 422);
+        serde_json::from_value(json!([{"op": "test", "path": "/data/n", "value": "nope"}]))
+            .unwrap();
+    assert_eq!(
+        err_code(
+            &api.patch("a", &pp, &Patch::<()>::Json(bad))
+                .await
+                .unwrap_err()
+        ),
+        422
+    );
 
     let pods: Api<Pod> = Api::namespaced(client, "default");
     let p: Pod = serde_json::from_value(json!({"metadata": {"name": "p", "labels": {"a": "1"}},
@@ -175,7 +236,13 @@ async fn patches_of_each_type() {
     assert_eq!(spec.containers[1].image.as_deref(), Some("i3"));
     assert_eq!(s.metadata.labels.unwrap().len(), 2);
     // Server-side apply is not supported: 415.
-    let e = pods.patch("p", &PatchParams::apply("t"), &Patch::Apply(json!({"metadata": {"name": "p"}}))).await;
+    let e = pods
+        .patch(
+            "p",
+            &PatchParams::apply("t"),
+            &Patch::Apply(json!({"metadata": {"name": "p"}})),
+        )
+        .await;
     assert_eq!(err_code(&e.unwrap_err()), 415);
     server.shutdown().await;
 }
@@ -192,16 +259,30 @@ async fn finalizers_delay_deletion() {
     api.delete("f", &DeleteParams::default()).await.unwrap();
     let held = api.get("f").await.unwrap();
     assert!(held.metadata.deletion_timestamp.is_some());
-    api.patch("f", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"finalizers": null}})))
-        .await
-        .unwrap();
+    api.patch(
+        "f",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .unwrap();
     assert_eq!(err_code(&api.get("f").await.unwrap_err()), 404);
     // deletecollection
     for n in ["x1", "x2"] {
         api.create(&PostParams::default(), &cm(n)).await.unwrap();
     }
-    api.delete_collection(&DeleteParams::default(), &ListParams::default().labels("app=x")).await.unwrap();
-    assert!(api.list(&ListParams::default()).await.unwrap().items.is_empty());
+    api.delete_collection(
+        &DeleteParams::default(),
+        &ListParams::default().labels("app=x"),
+    )
+    .await
+    .unwrap();
+    assert!(api
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .is_empty());
     server.shutdown().await;
 }
 
@@ -210,11 +291,27 @@ async fn watch_resumes_from_a_resource_version() {
     let (server, client) = start(Config::default()).await;
     let api: Api<ConfigMap> = Api::namespaced(client, "default");
     api.create(&PostParams::default(), &cm("a")).await.unwrap();
-    let rv = api.list(&ListParams::default()).await.unwrap().metadata.resource_version.unwrap();
+    let rv = api
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap();
     api.create(&PostParams::default(), &cm("b")).await.unwrap();
-    api.patch("a", &PatchParams::default(), &Patch::Merge(json!({"data": {"k": "2"}}))).await.unwrap();
+    api.patch(
+        "a",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"data": {"k": "2"}})),
+    )
+    .await
+    .unwrap();
     api.delete("b", &DeleteParams::default()).await.unwrap();
-    let mut stream = api.watch(&WatchParams::default().timeout(5), &rv).await.unwrap().boxed();
+    let mut stream = api
+        .watch(&WatchParams::default().timeout(5), &rv)
+        .await
+        .unwrap()
+        .boxed();
     let mut seen = Vec::new();
     while seen.len() < 3 {
         match stream.try_next().await.unwrap().unwrap() {
@@ -233,11 +330,19 @@ async fn watch_resumes_from_a_resource_version() {
         other => panic!("{other:?}"),
     }
     let mut bm = api
-        .watch(&WatchParams::default().timeout(5), &last.resource_version().unwrap())
+        .watch(
+            &WatchParams::default().timeout(5),
+            &last.resource_version().unwrap(),
+        )
         .await
         .unwrap()
         .boxed();
-    match tokio::time::timeout(Duration::from_secs(4), bm.try_next()).await.unwrap().unwrap().unwrap() {
+    match tokio::time::timeout(Duration::from_secs(4), bm.try_next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap()
+    {
         WatchEvent::Bookmark(b) => assert!(!b.metadata.resource_version.is_empty()),
         other => panic!("{other:?}"),
     }
@@ -246,12 +351,22 @@ async fn watch_resumes_from_a_resource_version() {
 
 #[tokio::test]
 async fn watch_from_a_compacted_version_gets_410_and_watcher_relists() {
-    let (server, client) = start(Config { history_limit: 4, ..Config::default() }).await;
+    let (server, client) = start(Config {
+        history_limit: 4,
+        ..Config::default()
+    })
+    .await;
     let api: Api<ConfigMap> = Api::namespaced(client, "default");
     for i in 0..10 {
-        api.create(&PostParams::default(), &cm(&format!("c{i}"))).await.unwrap();
+        api.create(&PostParams::default(), &cm(&format!("c{i}")))
+            .await
+            .unwrap();
     }
-    let mut s = api.watch(&WatchParams::default().timeout(5), "1").await.unwrap().boxed();
+    let mut s = api
+        .watch(&WatchParams::default().timeout(5), "1")
+        .await
+        .unwrap()
+        .boxed();
     match s.try_next().await.unwrap().unwrap() {
         WatchEvent::Error(e) => assert_eq!(e.code, 410),
         other => panic!("expected 410, got {other:?}"),
@@ -261,12 +376,22 @@ async fn watch_from_a_compacted_version_gets_410_and_watcher_relists() {
     let mut stream = stream.boxed();
     let mut names = std::collections::BTreeSet::new();
     while names.len() < 10 {
-        let c = tokio::time::timeout(Duration::from_secs(5), stream.try_next()).await.unwrap().unwrap().unwrap();
+        let c = tokio::time::timeout(Duration::from_secs(5), stream.try_next())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
         names.insert(c.name_any());
     }
-    api.create(&PostParams::default(), &cm("late")).await.unwrap();
+    api.create(&PostParams::default(), &cm("late"))
+        .await
+        .unwrap();
     loop {
-        let c = tokio::time::timeout(Duration::from_secs(5), stream.try_next()).await.unwrap().unwrap().unwrap();
+        let c = tokio::time::timeout(Duration::from_secs(5), stream.try_next())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
         if c.name_any() == "late" {
             break;
         }
@@ -276,7 +401,12 @@ async fn watch_from_a_compacted_version_gets_410_and_watcher_relists() {
 
 #[tokio::test]
 async fn bad_requests_leave_the_store_unchanged() {
-    let server = TestApiServer::start(Config { max_body_bytes: 4096, ..Config::default() }).await.unwrap();
+    let server = TestApiServer::start(Config {
+        max_body_bytes: 4096,
+        ..Config::default()
+    })
+    .await
+    .unwrap();
     let url = server.url();
     let rv = server.store().resource_version();
     let client = Client::try_from(kube::Config::new(url.parse().unwrap())).unwrap();
@@ -297,22 +427,46 @@ async fn bad_requests_leave_the_store_unchanged() {
         }
     };
     let cms = "/api/v1/namespaces/default/configmaps";
-    assert_eq!(send("POST", cms, b"{not json".to_vec(), "application/json").await, (400, "BadRequest".into()));
     assert_eq!(
-        send("POST", "/api/v1/namespaces/default/widgets", b"{}".to_vec(), "application/json").await,
+        send("POST", cms, b"{not json".to_vec(), "application/json").await,
+        (400, "BadRequest".into())
+    );
+    assert_eq!(
+        send(
+            "POST",
+            "/api/v1/namespaces/default/widgets",
+            b"{}".to_vec(),
+            "application/json"
+        )
+        .await,
         (404, "NotFound".into())
     );
     let wrong_ns = br#"{"metadata":{"name":"a","namespace":"other"}}"#.to_vec();
-    assert_eq!(send("POST", cms, wrong_ns, "application/json").await, (400, "BadRequest".into()));
+    assert_eq!(
+        send("POST", cms, wrong_ns, "application/json").await,
+        (400, "BadRequest".into())
+    );
     let wrong_kind = br#"{"kind":"Pod","metadata":{"name":"a"}}"#.to_vec();
-    assert_eq!(send("POST", cms, wrong_kind, "application/json").await, (400, "BadRequest".into()));
-    let huge = format!(r#"{{"metadata":{{"name":"a"}},"data":{{"k":"{}"}}}}"#, "x".repeat(10_000));
+    assert_eq!(
+        send("POST", cms, wrong_kind, "application/json").await,
+        (400, "BadRequest".into())
+    );
+    let huge = format!(
+        r#"{{"metadata":{{"name":"a"}},"data":{{"k":"{}"}}}}"#,
+        "x".repeat(10_000)
+    );
     assert_eq!(
         send("POST", cms, huge.into_bytes(), "application/json").await,
         (413, "RequestEntityTooLarge".into())
     );
     assert_eq!(
-        send("PUT", "/api/v1/namespaces/default/configmaps", b"{}".to_vec(), "application/json").await,
+        send(
+            "PUT",
+            "/api/v1/namespaces/default/configmaps",
+            b"{}".to_vec(),
+            "application/json"
+        )
+        .await,
         (405, "MethodNotAllowed".into())
     );
     assert_eq!(server.store().resource_version(), rv);
@@ -320,7 +474,13 @@ async fn bad_requests_leave_the_store_unchanged() {
 }
 
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, JsonSchema)]
-#[kube(group = "test.kubeovn.io", version = "v1", kind = "Widget", namespaced, status = "WidgetStatus")]
+#[kube(
+    group = "test.kubeovn.io",
+    version = "v1",
+    kind = "Widget",
+    namespaced,
+    status = "WidgetStatus"
+)]
 #[kube(shortname = "wd")]
 struct WidgetSpec {
     size: i64,
@@ -335,10 +495,21 @@ struct WidgetStatus {
 async fn crd_is_served_and_a_controller_reconciles_it() {
     let (server, client) = start(Config::default()).await;
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    crds.create(&PostParams::default(), &Widget::crd()).await.unwrap();
+    crds.create(&PostParams::default(), &Widget::crd())
+        .await
+        .unwrap();
     // Discovery knows it.
-    let disc = kube::discovery::Discovery::new(client.clone()).run().await.unwrap();
-    let (ar, caps) = disc.resolve_gvk(&kube::api::GroupVersionKind::gvk("test.kubeovn.io", "v1", "Widget")).unwrap();
+    let disc = kube::discovery::Discovery::new(client.clone())
+        .run()
+        .await
+        .unwrap();
+    let (ar, caps) = disc
+        .resolve_gvk(&kube::api::GroupVersionKind::gvk(
+            "test.kubeovn.io",
+            "v1",
+            "Widget",
+        ))
+        .unwrap();
     assert_eq!(ar.plural, "widgets");
     assert_eq!(caps.scope, kube::discovery::Scope::Namespaced);
 
@@ -364,11 +535,27 @@ async fn crd_is_served_and_a_controller_reconciles_it() {
             .run(reconcile, error_policy, ctx)
             .for_each(|_| async {}),
     );
-    widgets.create(&PostParams::default(), &Widget::new("w1", WidgetSpec { size: 21 })).await.unwrap();
-    let w2 = widgets.create(&PostParams::default(), &Widget::new("w2", WidgetSpec { size: 1 })).await.unwrap();
+    widgets
+        .create(
+            &PostParams::default(),
+            &Widget::new("w1", WidgetSpec { size: 21 }),
+        )
+        .await
+        .unwrap();
+    let w2 = widgets
+        .create(
+            &PostParams::default(),
+            &Widget::new("w2", WidgetSpec { size: 1 }),
+        )
+        .await
+        .unwrap();
     assert_eq!(w2.metadata.generation, Some(1));
     widgets
-        .patch("w2", &PatchParams::default(), &Patch::Merge(json!({"spec": {"size": 5}})))
+        .patch(
+            "w2",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"size": 5}})),
+        )
         .await
         .unwrap();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
@@ -379,12 +566,20 @@ async fn crd_is_served_and_a_controller_reconciles_it() {
             assert_eq!(w2.metadata.generation, Some(2));
             break;
         }
-        assert!(tokio::time::Instant::now() < deadline, "the controller did not reconcile");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the controller did not reconcile"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     controller.abort();
     // Deleting the CRD stops serving the kind.
-    crds.delete("widgets.test.kubeovn.io", &DeleteParams::default()).await.unwrap();
-    assert_eq!(err_code(&widgets.list(&ListParams::default()).await.unwrap_err()), 404);
+    crds.delete("widgets.test.kubeovn.io", &DeleteParams::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        err_code(&widgets.list(&ListParams::default()).await.unwrap_err()),
+        404
+    );
     server.shutdown().await;
 }
