@@ -912,11 +912,21 @@ impl Planner<'_, '_> {
             Op::DeleteSwitchPort(name) => {
                 if let Some(row) = self.find(LSP, name).cloned() {
                     let u = row.uuid();
-                    self.txn.push(
-                        Operation::mutate(LS)
-                            .filter(Condition::includes("ports", Datum::uuid(u)))
-                            .delete("ports", Datum::uuid(u)),
-                    );
+                    // Name the parent by UUID when the replica knows it (cheaper for the server than a scan).
+                    let parent = self
+                        .view
+                        .rows(LS)
+                        .find(|ls| {
+                            ls.get("ports")
+                                .is_some_and(|d| d.atoms().contains(&Atom::Uuid(u)))
+                        })
+                        .map(|ls| ls.uuid());
+                    let m = Operation::mutate(LS);
+                    let m = match parent {
+                        Some(p) => m.uuid(p),
+                        None => m.filter(Condition::includes("ports", Datum::uuid(u))),
+                    };
+                    self.txn.push(m.delete("ports", Datum::uuid(u)));
                     self.deletes.push((LSP, u));
                 }
             }
