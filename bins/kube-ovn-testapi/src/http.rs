@@ -17,7 +17,7 @@ use crate::error::{Error, Result};
 use crate::patch::{self, PatchKind};
 use crate::resources::ResourceInfo;
 use crate::select::Selector;
-use crate::store::{self, Event, Store};
+use crate::store::{self, Event, EventType, Store};
 
 /// Response body: a whole JSON document or a watch stream.
 pub type RespBody = BoxBody<Bytes, Infallible>;
@@ -639,7 +639,11 @@ fn watch(
     q: &Query,
     table: bool,
 ) -> Result<Response<RespBody>> {
+    // Streaming lists (`sendInitialEvents=true`): the current state as ADDED events, then a
+    // bookmark annotated `k8s.io/initial-events-end`.
+    let initial_events_end = q.get("sendInitialEvents") == Some("true");
     let from = match q.get("resourceVersion") {
+        _ if initial_events_end => None,
         None | Some("" | "0") => None,
         Some(v) => Some(
             v.parse::<u64>()
@@ -674,15 +678,26 @@ fn watch(
     let api_version = info.api_version();
     let kind = info.kind.clone();
     let info2 = info.clone();
-    let matches = move |e: &Event| {
-        e.key == key
-            && ns
+    // Which event a watcher sees: with selectors, an object that starts (stops) matching is
+    // ADDED (DELETED) for that watcher, as the real server does.
+    let matches = move |e: &Event| -> Option<&'static str> {
+        if e.key != key
+            || ns
                 .as_ref()
-                .is_none_or(|n| !info2.namespaced || *n == e.namespace)
-            && labels.matches(&e.object)
-            && fields.matches(&e.object)
+                .is_some_and(|n| info2.namespaced && *n != e.namespace)
+        {
+            return None;
+        }
+        let sel = |o: &Value| labels.matches(o) && fields.matches(o);
+        let now = sel(&e.object);
+        match (e.kind, e.previous.as_deref().map(sel)) {
+            (EventType::Modified, Some(false)) if now => Some("ADDED"),
+            (EventType::Modified, Some(true)) if !now => Some("DELETED"),
+            _ if now => Some(e.kind.as_str()),
+            _ => None,
+        }
     };
-    let render = move |e: &Event| -> Bytes {
+    let render = move |ty: &str, e: &Event| -> Bytes {
         if table {
             let t = to_table(
                 &info,
@@ -690,15 +705,25 @@ fn watch(
                 e.rv,
                 &Query(Vec::new()),
             );
-            event_line(e.kind.as_str(), &t)
+            event_line(ty, &t)
         } else {
-            event_line(e.kind.as_str(), &e.object)
+            event_line(ty, &e.object)
         }
     };
     tokio::spawn(async move {
         let deadline = timeout.map(|t| tokio::time::Instant::now() + Duration::from_secs(t));
-        for e in replay.iter().filter(|e| matches(e)) {
-            if tx.send(render(e)).await.is_err() {
+        for e in &replay {
+            if let Some(ty) = matches(e) {
+                if tx.send(render(ty, e)).await.is_err() {
+                    return;
+                }
+            }
+        }
+        if initial_events_end {
+            let b = json!({"kind": kind, "apiVersion": api_version,
+                "metadata": {"resourceVersion": last_rv.to_string(),
+                    "annotations": {"k8s.io/initial-events-end": "true"}}});
+            if tx.send(event_line("BOOKMARK", &b)).await.is_err() {
                 return;
             }
         }
@@ -715,8 +740,10 @@ fn watch(
                 r = sub.recv() => match r {
                     Ok(e) => {
                         last_rv = last_rv.max(e.rv);
-                        if matches(&e) && tx.send(render(&e)).await.is_err() {
-                            return;
+                        if let Some(ty) = matches(&e) {
+                            if tx.send(render(ty, &e)).await.is_err() {
+                                return;
+                            }
                         }
                     }
                     Err(broadcast::error::RecvError::Lagged(_)) => {

@@ -100,6 +100,7 @@ pub fn builtins() -> Vec<ResourceInfo> {
             &["sa"],
             false,
         ),
+        builtin("events.k8s.io", "events", "Event", true, &[], false),
         builtin(
             "discovery.k8s.io",
             "endpointslices",

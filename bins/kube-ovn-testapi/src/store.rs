@@ -47,6 +47,8 @@ pub struct Event {
     pub kind: EventType,
     /// The object after the change (before it, for deletions, with the new resourceVersion).
     pub object: Arc<Value>,
+    /// The object before a modification, so that selector watches see objects enter and leave.
+    pub previous: Option<Arc<Value>>,
 }
 
 type Objects = BTreeMap<(String, String), Arc<Value>>;
@@ -270,17 +272,22 @@ impl Store {
         let obj = Arc::new(obj);
         let key = info.key();
         let objects = inner.objects.entry(key.clone()).or_default();
-        if kind == EventType::Deleted {
-            objects.remove(&(ns.clone(), name));
+        let previous = if kind == EventType::Deleted {
+            objects.remove(&(ns.clone(), name))
         } else {
-            objects.insert((ns.clone(), name), obj.clone());
-        }
+            objects.insert((ns.clone(), name), obj.clone())
+        };
         let ev = Arc::new(Event {
             rv,
             key,
             namespace: ns,
             kind,
             object: obj.clone(),
+            previous: if kind == EventType::Modified {
+                previous
+            } else {
+                None
+            },
         });
         inner.history.push_back(ev.clone());
         while inner.history.len() > self.history_limit {
@@ -590,6 +597,18 @@ impl Store {
             "generation".into(),
             json!(if bump { generation + 1 } else { generation }),
         );
+        if info.key() == "apiextensions.k8s.io/customresourcedefinitions" && !status_only {
+            // An updated CRD may serve other versions or names.
+            let before = resources::from_crd(&old).unwrap_or_default();
+            let after = resources::from_crd(&obj).map_err(Error::invalid)?;
+            inner.resources.retain(|r| {
+                !before
+                    .iter()
+                    .chain(after.iter())
+                    .any(|s| s.group == r.group && s.plural == r.plural)
+            });
+            inner.resources.extend(after.into_iter().map(Arc::new));
+        }
         if old_meta.get("deletionTimestamp").is_some() && !has_finalizers(&obj) {
             let obj = self.commit(&mut inner, info, EventType::Deleted, obj);
             return Ok(obj);
@@ -716,6 +735,7 @@ impl Store {
                                 namespace: meta_str(v, "namespace").to_owned(),
                                 kind: EventType::Added,
                                 object: v.clone(),
+                                previous: None,
                             })
                         })
                         .collect()

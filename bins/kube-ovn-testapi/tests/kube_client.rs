@@ -583,3 +583,134 @@ async fn crd_is_served_and_a_controller_reconciles_it() {
     );
     server.shutdown().await;
 }
+
+#[tokio::test]
+async fn selector_watches_see_objects_enter_and_leave() {
+    let (server, client) = start(Config::default()).await;
+    let api: Api<ConfigMap> = Api::namespaced(client, "default");
+    let start_rv = api
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap();
+    let mut s = api
+        .watch(
+            &WatchParams::default().labels("pick=yes").timeout(5),
+            &start_rv,
+        )
+        .await
+        .unwrap()
+        .boxed();
+    api.create(&PostParams::default(), &cm("a")).await.unwrap();
+    let pp = PatchParams::default();
+    let on = Patch::Merge(json!({"metadata": {"labels": {"pick": "yes"}}}));
+    let off = Patch::Merge(json!({"metadata": {"labels": {"pick": "no"}}}));
+    api.patch("a", &pp, &on).await.unwrap();
+    api.patch("a", &pp, &Patch::Merge(json!({"data": {"k": "2"}})))
+        .await
+        .unwrap();
+    api.patch("a", &pp, &off).await.unwrap();
+    let mut seen = Vec::new();
+    while seen.len() < 3 {
+        match s.try_next().await.unwrap().unwrap() {
+            WatchEvent::Added(_) => seen.push("ADDED"),
+            WatchEvent::Modified(_) => seen.push("MODIFIED"),
+            WatchEvent::Deleted(_) => seen.push("DELETED"),
+            WatchEvent::Bookmark(_) => {}
+            WatchEvent::Error(e) => panic!("{e:?}"),
+        }
+    }
+    assert_eq!(seen, ["ADDED", "MODIFIED", "DELETED"]);
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn streaming_list_watcher_gets_initial_events() {
+    let (server, client) = start(Config::default()).await;
+    let api: Api<ConfigMap> = Api::namespaced(client, "default");
+    for i in 0..5 {
+        api.create(&PostParams::default(), &cm(&format!("c{i}")))
+            .await
+            .unwrap();
+    }
+    let mut stream = watcher(api.clone(), watcher::Config::default().streaming_lists()).boxed();
+    let mut init = 0;
+    loop {
+        let ev = tokio::time::timeout(Duration::from_secs(5), stream.try_next())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        match ev {
+            watcher::Event::InitApply(_) => init += 1,
+            watcher::Event::InitDone => break,
+            _ => {}
+        }
+    }
+    assert_eq!(init, 5);
+    api.create(&PostParams::default(), &cm("late"))
+        .await
+        .unwrap();
+    match tokio::time::timeout(Duration::from_secs(5), stream.try_next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap()
+    {
+        watcher::Event::Apply(c) => assert_eq!(c.name_any(), "late"),
+        other => panic!("{other:?}"),
+    }
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn many_creates_reach_three_watchers_in_order() {
+    let (server, client) = start(Config::default()).await;
+    let api: Api<ConfigMap> = Api::namespaced(client, "default");
+    let rv = api
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap();
+    let mut watchers = Vec::new();
+    for _ in 0..3 {
+        watchers.push(
+            api.watch(&WatchParams::default().timeout(30), &rv)
+                .await
+                .unwrap()
+                .boxed(),
+        );
+    }
+    let n = 300;
+    let mut tasks = Vec::new();
+    for t in 0..4 {
+        let api = api.clone();
+        tasks.push(tokio::spawn(async move {
+            for i in 0..n / 4 {
+                api.create(&PostParams::default(), &cm(&format!("t{t}-{i}")))
+                    .await
+                    .unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    for mut w in watchers {
+        let mut last = 0u64;
+        let mut count = 0;
+        while count < n {
+            if let WatchEvent::Added(c) = w.try_next().await.unwrap().unwrap() {
+                let rv: u64 = c.resource_version().unwrap().parse().unwrap();
+                assert!(rv > last, "events out of order");
+                last = rv;
+                count += 1;
+            }
+        }
+    }
+    server.shutdown().await;
+}
