@@ -1,4 +1,51 @@
-//! Netlink plumbing for pod networking: network namespaces, veth pairs, addresses, routes, MTU and sysctls,
-//! spoken over netlink behind a trait.
+//! Netlink plumbing for pod networking, the node side of Kube-OVN: named network namespaces, veth pairs created
+//! with the pod end directly inside the pod's namespace, MAC, MTU, addresses, routes, link state and sysctls,
+//! spoken over rtnetlink behind the [`Netdev`] trait. No `ip` command, no fork.
 //!
-//! Nothing is implemented yet: see the project's issue tracker.
+//! Each [`NetlinkNetdev`] owns a dedicated thread that entered its namespace with `setns` and opened its netlink
+//! socket there (the socket stays bound to that namespace); requests travel to it over a channel, so no tokio
+//! worker ever changes namespace. [`NetlinkNetdev::current`] is the same thing for the process's own namespace.
+//! Operations are idempotent: creating what exists with the same parameters and deleting what is absent succeed.
+//!
+//! Enable the `mock` feature for `MockNetdev` and `MockNamespaces` (mockall) in downstream tests.
+//!
+//! ```no_run
+//! use kubeovn_netdev::{host_nic_name, NamedNetns, Namespaces, Netdev, NetlinkNetdev, RouteSpec, VethSpec};
+//!
+//! # async fn wire() -> kubeovn_netdev::Result<()> {
+//! let netns = NamedNetns::default();
+//! let pod_ns = netns.create("pod-a")?; // like `ip netns add pod-a`
+//! let host = NetlinkNetdev::current()?;
+//! let (host_if, _) = host_nic_name("0123456789abcdef", "eth0")?; // "0123456789ab_h"
+//! host.create_veth(&VethSpec::new(&host_if, "eth0", &pod_ns).mtu(1400)).await?;
+//! host.set_link_up(&host_if, true).await?;
+//!
+//! let pod = NetlinkNetdev::open(&pod_ns)?;
+//! pod.set_sysctl("net.ipv4.conf.eth0.arp_notify", "1").await?;
+//! pod.add_address("eth0", "10.16.0.5/16".parse().expect("cidr")).await?;
+//! pod.set_link_up("lo", true).await?;
+//! pod.set_link_up("eth0", true).await?;
+//! pod.add_route(&RouteSpec::default_via("10.16.0.1".parse().expect("ip"))).await?;
+//! # Ok(())
+//! # }
+//! ```
+
+mod error;
+mod netdev;
+mod netns;
+mod types;
+
+pub use error::{Error, Result};
+#[cfg(feature = "mock")]
+pub use netdev::{MockNamespaces, MockNetdev};
+pub use netdev::{NamedNetns, Namespaces, Netdev, NetlinkNetdev};
+pub use netns::{create_named_netns, delete_named_netns, validate_netns_name, NETNS_RUN_DIR};
+pub use types::{
+    host_nic_name, sysctl_path, validate_ifname, Address, Link, MacAddr, OperState, Route,
+    RouteSpec, VethSpec, MAX_IFNAME_LEN,
+};
+
+/// The wire crates this crate speaks, re-exported so users never mismatch versions.
+pub use ipnetwork;
+pub use netlink_sys;
+pub use rtnetlink;

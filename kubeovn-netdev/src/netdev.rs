@@ -1,0 +1,734 @@
+//! The [`Netdev`] trait (one network namespace's links, addresses, routes and sysctls) and its netlink
+//! implementation [`NetlinkNetdev`]; the [`Namespaces`] trait for named namespaces and [`NamedNetns`].
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use futures::TryStreamExt;
+use ipnetwork::IpNetwork;
+use rtnetlink::packet_route::address::{AddressAttribute, AddressMessage};
+use rtnetlink::packet_route::link::{
+    InfoData, InfoKind, InfoVeth, LinkAttribute, LinkFlags, LinkInfo, LinkMessage, State,
+};
+use rtnetlink::packet_route::route::{
+    RouteAddress, RouteAttribute, RouteHeader, RouteMessage, RouteProtocol, RouteScope, RouteType,
+};
+use rtnetlink::packet_route::AddressFamily;
+use rtnetlink::{LinkMessageBuilder, LinkUnspec, LinkVeth};
+
+use crate::error::{nl_errno, Error, Result};
+use crate::netns::{create_named_netns, delete_named_netns, Ctx, Worker, NETNS_RUN_DIR};
+use crate::types::{
+    sysctl_path, validate_ifname, Address, Link, MacAddr, OperState, Route, RouteSpec, VethSpec,
+};
+
+const ENODEV: i32 = 19;
+const EEXIST: i32 = 17;
+const ESRCH: i32 = 3;
+const EADDRNOTAVAIL: i32 = 99;
+const RT_TABLE_MAIN: u32 = 254;
+
+/// One network namespace's devices, seen from the node agent.
+///
+/// **Async, through `async-trait`**: the daemon is a tokio program, and every call is a round trip to the thread
+/// that lives in the namespace, so callers await instead of blocking a runtime worker. A sync caller can use
+/// `tokio::runtime::Builder::new_current_thread().build()?.block_on(..)`.
+///
+/// Creating what exists with the same parameters succeeds; deleting what is absent succeeds. The `mock` feature
+/// generates `MockNetdev` (mockall).
+#[cfg_attr(feature = "mock", mockall::automock)]
+#[async_trait]
+pub trait Netdev: Send + Sync {
+    /// Creates a veth pair: `spec.host_name` in this namespace, `spec.peer_name` created directly inside
+    /// `spec.peer_netns` (`IFLA_NET_NS_FD` on the peer, no move afterwards). Both ends stay down.
+    ///
+    /// If a veth named `spec.host_name` already exists with the asked MTU, this succeeds (the peer is not checked).
+    async fn create_veth(&self, spec: &VethSpec) -> Result<()>;
+
+    /// The link named `name`, or `None`.
+    async fn link(&self, name: &str) -> Result<Option<Link>>;
+
+    /// All links of the namespace.
+    async fn links(&self) -> Result<Vec<Link>>;
+
+    /// Sets `name` administratively up or down.
+    async fn set_link_up(&self, name: &str, up: bool) -> Result<()>;
+
+    /// Sets the MTU of `name`.
+    async fn set_link_mtu(&self, name: &str, mtu: u32) -> Result<()>;
+
+    /// Sets the hardware address of `name`.
+    async fn set_link_mac(&self, name: &str, mac: MacAddr) -> Result<()>;
+
+    /// Deletes link `name` (for a veth, both ends go). Absent is success.
+    async fn delete_link(&self, name: &str) -> Result<()>;
+
+    /// Adds `addr` (address/prefix) to `link`. Already present is success.
+    async fn add_address(&self, link: &str, addr: IpNetwork) -> Result<()>;
+
+    /// Removes `addr` from `link`. Absent (or the link absent) is success.
+    async fn del_address(&self, link: &str, addr: IpNetwork) -> Result<()>;
+
+    /// Addresses of `link` (an error if the link is absent).
+    async fn addresses(&self, link: &str) -> Result<Vec<Address>>;
+
+    /// Addresses of every link.
+    async fn all_addresses(&self) -> Result<Vec<Address>>;
+
+    /// Adds a route to the main table. The same route (destination, gateway, device) present is success; the
+    /// destination present with another gateway or device is [`Error::Conflict`].
+    async fn add_route(&self, route: &RouteSpec) -> Result<()>;
+
+    /// Deletes a route from the main table. Absent is success.
+    async fn del_route(&self, route: &RouteSpec) -> Result<()>;
+
+    /// IPv4 and IPv6 routes of the main table.
+    async fn routes(&self) -> Result<Vec<Route>>;
+
+    /// Writes a sysctl of this namespace through `/proc/sys` (`net.ipv6.conf.eth0.accept_dad` or the slash form).
+    async fn set_sysctl(&self, key: &str, value: &str) -> Result<()>;
+
+    /// Reads a sysctl of this namespace, trailing newline removed.
+    async fn sysctl(&self, key: &str) -> Result<String>;
+}
+
+/// Named network namespaces and handles into them: the sandbox side of the plumbing. The `mock` feature generates
+/// `MockNamespaces`.
+#[cfg_attr(feature = "mock", mockall::automock)]
+pub trait Namespaces: Send + Sync {
+    /// Creates namespace `name` and returns its path. Existing is success.
+    fn create(&self, name: &str) -> Result<PathBuf>;
+
+    /// Deletes namespace `name`. Absent is success.
+    fn delete(&self, name: &str) -> Result<()>;
+
+    /// The path namespace `name` has (or would have).
+    fn path(&self, name: &str) -> PathBuf;
+
+    /// A [`Netdev`] inside the namespace at `path` (a named one, `/proc/PID/ns/net`, a CNI `CNI_NETNS`).
+    fn open(&self, path: &Path) -> Result<Arc<dyn Netdev>>;
+}
+
+/// [`Namespaces`] under a directory, [`NETNS_RUN_DIR`] (`/var/run/netns`) by default, as `ip netns` keeps them.
+#[derive(Clone, Debug)]
+pub struct NamedNetns {
+    dir: PathBuf,
+}
+
+impl Default for NamedNetns {
+    fn default() -> Self {
+        NamedNetns {
+            dir: PathBuf::from(NETNS_RUN_DIR),
+        }
+    }
+}
+
+impl NamedNetns {
+    /// Namespaces kept under `dir` instead of `/var/run/netns`.
+    pub fn with_dir(dir: impl Into<PathBuf>) -> Self {
+        NamedNetns { dir: dir.into() }
+    }
+}
+
+impl Namespaces for NamedNetns {
+    fn create(&self, name: &str) -> Result<PathBuf> {
+        create_named_netns(&self.dir, name)
+    }
+
+    fn delete(&self, name: &str) -> Result<()> {
+        delete_named_netns(&self.dir, name)
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
+    }
+
+    fn open(&self, path: &Path) -> Result<Arc<dyn Netdev>> {
+        Ok(Arc::new(NetlinkNetdev::open(path)?))
+    }
+}
+
+/// The netlink [`Netdev`]: a dedicated thread that entered the namespace (`setns`) and opened its rtnetlink
+/// socket there, fed over a channel. Cloning shares the thread; it ends when the last clone is dropped.
+#[derive(Clone)]
+pub struct NetlinkNetdev {
+    worker: Worker,
+}
+
+impl std::fmt::Debug for NetlinkNetdev {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NetlinkNetdev")
+            .field("netns", &self.worker.netns())
+            .finish()
+    }
+}
+
+impl NetlinkNetdev {
+    async fn dump_addresses(&self, link: Option<String>) -> Result<Vec<Address>> {
+        self.worker
+            .call(move |ctx| async move {
+                let mut req = ctx.handle.address().get();
+                if let Some(l) = &link {
+                    req = req.set_link_index_filter(link_index(&ctx, l).await?);
+                }
+                let mut s = req.execute();
+                let mut out = Vec::new();
+                while let Some(a) = s.try_next().await.map_err(|e| {
+                    Error::netlink(
+                        "dump addresses",
+                        link.clone().unwrap_or_default(),
+                        &ctx.netns,
+                        e,
+                    )
+                })? {
+                    out.extend(to_address(&a));
+                }
+                Ok(out)
+            })
+            .await
+    }
+
+    /// A handle on the namespace the process is in (the node's root namespace for the daemon).
+    pub fn current() -> Result<Self> {
+        Ok(NetlinkNetdev {
+            worker: Worker::spawn(None)?,
+        })
+    }
+
+    /// A handle on the namespace at `path`: `/var/run/netns/NAME`, `/proc/PID/ns/net`, a CNI `CNI_NETNS`.
+    /// Blocks briefly while the thread enters the namespace and opens its socket.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self> {
+        Ok(NetlinkNetdev {
+            worker: Worker::spawn(Some(path.as_ref()))?,
+        })
+    }
+
+    /// The namespace's label used in errors: its path, or `current`.
+    pub fn netns(&self) -> &str {
+        self.worker.netns()
+    }
+}
+
+async fn get_link(ctx: &Ctx, name: &str) -> Result<Option<LinkMessage>> {
+    let mut s = ctx
+        .handle
+        .link()
+        .get()
+        .match_name(name.to_string())
+        .execute();
+    match s.try_next().await {
+        Ok(m) => Ok(m),
+        Err(e) if nl_errno(&e) == Some(ENODEV) => Ok(None),
+        Err(e) => Err(Error::netlink("get link", name, &ctx.netns, e)),
+    }
+}
+
+async fn link_index(ctx: &Ctx, name: &str) -> Result<u32> {
+    match get_link(ctx, name).await? {
+        Some(m) => Ok(m.header.index),
+        None => Err(Error::LinkNotFound {
+            link: name.to_string(),
+            netns: ctx.netns.to_string(),
+        }),
+    }
+}
+
+fn to_link(m: &LinkMessage) -> Link {
+    let mut link = Link {
+        index: m.header.index,
+        name: String::new(),
+        mac: None,
+        mtu: 0,
+        admin_up: m.header.flags.contains(LinkFlags::Up),
+        oper_state: OperState::Unknown,
+        kind: None,
+    };
+    for a in &m.attributes {
+        match a {
+            LinkAttribute::IfName(n) => link.name = n.clone(),
+            LinkAttribute::Address(b) => link.mac = MacAddr::from_slice(b),
+            LinkAttribute::Mtu(v) => link.mtu = *v,
+            LinkAttribute::OperState(s) => {
+                link.oper_state = match s {
+                    State::Up => OperState::Up,
+                    State::Down => OperState::Down,
+                    State::LowerLayerDown => OperState::LowerLayerDown,
+                    State::NotPresent => OperState::NotPresent,
+                    State::Testing => OperState::Testing,
+                    State::Dormant => OperState::Dormant,
+                    _ => OperState::Unknown,
+                }
+            }
+            LinkAttribute::LinkInfo(infos) => {
+                for i in infos {
+                    if let LinkInfo::Kind(k) = i {
+                        link.kind = Some(k.to_string());
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    link
+}
+
+fn to_address(m: &AddressMessage) -> Option<Address> {
+    let mut addr = None;
+    for a in &m.attributes {
+        match a {
+            // IFA_LOCAL is the interface's own address; IFA_ADDRESS is the peer on point-to-point links.
+            AddressAttribute::Local(ip) => addr = Some(*ip),
+            AddressAttribute::Address(ip) if addr.is_none() => addr = Some(*ip),
+            _ => {}
+        }
+    }
+    let addr = IpNetwork::new(addr?, m.header.prefix_len).ok()?;
+    Some(Address {
+        link_index: m.header.index,
+        addr,
+    })
+}
+
+fn route_addr(ip: IpAddr) -> RouteAddress {
+    match ip {
+        IpAddr::V4(v) => RouteAddress::Inet(v),
+        IpAddr::V6(v) => RouteAddress::Inet6(v),
+    }
+}
+
+fn from_route_addr(a: &RouteAddress) -> Option<IpAddr> {
+    match a {
+        RouteAddress::Inet(v) => Some(IpAddr::V4(*v)),
+        RouteAddress::Inet6(v) => Some(IpAddr::V6(*v)),
+        _ => None,
+    }
+}
+
+fn to_route(m: &RouteMessage) -> Option<Route> {
+    let mut table = u32::from(m.header.table);
+    let mut dst = None;
+    let mut gateway = None;
+    let mut oif = None;
+    for a in &m.attributes {
+        match a {
+            RouteAttribute::Table(t) => table = *t,
+            RouteAttribute::Destination(d) => dst = from_route_addr(d),
+            RouteAttribute::Gateway(g) => gateway = from_route_addr(g),
+            RouteAttribute::Oif(i) => oif = Some(*i),
+            _ => {}
+        }
+    }
+    let dst = dst.unwrap_or(match m.header.address_family {
+        AddressFamily::Inet6 => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
+        _ => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+    });
+    let dst = IpNetwork::new(dst, m.header.destination_prefix_length).ok()?;
+    Some(Route {
+        dst,
+        gateway,
+        oif,
+        table,
+    })
+}
+
+fn route_message(
+    dst: IpNetwork,
+    gateway: Option<IpAddr>,
+    oif: Option<u32>,
+    delete: bool,
+) -> RouteMessage {
+    let mut m = RouteMessage::default();
+    m.header.address_family = if dst.is_ipv4() {
+        AddressFamily::Inet
+    } else {
+        AddressFamily::Inet6
+    };
+    m.header.destination_prefix_length = dst.prefix();
+    m.header.table = RouteHeader::RT_TABLE_MAIN;
+    if delete {
+        // Like `ip route del`: match any protocol, scope and type.
+        m.header.scope = RouteScope::NoWhere;
+    } else {
+        m.header.protocol = RouteProtocol::Boot;
+        m.header.scope = if gateway.is_some() {
+            RouteScope::Universe
+        } else {
+            RouteScope::Link
+        };
+        m.header.kind = RouteType::Unicast;
+    }
+    if dst.prefix() > 0 {
+        m.attributes
+            .push(RouteAttribute::Destination(route_addr(dst.ip())));
+    }
+    if let Some(gw) = gateway {
+        m.attributes.push(RouteAttribute::Gateway(route_addr(gw)));
+    }
+    if let Some(i) = oif {
+        m.attributes.push(RouteAttribute::Oif(i));
+    }
+    m
+}
+
+async fn dump_routes(ctx: &Ctx) -> Result<Vec<Route>> {
+    let mut out = Vec::new();
+    for family in [AddressFamily::Inet, AddressFamily::Inet6] {
+        let mut q = RouteMessage::default();
+        q.header.address_family = family;
+        let mut s = ctx.handle.route().get(q).execute();
+        while let Some(m) = s
+            .try_next()
+            .await
+            .map_err(|e| Error::netlink("dump routes", "", &ctx.netns, e))?
+        {
+            if m.header.kind != RouteType::Unicast {
+                continue;
+            }
+            if let Some(r) = to_route(&m) {
+                if r.table == RT_TABLE_MAIN {
+                    out.push(r);
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+async fn set_link(ctx: &Ctx, name: &str, op: &'static str, msg: LinkMessage) -> Result<()> {
+    match ctx.handle.link().set(msg).execute().await {
+        Ok(()) => Ok(()),
+        Err(e) if nl_errno(&e) == Some(ENODEV) => Err(Error::LinkNotFound {
+            link: name.to_string(),
+            netns: ctx.netns.to_string(),
+        }),
+        Err(e) => Err(Error::netlink(op, name, &ctx.netns, e)),
+    }
+}
+
+#[async_trait]
+impl Netdev for NetlinkNetdev {
+    async fn create_veth(&self, spec: &VethSpec) -> Result<()> {
+        validate_ifname(&spec.host_name)?;
+        validate_ifname(&spec.peer_name)?;
+        let spec = spec.clone();
+        self.worker
+            .call(move |ctx| async move {
+                let peer_ns = std::fs::File::open(&spec.peer_netns).map_err(|e| {
+                    Error::io(
+                        "open netns",
+                        spec.peer_netns.display().to_string(),
+                        &ctx.netns,
+                        e,
+                    )
+                })?;
+                let mut peer =
+                    LinkUnspec::new_with_name(&spec.peer_name).setns_by_fd(peer_ns.as_raw_fd());
+                let mut host = LinkMessageBuilder::<LinkVeth>::new_with_info_kind(InfoKind::Veth)
+                    .name(spec.host_name.clone());
+                if let Some(mtu) = spec.mtu {
+                    peer = peer.mtu(mtu);
+                    host = host.mtu(mtu);
+                }
+                if let Some(mac) = spec.peer_mac {
+                    peer = peer.address(mac.0.to_vec());
+                }
+                if let Some(mac) = spec.host_mac {
+                    host = host.address(mac.0.to_vec());
+                }
+                let msg = host
+                    .set_info_data(InfoData::Veth(InfoVeth::Peer(peer.build())))
+                    .build();
+                let res = ctx.handle.link().add(msg).execute().await;
+                drop(peer_ns);
+                match res {
+                    Ok(()) => Ok(()),
+                    Err(e) if nl_errno(&e) == Some(EEXIST) => {
+                        let what = format!("link {}", spec.host_name);
+                        let conflict = |detail: String| Error::Conflict {
+                            what: what.clone(),
+                            netns: ctx.netns.to_string(),
+                            detail,
+                        };
+                        let Some(existing) =
+                            get_link(&ctx, &spec.host_name).await?.map(|m| to_link(&m))
+                        else {
+                            return Err(conflict(format!(
+                                "peer {} exists in {}",
+                                spec.peer_name,
+                                spec.peer_netns.display()
+                            )));
+                        };
+                        if existing.kind.as_deref() != Some("veth") {
+                            return Err(conflict(format!("kind {:?}, not veth", existing.kind)));
+                        }
+                        if let Some(mtu) = spec.mtu {
+                            if existing.mtu != mtu {
+                                return Err(conflict(format!(
+                                    "mtu {} (asked {mtu})",
+                                    existing.mtu
+                                )));
+                            }
+                        }
+                        if let (Some(mac), Some(have)) = (spec.host_mac, existing.mac) {
+                            if mac != have {
+                                return Err(conflict(format!("mac {have} (asked {mac})")));
+                            }
+                        }
+                        Ok(())
+                    }
+                    Err(e) => Err(Error::netlink(
+                        "add veth",
+                        spec.host_name.clone(),
+                        &ctx.netns,
+                        e,
+                    )),
+                }
+            })
+            .await
+    }
+
+    async fn link(&self, name: &str) -> Result<Option<Link>> {
+        validate_ifname(name)?;
+        let name = name.to_string();
+        self.worker
+            .call(move |ctx| async move { Ok(get_link(&ctx, &name).await?.map(|m| to_link(&m))) })
+            .await
+    }
+
+    async fn links(&self) -> Result<Vec<Link>> {
+        self.worker
+            .call(move |ctx| async move {
+                let mut s = ctx.handle.link().get().execute();
+                let mut out = Vec::new();
+                while let Some(m) = s
+                    .try_next()
+                    .await
+                    .map_err(|e| Error::netlink("dump links", "", &ctx.netns, e))?
+                {
+                    out.push(to_link(&m));
+                }
+                Ok(out)
+            })
+            .await
+    }
+
+    async fn set_link_up(&self, name: &str, up: bool) -> Result<()> {
+        validate_ifname(name)?;
+        let name = name.to_string();
+        self.worker
+            .call(move |ctx| async move {
+                let b = LinkUnspec::new_with_name(&name);
+                let msg = if up { b.up() } else { b.down() }.build();
+                set_link(&ctx, &name, "set link up/down", msg).await
+            })
+            .await
+    }
+
+    async fn set_link_mtu(&self, name: &str, mtu: u32) -> Result<()> {
+        validate_ifname(name)?;
+        let name = name.to_string();
+        self.worker
+            .call(move |ctx| async move {
+                let msg = LinkUnspec::new_with_name(&name).mtu(mtu).build();
+                set_link(&ctx, &name, "set link mtu", msg).await
+            })
+            .await
+    }
+
+    async fn set_link_mac(&self, name: &str, mac: MacAddr) -> Result<()> {
+        validate_ifname(name)?;
+        let name = name.to_string();
+        self.worker
+            .call(move |ctx| async move {
+                let msg = LinkUnspec::new_with_name(&name)
+                    .address(mac.0.to_vec())
+                    .build();
+                set_link(&ctx, &name, "set link mac", msg).await
+            })
+            .await
+    }
+
+    async fn delete_link(&self, name: &str) -> Result<()> {
+        validate_ifname(name)?;
+        let name = name.to_string();
+        self.worker
+            .call(move |ctx| async move {
+                let msg = LinkUnspec::new_with_name(&name).build();
+                match ctx.handle.link().del_with_message(msg).execute().await {
+                    Ok(()) => Ok(()),
+                    Err(e) if nl_errno(&e) == Some(ENODEV) => Ok(()),
+                    Err(e) => Err(Error::netlink("del link", name.clone(), &ctx.netns, e)),
+                }
+            })
+            .await
+    }
+
+    async fn add_address(&self, link: &str, addr: IpNetwork) -> Result<()> {
+        validate_ifname(link)?;
+        let link = link.to_string();
+        self.worker
+            .call(move |ctx| async move {
+                let index = link_index(&ctx, &link).await?;
+                match ctx
+                    .handle
+                    .address()
+                    .add(index, addr.ip(), addr.prefix())
+                    .execute()
+                    .await
+                {
+                    Ok(()) => Ok(()),
+                    Err(e) if nl_errno(&e) == Some(EEXIST) => Ok(()),
+                    Err(e) => Err(Error::netlink(
+                        "add address",
+                        format!("{addr} dev {link}"),
+                        &ctx.netns,
+                        e,
+                    )),
+                }
+            })
+            .await
+    }
+
+    async fn del_address(&self, link: &str, addr: IpNetwork) -> Result<()> {
+        validate_ifname(link)?;
+        let link = link.to_string();
+        self.worker
+            .call(move |ctx| async move {
+                let Some(m) = get_link(&ctx, &link).await? else {
+                    return Ok(());
+                };
+                let mut s = ctx
+                    .handle
+                    .address()
+                    .get()
+                    .set_link_index_filter(m.header.index)
+                    .execute();
+                let mut found = None;
+                while let Some(a) = s
+                    .try_next()
+                    .await
+                    .map_err(|e| Error::netlink("dump addresses", link.clone(), &ctx.netns, e))?
+                {
+                    if to_address(&a).map(|x| x.addr) == Some(addr) {
+                        found = Some(a);
+                    }
+                }
+                let Some(a) = found else { return Ok(()) };
+                match ctx.handle.address().del(a).execute().await {
+                    Ok(()) => Ok(()),
+                    Err(e) if nl_errno(&e) == Some(EADDRNOTAVAIL) => Ok(()),
+                    Err(e) => Err(Error::netlink(
+                        "del address",
+                        format!("{addr} dev {link}"),
+                        &ctx.netns,
+                        e,
+                    )),
+                }
+            })
+            .await
+    }
+
+    async fn addresses(&self, link: &str) -> Result<Vec<Address>> {
+        validate_ifname(link)?;
+        self.dump_addresses(Some(link.to_string())).await
+    }
+
+    async fn all_addresses(&self) -> Result<Vec<Address>> {
+        self.dump_addresses(None).await
+    }
+
+    async fn add_route(&self, route: &RouteSpec) -> Result<()> {
+        let dst = route.normalized_dst()?;
+        let spec = route.clone();
+        self.worker
+            .call(move |ctx| async move {
+                let oif = match &spec.dev {
+                    Some(d) => Some(link_index(&ctx, d).await?),
+                    None => None,
+                };
+                let msg = route_message(dst, spec.gateway, oif, false);
+                match ctx.handle.route().add(msg).execute().await {
+                    Ok(()) => Ok(()),
+                    Err(e) if nl_errno(&e) == Some(EEXIST) => {
+                        let routes = dump_routes(&ctx).await?;
+                        let same = routes.iter().any(|r| {
+                            r.dst == dst
+                                && r.gateway == spec.gateway
+                                && (oif.is_none() || r.oif == oif)
+                        });
+                        if same {
+                            return Ok(());
+                        }
+                        let have: Vec<String> = routes
+                            .iter()
+                            .filter(|r| r.dst == dst)
+                            .map(|r| format!("via {:?} oif {:?}", r.gateway, r.oif))
+                            .collect();
+                        Err(Error::Conflict {
+                            what: format!("route {dst}"),
+                            netns: ctx.netns.to_string(),
+                            detail: have.join(", "),
+                        })
+                    }
+                    Err(e) => Err(Error::netlink("add route", spec.to_string(), &ctx.netns, e)),
+                }
+            })
+            .await
+    }
+
+    async fn del_route(&self, route: &RouteSpec) -> Result<()> {
+        let dst = route.normalized_dst()?;
+        let spec = route.clone();
+        self.worker
+            .call(move |ctx| async move {
+                let oif = match &spec.dev {
+                    Some(d) => match get_link(&ctx, d).await? {
+                        Some(m) => Some(m.header.index),
+                        None => return Ok(()),
+                    },
+                    None => None,
+                };
+                let msg = route_message(dst, spec.gateway, oif, true);
+                match ctx.handle.route().del(msg).execute().await {
+                    Ok(()) => Ok(()),
+                    Err(e) if nl_errno(&e) == Some(ESRCH) => Ok(()),
+                    Err(e) => Err(Error::netlink("del route", spec.to_string(), &ctx.netns, e)),
+                }
+            })
+            .await
+    }
+
+    async fn routes(&self) -> Result<Vec<Route>> {
+        self.worker
+            .call(move |ctx| async move { dump_routes(&ctx).await })
+            .await
+    }
+
+    async fn set_sysctl(&self, key: &str, value: &str) -> Result<()> {
+        let path = sysctl_path(key)?;
+        let value = value.to_string();
+        // /proc/sys/net resolves against the calling thread's namespace: write from the worker thread.
+        self.worker
+            .call(move |ctx| async move {
+                std::fs::write(&path, value.as_bytes()).map_err(|e| {
+                    Error::io("write sysctl", path.display().to_string(), &ctx.netns, e)
+                })
+            })
+            .await
+    }
+
+    async fn sysctl(&self, key: &str) -> Result<String> {
+        let path = sysctl_path(key)?;
+        self.worker
+            .call(move |ctx| async move {
+                let s = std::fs::read_to_string(&path).map_err(|e| {
+                    Error::io("read sysctl", path.display().to_string(), &ctx.netns, e)
+                })?;
+                Ok(s.trim_end_matches('\n').to_string())
+            })
+            .await
+    }
+}

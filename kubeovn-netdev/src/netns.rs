@@ -1,0 +1,257 @@
+//! Network namespaces: named ones under `/var/run/netns` (like `ip netns add/del`), and the per-namespace worker
+//! thread that owns a netlink socket opened inside the namespace.
+//!
+//! Nothing here forks, and `setns`/`unshare` only ever run on threads this module spawns and owns, never on a tokio
+//! worker: a thread that changed namespace is never handed back to a pool.
+
+use std::fs::{self, File, OpenOptions};
+use std::future::Future;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::Arc;
+
+use nix::mount::{mount, umount2, MntFlags, MsFlags};
+use nix::sched::{setns, unshare, CloneFlags};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::error::{Error, Result};
+
+/// Where `ip netns` keeps named namespaces.
+pub const NETNS_RUN_DIR: &str = "/var/run/netns";
+
+/// Checks a namespace name as `ip netns add` does: not empty, not `.`/`..`, no `/`, at most 255 bytes.
+pub fn validate_netns_name(name: &str) -> Result<()> {
+    if name.is_empty()
+        || name == "."
+        || name == ".."
+        || name.contains('/')
+        || name.contains('\0')
+        || name.len() > 255
+    {
+        return Err(Error::InvalidNetnsName {
+            name: name.to_string(),
+        });
+    }
+    Ok(())
+}
+
+fn io_err(op: &'static str, target: &Path, netns: &str, e: impl Into<io::Error>) -> Error {
+    Error::io(op, target.display().to_string(), netns, e.into())
+}
+
+/// Makes `dir` a shared mount point (like `ip netns add`), so that namespace mounts under it propagate to mount
+/// namespaces created later (containers started after the pod sandbox).
+fn make_shared_mount(dir: &Path) -> Result<()> {
+    let shared = || {
+        mount(
+            None::<&str>,
+            dir,
+            None::<&str>,
+            MsFlags::MS_SHARED | MsFlags::MS_REC,
+            None::<&str>,
+        )
+    };
+    match shared() {
+        Ok(()) => Ok(()),
+        Err(nix::errno::Errno::EINVAL) => {
+            // Not a mount point yet: bind it onto itself, then share it.
+            mount(
+                Some(dir),
+                dir,
+                None::<&str>,
+                MsFlags::MS_BIND | MsFlags::MS_REC,
+                None::<&str>,
+            )
+            .map_err(|e| io_err("bind-mount", dir, "-", e))?;
+            shared().map_err(|e| io_err("make shared", dir, "-", e))
+        }
+        Err(e) => Err(io_err("make shared", dir, "-", e)),
+    }
+}
+
+/// Whether `path` is a bind mount of a namespace (nsfs), that is, a live named namespace.
+fn is_netns_mount(path: &Path) -> bool {
+    nix::sys::statfs::statfs(path)
+        .map(|s| s.filesystem_type() == nix::sys::statfs::NSFS_MAGIC)
+        .unwrap_or(false)
+}
+
+/// Creates the named network namespace `dir/name` (`ip netns add NAME` when `dir` is [`NETNS_RUN_DIR`]) and
+/// returns its path. Idempotent: a namespace already mounted there is success.
+///
+/// A dedicated thread `unshare`s a new network namespace and bind-mounts `/proc/thread-self/ns/net` onto the file,
+/// then exits; the mount keeps the namespace alive. The new namespace has only `lo`, down.
+pub fn create_named_netns(dir: &Path, name: &str) -> Result<PathBuf> {
+    validate_netns_name(name)?;
+    let path = dir.join(name);
+    fs::create_dir_all(dir).map_err(|e| io_err("create directory", dir, name, e))?;
+    make_shared_mount(dir)?;
+    if is_netns_mount(&path) {
+        return Ok(path);
+    }
+    OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .map_err(|e| io_err("create mount point", &path, name, e))?;
+    let target = path.clone();
+    let label = name.to_string();
+    let res = std::thread::Builder::new()
+        .name("netns-add".into())
+        .spawn(move || -> Result<()> {
+            unshare(CloneFlags::CLONE_NEWNET)
+                .map_err(|e| io_err("unshare(CLONE_NEWNET)", &target, &label, e))?;
+            let src = Path::new("/proc/thread-self/ns/net");
+            mount(
+                Some(src),
+                &target,
+                None::<&str>,
+                MsFlags::MS_BIND,
+                None::<&str>,
+            )
+            .map_err(|e| io_err("bind-mount netns", &target, &label, e))
+        })
+        .map_err(|e| io_err("spawn thread", &path, name, e))?
+        .join()
+        .unwrap_or_else(|_| {
+            Err(Error::WorkerGone {
+                netns: name.to_string(),
+            })
+        });
+    if let Err(e) = res {
+        let _ = fs::remove_file(&path);
+        return Err(e);
+    }
+    Ok(path)
+}
+
+/// Deletes the named network namespace `dir/name` (`ip netns del NAME`): lazy unmount, then unlink. Idempotent: an
+/// absent namespace is success. The namespace itself lives on while a process or socket still holds it.
+pub fn delete_named_netns(dir: &Path, name: &str) -> Result<()> {
+    validate_netns_name(name)?;
+    let path = dir.join(name);
+    match umount2(&path, MntFlags::MNT_DETACH) {
+        Ok(()) | Err(nix::errno::Errno::EINVAL) | Err(nix::errno::Errno::ENOENT) => {}
+        Err(e) => return Err(io_err("unmount", &path, name, e)),
+    }
+    match fs::remove_file(&path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(io_err("remove", &path, name, e)),
+    }
+}
+
+/// What a job gets on the worker thread: the rtnetlink handle (socket bound to the namespace) and a label for errors.
+#[derive(Clone)]
+pub(crate) struct Ctx {
+    pub(crate) handle: rtnetlink::Handle,
+    pub(crate) netns: Arc<str>,
+}
+
+type LocalFuture = Pin<Box<dyn Future<Output = ()>>>;
+type Job = Box<dyn FnOnce(Ctx) -> LocalFuture + Send>;
+
+/// A thread inside one network namespace, running a current-thread runtime with the netlink connection, serving
+/// jobs one at a time from a channel. It stops when the last [`Worker`] clone is dropped.
+#[derive(Clone)]
+pub(crate) struct Worker {
+    tx: mpsc::UnboundedSender<Job>,
+    netns: Arc<str>,
+}
+
+impl Worker {
+    /// Starts a worker in the namespace at `path`, or in the caller's namespace when `path` is `None`. Blocks until
+    /// the thread has entered the namespace and opened its socket (a fraction of a millisecond).
+    pub(crate) fn spawn(path: Option<&Path>) -> Result<Self> {
+        let netns: Arc<str> = match path {
+            Some(p) => p.display().to_string().into(),
+            None => "current".into(),
+        };
+        let fd = match path {
+            Some(p) => Some(File::open(p).map_err(|e| io_err("open netns", p, &netns, e))?),
+            None => None,
+        };
+        let (tx, mut rx) = mpsc::unbounded_channel::<Job>();
+        let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel::<Result<()>>(1);
+        let label = netns.clone();
+        std::thread::Builder::new()
+            .name("netns-netlink".into())
+            .spawn(move || {
+                let start = || -> Result<(tokio::runtime::Runtime, Ctx)> {
+                    if let Some(fd) = fd {
+                        setns(&fd, CloneFlags::CLONE_NEWNET)
+                            .map_err(|e| Error::io("setns", label.to_string(), &label, e.into()))?;
+                    }
+                    let rt = tokio::runtime::Builder::new_current_thread()
+                        .enable_io()
+                        .build()
+                        .map_err(|e| Error::io("build runtime", "", &label, e))?;
+                    // The socket is created here, after setns: it stays bound to this namespace.
+                    let (conn, handle, _) = {
+                        let _guard = rt.enter();
+                        rtnetlink::new_connection_with_socket::<netlink_sys::TokioSocket>()
+                            .map_err(|e| Error::io("open netlink socket", "", &label, e))?
+                    };
+                    rt.spawn(conn);
+                    Ok((
+                        rt,
+                        Ctx {
+                            handle,
+                            netns: label.clone(),
+                        },
+                    ))
+                };
+                let (rt, ctx) = match start() {
+                    Ok(v) => {
+                        let _ = ready_tx.send(Ok(()));
+                        v
+                    }
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e));
+                        return;
+                    }
+                };
+                rt.block_on(async move {
+                    while let Some(job) = rx.recv().await {
+                        job(ctx.clone()).await;
+                    }
+                });
+            })
+            .map_err(|e| Error::io("spawn thread", netns.to_string(), &netns, e))?;
+        match ready_rx.recv() {
+            Ok(Ok(())) => Ok(Worker { tx, netns }),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(Error::WorkerGone {
+                netns: netns.to_string(),
+            }),
+        }
+    }
+
+    /// The namespace's label for errors (its path, or `current`).
+    pub(crate) fn netns(&self) -> &str {
+        &self.netns
+    }
+
+    /// Runs `f` on the worker thread and returns its result. `f`'s future need not be `Send`: it never leaves the
+    /// thread.
+    pub(crate) async fn call<R, F, Fut>(&self, f: F) -> Result<R>
+    where
+        R: Send + 'static,
+        F: FnOnce(Ctx) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<R>> + 'static,
+    {
+        let (tx, rx) = oneshot::channel();
+        let job: Job = Box::new(move |ctx| {
+            Box::pin(async move {
+                let _ = tx.send(f(ctx).await);
+            })
+        });
+        let gone = || Error::WorkerGone {
+            netns: self.netns.to_string(),
+        };
+        self.tx.send(job).map_err(|_| gone())?;
+        rx.await.map_err(|_| gone())?
+    }
+}

@@ -1,0 +1,473 @@
+//! Plain values: names, MAC addresses, link/address/route descriptions and requests.
+
+use std::fmt;
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::str::FromStr;
+
+use ipnetwork::IpNetwork;
+
+use crate::error::{Error, Result};
+
+/// Longest interface name the kernel accepts (`IFNAMSIZ` is 16 with the NUL).
+pub const MAX_IFNAME_LEN: usize = 15;
+
+/// Checks an interface name the way the kernel's `dev_valid_name` does: 1 to 15 bytes, not `.` or `..`, no `/`,
+/// `:` or whitespace.
+pub fn validate_ifname(name: &str) -> Result<()> {
+    let bad = |reason| {
+        Err(Error::InvalidName {
+            name: name.to_string(),
+            reason,
+        })
+    };
+    if name.is_empty() {
+        return bad("empty");
+    }
+    if name.len() > MAX_IFNAME_LEN {
+        return bad("longer than 15 bytes");
+    }
+    if name == "." || name == ".." {
+        return bad("`.` and `..` are reserved");
+    }
+    if name
+        .bytes()
+        .any(|b| b == b'/' || b == b':' || b.is_ascii_whitespace() || b == 0)
+    {
+        return bad("holds `/`, `:`, NUL or whitespace");
+    }
+    Ok(())
+}
+
+/// Kube-OVN's names for a pod's veth pair: `(host end, container end before rename)`.
+///
+/// For `eth0` they are the first 12 characters of the container id with `_h` / `_c`; for other interfaces the id is
+/// shortened so that `<id>_<ifname>_h` stays within 15 bytes (Kube-OVN's `generateNicName`, including the KubeVirt
+/// `podXXXXXXXXXXX` form). The pod end is created under the CNI `CNI_IFNAME` instead of the `_c` name here, as the
+/// peer is made directly inside the pod's namespace.
+pub fn host_nic_name(container_id: &str, ifname: &str) -> Result<(String, String)> {
+    validate_ifname(ifname)?;
+    let bad = |reason| {
+        Err(Error::InvalidContainerId {
+            id: container_id.to_string(),
+            reason,
+        })
+    };
+    if !container_id.is_ascii() {
+        return bad("not ASCII");
+    }
+    if container_id.len() < 12 {
+        return bad("shorter than 12 characters");
+    }
+    if ifname == "eth0" {
+        let id = &container_id[..12];
+        return Ok((format!("{id}_h"), format!("{id}_c")));
+    }
+    let mut short = ifname;
+    if ifname.starts_with("pod") && ifname.len() == 14 {
+        short = &ifname[3..ifname.len() - 4];
+    }
+    if short.len() >= 12 {
+        return Err(Error::InvalidName {
+            name: ifname.to_string(),
+            reason: "too long to derive a host interface name from",
+        });
+    }
+    let id = &container_id[..12 - short.len()];
+    Ok((format!("{id}_{short}_h"), format!("{id}_{short}_c")))
+}
+
+/// A 48-bit Ethernet address. Parses from and prints as `aa:bb:cc:dd:ee:ff`.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct MacAddr(pub [u8; 6]);
+
+impl MacAddr {
+    /// The six octets.
+    pub fn octets(&self) -> [u8; 6] {
+        self.0
+    }
+
+    pub(crate) fn from_slice(b: &[u8]) -> Option<Self> {
+        <[u8; 6]>::try_from(b).ok().map(MacAddr)
+    }
+}
+
+impl FromStr for MacAddr {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        let bad = || Error::InvalidMac {
+            input: s.to_string(),
+        };
+        let mut out = [0u8; 6];
+        let mut parts = s.split([':', '-']);
+        for o in out.iter_mut() {
+            let p = parts.next().ok_or_else(bad)?;
+            if p.len() != 2 {
+                return Err(bad());
+            }
+            *o = u8::from_str_radix(p, 16).map_err(|_| bad())?;
+        }
+        if parts.next().is_some() {
+            return Err(bad());
+        }
+        Ok(MacAddr(out))
+    }
+}
+
+impl fmt::Display for MacAddr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let [a, b, c, d, e, g] = self.0;
+        write!(f, "{a:02x}:{b:02x}:{c:02x}:{d:02x}:{e:02x}:{g:02x}")
+    }
+}
+
+impl fmt::Debug for MacAddr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+/// RFC 2863 operational state, as `ip link` prints it (`operstate`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OperState {
+    /// `UNKNOWN` (also loopback and devices without carrier reporting).
+    Unknown,
+    /// `NOTPRESENT`.
+    NotPresent,
+    /// `DOWN`.
+    Down,
+    /// `LOWERLAYERDOWN` (a veth whose peer is down).
+    LowerLayerDown,
+    /// `TESTING`.
+    Testing,
+    /// `DORMANT`.
+    Dormant,
+    /// `UP`.
+    Up,
+}
+
+impl OperState {
+    /// The name `ip -j link` uses.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            OperState::Unknown => "UNKNOWN",
+            OperState::NotPresent => "NOTPRESENT",
+            OperState::Down => "DOWN",
+            OperState::LowerLayerDown => "LOWERLAYERDOWN",
+            OperState::Testing => "TESTING",
+            OperState::Dormant => "DORMANT",
+            OperState::Up => "UP",
+        }
+    }
+}
+
+/// A link as the kernel reports it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Link {
+    /// Interface index in its namespace.
+    pub index: u32,
+    /// Interface name.
+    pub name: String,
+    /// Hardware address, when the link has a 6-byte one.
+    pub mac: Option<MacAddr>,
+    /// MTU.
+    pub mtu: u32,
+    /// Administratively up (`IFF_UP`).
+    pub admin_up: bool,
+    /// Operational state.
+    pub oper_state: OperState,
+    /// `IFLA_INFO_KIND` (`veth`, `bridge`, ...), absent for physical and loopback devices.
+    pub kind: Option<String>,
+}
+
+/// An address assigned to a link.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Address {
+    /// Index of the link it is on.
+    pub link_index: u32,
+    /// Address and prefix length (`10.16.0.5/16`).
+    pub addr: IpNetwork,
+}
+
+/// A route of the main table.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Route {
+    /// Destination (`0.0.0.0/0` for the default route).
+    pub dst: IpNetwork,
+    /// Next hop, if any.
+    pub gateway: Option<IpAddr>,
+    /// Output interface index, if any.
+    pub oif: Option<u32>,
+    /// Routing table id (254 is main).
+    pub table: u32,
+}
+
+/// A route to add or delete in the main table: destination, and a gateway and/or a device.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RouteSpec {
+    /// Destination; host bits are cleared (`10.0.0.7/8` means `10.0.0.0/8`).
+    pub dst: IpNetwork,
+    /// Next hop.
+    pub gateway: Option<IpAddr>,
+    /// Output device by name.
+    pub dev: Option<String>,
+}
+
+impl RouteSpec {
+    /// The default route of `gateway`'s family via `gateway` (`ip route add default via GW`).
+    pub fn default_via(gateway: IpAddr) -> Self {
+        let dst = match gateway {
+            IpAddr::V4(_) => IpNetwork::V4(ipnetwork::Ipv4Network::from(
+                std::net::Ipv4Addr::UNSPECIFIED,
+            )),
+            IpAddr::V6(_) => IpNetwork::V6(ipnetwork::Ipv6Network::from(
+                std::net::Ipv6Addr::UNSPECIFIED,
+            )),
+        };
+        // Host-width networks from `From<addr>`; make them /0.
+        let dst = IpNetwork::new(dst.ip(), 0).unwrap_or(dst);
+        RouteSpec {
+            dst,
+            gateway: Some(gateway),
+            dev: None,
+        }
+    }
+
+    /// `dst` via `gateway` (`ip route add DST via GW`).
+    pub fn via(dst: IpNetwork, gateway: IpAddr) -> Self {
+        RouteSpec {
+            dst,
+            gateway: Some(gateway),
+            dev: None,
+        }
+    }
+
+    /// `dst` directly on `dev` (`ip route add DST dev DEV`).
+    pub fn on_link(dst: IpNetwork, dev: impl Into<String>) -> Self {
+        RouteSpec {
+            dst,
+            gateway: None,
+            dev: Some(dev.into()),
+        }
+    }
+
+    /// Checks the spec and returns the destination with host bits cleared.
+    pub(crate) fn normalized_dst(&self) -> Result<IpNetwork> {
+        let bad = |reason| {
+            Err(Error::InvalidRoute {
+                route: self.to_string(),
+                reason,
+            })
+        };
+        if self.gateway.is_none() && self.dev.is_none() {
+            return bad("needs a gateway or a device");
+        }
+        if let Some(gw) = self.gateway {
+            if gw.is_ipv4() != self.dst.is_ipv4() {
+                return bad("gateway and destination are of different families");
+            }
+        }
+        if let Some(dev) = &self.dev {
+            validate_ifname(dev)?;
+        }
+        Ok(IpNetwork::new(self.dst.network(), self.dst.prefix()).unwrap_or(self.dst))
+    }
+}
+
+impl fmt::Display for RouteSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.dst)?;
+        if let Some(gw) = self.gateway {
+            write!(f, " via {gw}")?;
+        }
+        if let Some(dev) = &self.dev {
+            write!(f, " dev {dev}")?;
+        }
+        Ok(())
+    }
+}
+
+/// A veth pair to create: the host end in the handle's namespace, the peer created directly in `peer_netns`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VethSpec {
+    /// Host end name (see [`host_nic_name`]).
+    pub host_name: String,
+    /// Pod end name, usually `CNI_IFNAME`.
+    pub peer_name: String,
+    /// Namespace of the peer: `/var/run/netns/NAME`, `/proc/PID/ns/net`, or the CNI `CNI_NETNS` path.
+    pub peer_netns: PathBuf,
+    /// MTU of both ends; the kernel default (1500) when `None`.
+    pub mtu: Option<u32>,
+    /// MAC of the host end; random when `None`.
+    pub host_mac: Option<MacAddr>,
+    /// MAC of the pod end; random when `None`.
+    pub peer_mac: Option<MacAddr>,
+}
+
+impl VethSpec {
+    /// A pair named `host_name` / `peer_name` with the peer in `peer_netns`, default MTU and random MACs.
+    pub fn new(
+        host_name: impl Into<String>,
+        peer_name: impl Into<String>,
+        peer_netns: impl Into<PathBuf>,
+    ) -> Self {
+        VethSpec {
+            host_name: host_name.into(),
+            peer_name: peer_name.into(),
+            peer_netns: peer_netns.into(),
+            mtu: None,
+            host_mac: None,
+            peer_mac: None,
+        }
+    }
+
+    /// Sets the MTU of both ends.
+    pub fn mtu(mut self, mtu: u32) -> Self {
+        self.mtu = Some(mtu);
+        self
+    }
+
+    /// Sets the pod end's MAC.
+    pub fn peer_mac(mut self, mac: MacAddr) -> Self {
+        self.peer_mac = Some(mac);
+        self
+    }
+
+    /// Sets the host end's MAC.
+    pub fn host_mac(mut self, mac: MacAddr) -> Self {
+        self.host_mac = Some(mac);
+        self
+    }
+}
+
+/// Turns `net.ipv6.conf.eth0.accept_dad` or `net/ipv6/conf/eth0/accept_dad` into a path under `/proc/sys`.
+///
+/// The dotted form cannot name interfaces with dots in them (`eth0.100`); use the slash form for those.
+pub fn sysctl_path(key: &str) -> Result<PathBuf> {
+    let bad = || Error::InvalidSysctl {
+        key: key.to_string(),
+    };
+    let rel = if key.contains('/') {
+        key.to_string()
+    } else {
+        key.replace('.', "/")
+    };
+    if rel.is_empty()
+        || rel.starts_with('/')
+        || rel
+            .split('/')
+            .any(|c| c.is_empty() || c == "." || c == "..")
+    {
+        return Err(bad());
+    }
+    if rel.bytes().any(|b| b == 0 || b.is_ascii_whitespace()) {
+        return Err(bad());
+    }
+    Ok(PathBuf::from("/proc/sys").join(rel))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ifname_validation() {
+        assert!(validate_ifname("eth0").is_ok());
+        assert!(validate_ifname("123456789012345").is_ok());
+        assert!(matches!(
+            validate_ifname("1234567890123456"),
+            Err(Error::InvalidName { .. })
+        ));
+        assert!(validate_ifname("").is_err());
+        assert!(validate_ifname("a/b").is_err());
+        assert!(validate_ifname("a b").is_err());
+        assert!(validate_ifname("..").is_err());
+    }
+
+    #[test]
+    fn kube_ovn_nic_names() {
+        let id = "0123456789abcdef0123";
+        assert_eq!(
+            host_nic_name(id, "eth0").unwrap(),
+            ("0123456789ab_h".into(), "0123456789ab_c".into())
+        );
+        assert_eq!(
+            host_nic_name(id, "net1").unwrap(),
+            ("01234567_net1_h".into(), "01234567_net1_c".into())
+        );
+        assert_eq!(
+            host_nic_name(id, "pod1234567890a").unwrap().0,
+            "01234_1234567_h"
+        );
+        assert!(matches!(
+            host_nic_name("short", "eth0"),
+            Err(Error::InvalidContainerId { .. })
+        ));
+        for ifname in ["eth0", "net1", "eth12"] {
+            assert!(host_nic_name(id, ifname).unwrap().0.len() <= MAX_IFNAME_LEN);
+        }
+    }
+
+    #[test]
+    fn mac_parse_print() {
+        let m: MacAddr = "0A:1b:2c:3d:4e:5f".parse().unwrap();
+        assert_eq!(m.0, [0x0a, 0x1b, 0x2c, 0x3d, 0x4e, 0x5f]);
+        assert_eq!(m.to_string(), "0a:1b:2c:3d:4e:5f");
+        for bad in [
+            "",
+            "0a:1b:2c:3d:4e",
+            "0a:1b:2c:3d:4e:5f:00",
+            "0a:1b:2c:3d:4e:zz",
+            "a:1b:2c:3d:4e:5f",
+        ] {
+            assert!(
+                matches!(bad.parse::<MacAddr>(), Err(Error::InvalidMac { .. })),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn sysctl_keys() {
+        assert_eq!(
+            sysctl_path("net.ipv6.conf.eth0.accept_dad").unwrap(),
+            PathBuf::from("/proc/sys/net/ipv6/conf/eth0/accept_dad")
+        );
+        assert_eq!(
+            sysctl_path("net/ipv4/conf/eth0.100/arp_notify").unwrap(),
+            PathBuf::from("/proc/sys/net/ipv4/conf/eth0.100/arp_notify")
+        );
+        for bad in ["", "/etc/passwd", "net/../../etc", "net//x", "net.ipv4..x"] {
+            assert!(
+                matches!(sysctl_path(bad), Err(Error::InvalidSysctl { .. })),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn route_spec_checks() {
+        let r = RouteSpec::default_via("10.0.0.1".parse().unwrap());
+        assert_eq!(r.dst.to_string(), "0.0.0.0/0");
+        assert_eq!(r.normalized_dst().unwrap().to_string(), "0.0.0.0/0");
+        let r6 = RouteSpec::default_via("fd00::1".parse().unwrap());
+        assert_eq!(r6.dst.to_string(), "::/0");
+        let host_bits = RouteSpec::via("10.1.2.3/8".parse().unwrap(), "10.0.0.1".parse().unwrap());
+        assert_eq!(
+            host_bits.normalized_dst().unwrap().to_string(),
+            "10.0.0.0/8"
+        );
+        let mixed = RouteSpec::via("10.0.0.0/8".parse().unwrap(), "fd00::1".parse().unwrap());
+        assert!(matches!(
+            mixed.normalized_dst(),
+            Err(Error::InvalidRoute { .. })
+        ));
+        let nothing = RouteSpec {
+            dst: "10.0.0.0/8".parse().unwrap(),
+            gateway: None,
+            dev: None,
+        };
+        assert!(nothing.normalized_dst().is_err());
+    }
+}
