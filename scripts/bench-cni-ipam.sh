@@ -7,7 +7,7 @@
 #   -n  allocations per plugin (default 1000)
 #   -r  repetitions (default 1); each repetition runs both plugins, fresh state
 #
-# Both plugins are exec'd by /work/shared/peer-bench/cni-peers.sh exactly as a runtime does (CNI_* env,
+# Both plugins are exec'd by shared/peer-bench/cni-peers.sh exactly as a runtime does (CNI_* env,
 # cniVersion 1.0.0 config on stdin, DEL with prevResult), N sequential ADDs then N DELs, one process each:
 # host-local through its `ipam` section, ours through `--cni` (its pod-to-pod ping step fails by design for
 # an IPAM-only plugin: there are no interfaces; the script reports it and goes on). Run as root.
@@ -25,7 +25,7 @@ while [ $# -gt 0 ]; do
         *) echo "unknown argument $1" >&2; exit 2 ;;
     esac
 done
-PEERS=${PEER_BENCH:-/work/shared/peer-bench}
+PEERS=${PEER_BENCH:-$PWD/../shared/peer-bench}
 [ -f "$PEERS/cni-peers.sh" ] || { echo "no $PEERS/cni-peers.sh (set PEER_BENCH)" >&2; exit 1; }
 [ "$(id -u)" = 0 ] || { echo "run as root: the benchmark creates network namespaces" >&2; exit 1; }
 

@@ -10,7 +10,6 @@
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PEER_BENCH=${PEER_BENCH:-$ROOT/../shared/peer-bench}
-[ -d "$PEER_BENCH" ] || PEER_BENCH=/work/shared/peer-bench
 N=2000
 PEERS=nbctl-batch,ovsdbapp-txn,raw-txn,raw-pipe,raw-pipe-mon
 ARGS=()
