@@ -38,6 +38,7 @@ use crate::model::{Model, ModelError};
 use crate::monitor::{MonitorRequest, MonitorRequests, RowUpdate, TableUpdates};
 use crate::ops::Row;
 use crate::schema::{ColumnType, DatabaseSchema, TableSchema};
+use crate::session::Session;
 use crate::uuid::Uuid;
 
 /// What an index is keyed by.
@@ -515,6 +516,68 @@ impl State {
     }
 }
 
+impl State {
+    /// Replaces the replica's contents by `full` (every row of every replicated table) and returns the
+    /// difference as events: rows gone are deleted, new rows inserted, changed rows modified, equal rows left
+    /// alone.
+    fn resync(&mut self, mut full: TableUpdates, events: bool) -> Vec<RowEvent> {
+        let mut out = Vec::new();
+        for (t, tc) in self.tables.iter_mut() {
+            let rows = full.remove(t).unwrap_or_default();
+            let mut seen = std::collections::HashSet::with_capacity(rows.len());
+            for (uuid, ru) in rows {
+                let r = match ru {
+                    RowUpdate::Initial(r) | RowUpdate::Insert(r) => r,
+                    RowUpdate::Update { new: Some(r), .. } => r,
+                    _ => continue,
+                };
+                seen.insert(uuid);
+                let new = CachedRow::from_row(uuid, r, &tc.columns);
+                if let Some(old) = tc.rows.get(&uuid) {
+                    if old.values == new.values {
+                        continue;
+                    }
+                }
+                let new = Arc::new(new);
+                let old = tc.insert(new.clone());
+                if events {
+                    out.push(RowEvent {
+                        kind: if old.is_some() {
+                            EventKind::Modify
+                        } else {
+                            EventKind::Insert
+                        },
+                        table: tc.columns.table.clone(),
+                        uuid,
+                        old,
+                        new: Some(new),
+                    });
+                }
+            }
+            let gone: Vec<Uuid> = tc
+                .rows
+                .keys()
+                .filter(|u| !seen.contains(u))
+                .copied()
+                .collect();
+            for uuid in gone {
+                if let Some(old) = tc.remove(uuid) {
+                    if events {
+                        out.push(RowEvent {
+                            kind: EventKind::Delete,
+                            table: tc.columns.table.clone(),
+                            uuid,
+                            old: Some(old),
+                            new: None,
+                        });
+                    }
+                }
+            }
+        }
+        out
+    }
+}
+
 /// A consistent read-only view of the replica (holds the read lock: keep it short, never across an await).
 pub struct CacheView<'a> {
     state: RwLockReadGuard<'a, State>,
@@ -596,6 +659,9 @@ struct Inner {
     events: broadcast::Sender<RowEvent>,
     generation: watch::Sender<u64>,
     closed: watch::Sender<Option<String>>,
+    online: watch::Sender<bool>,
+    resyncs: std::sync::atomic::AtomicU64,
+    full_resyncs: std::sync::atomic::AtomicU64,
     task: std::sync::Mutex<Option<tokio::task::AbortHandle>>,
 }
 
@@ -746,6 +812,9 @@ impl CacheBuilder {
                 events,
                 generation: watch::Sender::new(0),
                 closed: watch::Sender::new(None),
+                online: watch::Sender::new(false),
+                resyncs: std::sync::atomic::AtomicU64::new(0),
+                full_resyncs: std::sync::atomic::AtomicU64::new(0),
                 task: std::sync::Mutex::new(None),
             }),
         })
@@ -782,12 +851,128 @@ impl CacheBuilder {
                 Err(e) => return Err(e),
             };
         cache.apply(initial, last);
+        cache
+            .inner
+            .resyncs
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        cache.inner.online.send_replace(true);
         let weak = Arc::downgrade(&cache.inner);
         let h = tokio::spawn(run(weak, stream));
         if let Ok(mut t) = cache.inner.task.lock() {
             *t = Some(h.abort_handle());
         }
         Ok(cache)
+    }
+
+    /// Like [`CacheBuilder::start`], over a reconnecting [`Session`]: when the connection drops the replica
+    /// keeps its last contents (marked offline, see [`Cache::is_online`]) while the session reconnects; then
+    /// the monitor resumes with `monitor_cond_since` from the last transaction id. If the server still has
+    /// that transaction (clustered databases) only the missed changes are applied; otherwise (standalone
+    /// databases, or history gone) the replica is rebuilt from the full contents and only the difference is
+    /// emitted as events. Either way the change is applied atomically.
+    pub async fn start_session(self, session: &Session) -> Result<Cache, Error> {
+        let client = session.client().await?;
+        let schema = match client.schema(&self.db) {
+            Some(s) => s,
+            None => client.get_schema(&self.db).await?,
+        };
+        let cache = self.build(&schema)?;
+        let stream = resume(&cache, &client, &self.db, &self.requests()).await?;
+        let weak = Arc::downgrade(&cache.inner);
+        let h = tokio::spawn(run_session(weak, stream, session.clone(), self));
+        if let Ok(mut t) = cache.inner.task.lock() {
+            *t = Some(h.abort_handle());
+        }
+        Ok(cache)
+    }
+}
+
+/// (Re)starts the monitor on `client` from the cache's last transaction and brings the replica up to date.
+async fn resume(
+    cache: &Cache,
+    client: &Client,
+    db: &str,
+    requests: &MonitorRequests,
+) -> Result<MonitorStream, Error> {
+    if client.schema(db).is_none() {
+        client.get_schema(db).await?;
+    }
+    let first = cache
+        .inner
+        .resyncs
+        .load(std::sync::atomic::Ordering::Relaxed)
+        == 0
+        && !*cache.inner.online.borrow();
+    let since = cache.last_txn_id().filter(|u| *u != Uuid::NIL);
+    let stream = match client.monitor_cond_since(db, requests, since).await {
+        Ok((r, s)) => {
+            let last = r.last_txn_id.filter(|u| *u != Uuid::NIL);
+            if first || (r.found && since.is_some()) {
+                cache.apply(r.updates, last);
+            } else {
+                cache.resync(r.updates, last);
+            }
+            s
+        }
+        Err(Error::Rpc { .. }) => {
+            let (u, s) = client.monitor_cond(db, requests).await?;
+            if first {
+                cache.apply(u, None);
+            } else {
+                cache.resync(u, None);
+            }
+            s
+        }
+        Err(e) => return Err(e),
+    };
+    cache
+        .inner
+        .resyncs
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    cache.inner.online.send_replace(true);
+    Ok(stream)
+}
+
+async fn run_session(
+    weak: Weak<Inner>,
+    mut stream: MonitorStream,
+    session: Session,
+    builder: CacheBuilder,
+) {
+    let requests = builder.requests();
+    loop {
+        let next = stream.next().await;
+        let Some(inner) = weak.upgrade() else { return };
+        let cache = Cache { inner };
+        if let Some(Ok(u)) = next {
+            cache.apply(u.tables, u.last_txn_id);
+            continue;
+        }
+        // The monitor ended (connection lost, or an update that could not be read): resume on a fresh monitor.
+        cache.inner.online.send_replace(false);
+        drop(stream);
+        let mut attempt = 0u32;
+        stream = loop {
+            let client = match session.client_forever().await {
+                Ok(c) => c,
+                Err(e) => {
+                    cache.inner.closed.send_replace(Some(e.to_string()));
+                    return;
+                }
+            };
+            match resume(&cache, &client, &builder.db, &requests).await {
+                Ok(s) => break s,
+                Err(e) => {
+                    if !e.is_connection_error() {
+                        // e.g. the schema changed: resuming needs the connection dropped.
+                        client.close("cache resync failed");
+                    }
+                    tokio::time::sleep(crate::session::Backoff::default().delay(attempt)).await;
+                    attempt = attempt.saturating_add(1);
+                }
+            }
+        };
+        drop(cache);
     }
 }
 
@@ -799,10 +984,12 @@ async fn run(weak: Weak<Inner>, mut stream: MonitorStream) {
         match next {
             Some(Ok(u)) => cache.apply(u.tables, u.last_txn_id),
             Some(Err(e)) => {
+                cache.inner.online.send_replace(false);
                 cache.inner.closed.send_replace(Some(e.to_string()));
                 return;
             }
             None => {
+                cache.inner.online.send_replace(false);
                 cache
                     .inner
                     .closed
@@ -835,6 +1022,56 @@ impl Cache {
             let _ = self.inner.events.send(e);
         }
         self.inner.generation.send_modify(|g| *g += 1);
+    }
+
+    /// Replaces the contents by `full` (every row of the replicated tables, as in an initial monitor reply)
+    /// atomically and tells subscribers only what differs.
+    pub fn resync(&self, full: TableUpdates, last_txn_id: Option<Uuid>) {
+        self.inner
+            .full_resyncs
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let events = self.inner.events.receiver_count() > 0;
+        let evs = {
+            let Ok(mut st) = self.inner.state.write() else {
+                return;
+            };
+            st.last_txn_id = last_txn_id;
+            st.resync(full, events)
+        };
+        for e in evs {
+            let _ = self.inner.events.send(e);
+        }
+        self.inner.generation.send_modify(|g| *g += 1);
+    }
+
+    /// Whether the replica is being kept up to date now (false while a session cache reconnects, or after
+    /// the monitor of a plain cache stopped).
+    pub fn is_online(&self) -> bool {
+        *self.inner.online.borrow()
+    }
+
+    /// Waits until the replica is online, up to `timeout`; false on timeout.
+    pub async fn wait_online(&self, timeout: Duration) -> bool {
+        let mut rx = self.inner.online.subscribe();
+        tokio::time::timeout(timeout, rx.wait_for(|o| *o))
+            .await
+            .map(|r| r.is_ok())
+            .unwrap_or(false)
+    }
+
+    /// How many times the monitor was (re)started (1 after the first start).
+    pub fn resyncs(&self) -> u64 {
+        self.inner
+            .resyncs
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// How many of those restarts had to rebuild the replica from the full contents (the server did not
+    /// have the last transaction id).
+    pub fn full_resyncs(&self) -> u64 {
+        self.inner
+            .full_resyncs
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// A consistent view for several lookups.
@@ -1016,6 +1253,43 @@ mod tests {
             kinds,
             [EventKind::Insert, EventKind::Modify, EventKind::Delete]
         );
+    }
+
+    #[test]
+    fn resync_emits_only_the_difference() {
+        let c = CacheBuilder::new("OVN_Northbound")
+            .table("Logical_Switch_Port")
+            .build(&schema())
+            .unwrap();
+        let mut full = TableUpdates::new();
+        for (i, n) in [(1, "a"), (2, "b"), (3, "c")] {
+            full.entry("Logical_Switch_Port".into())
+                .or_default()
+                .insert(uuid(i), RowUpdate::Initial(lsp(n, n)));
+        }
+        c.apply(full, None);
+        let mut rx = c.subscribe();
+        // After a reconnect: a unchanged, b changed, c gone, d new.
+        let mut full = TableUpdates::new();
+        let t = full.entry("Logical_Switch_Port".into()).or_default();
+        t.insert(uuid(1), RowUpdate::Initial(lsp("a", "a")));
+        t.insert(uuid(2), RowUpdate::Initial(lsp("b", "b2")));
+        t.insert(uuid(4), RowUpdate::Initial(lsp("d", "d")));
+        c.resync(full, None);
+        let mut evs: Vec<(EventKind, Uuid)> = std::iter::from_fn(|| rx.try_recv().ok())
+            .map(|e| (e.kind, e.uuid))
+            .collect();
+        evs.sort_by_key(|(_, u)| *u);
+        assert_eq!(
+            evs,
+            [
+                (EventKind::Modify, uuid(2)),
+                (EventKind::Delete, uuid(3)),
+                (EventKind::Insert, uuid(4))
+            ]
+        );
+        assert!(c.lookup("Logical_Switch_Port", "name", "c").is_none());
+        assert_eq!(c.full_resyncs(), 1);
     }
 
     #[test]

@@ -136,6 +136,11 @@ impl ClientBuilder {
         Err(last)
     }
 
+    /// Connects to one remote.
+    pub async fn connect_remote(&self, remote: &Remote) -> Result<Client, Error> {
+        self.connect_one(remote).await
+    }
+
     async fn connect_one(&self, remote: &Remote) -> Result<Client, Error> {
         let name = remote.to_string();
         let io_err = |source| Error::Io {
@@ -210,6 +215,7 @@ enum Command {
     },
     Unsubscribe(String),
     Locks(mpsc::UnboundedSender<LockEvent>),
+    Close(String),
 }
 
 /// A change of lock ownership announced by the server.
@@ -262,6 +268,22 @@ impl Client {
     /// The remote this client is connected to.
     pub fn remote(&self) -> &str {
         &self.shared.remote
+    }
+
+    /// Whether the connection has stopped (closed by either side or failed).
+    pub fn is_closed(&self) -> bool {
+        self.shared.tx.is_closed()
+    }
+
+    /// Waits until the connection stops.
+    pub async fn closed(&self) {
+        self.shared.tx.closed().await
+    }
+
+    /// Drops the connection now: requests waiting for a reply fail ([`Error::OutcomeUnknown`] for
+    /// transactions), monitors end. Used to leave a member that is no longer the leader.
+    pub fn close(&self, why: impl Into<String>) {
+        let _ = self.shared.tx.send(Command::Close(why.into()));
     }
 
     fn start(
@@ -343,6 +365,9 @@ impl Client {
     /// `transact`: runs `txn` and returns one result per operation, or the failed operation's error. When the
     /// client knows the database's schema (see [`Client::get_schema`]) the transaction is validated first and
     /// nothing is sent if it is invalid. The request is sent before the future is polled.
+    ///
+    /// If the connection was already gone the error is [`Error::Disconnected`] (nothing was sent); if it dies
+    /// while the transaction waits for its reply the error is [`Error::OutcomeUnknown`]: it may have committed.
     pub fn transact<'a>(
         &self,
         txn: &'a Transaction,
@@ -595,7 +620,8 @@ struct Driver {
 }
 
 impl Driver {
-    fn command(&mut self, c: Command) {
+    /// Handles a command; Some(reason) to stop the connection.
+    fn command(&mut self, c: Command) -> Option<String> {
         match c {
             Command::Call {
                 method,
@@ -613,7 +639,9 @@ impl Driver {
                 self.subs.remove(&id);
             }
             Command::Locks(tx) => self.locks.push(tx),
+            Command::Close(why) => return Some(why),
         }
+        None
     }
 
     fn dispatch(&mut self) {
@@ -690,13 +718,19 @@ async fn drive<R, W>(
         tokio::select! {
             c = rx.recv(), if !closing => match c {
                 Some(c) => {
-                    d.command(c);
+                    let mut stop = d.command(c);
                     // Take what else is queued so that one write carries many requests.
                     for _ in 0..4096 {
+                        if stop.is_some() {
+                            break;
+                        }
                         match rx.try_recv() {
-                            Ok(c) => d.command(c),
+                            Ok(c) => stop = d.command(c),
                             Err(_) => break,
                         }
+                    }
+                    if let Some(why) = stop {
+                        break format!("closed by the client: {why}");
                     }
                 }
                 None => closing = true,
@@ -723,11 +757,23 @@ async fn drive<R, W>(
             },
         }
     };
+    // Refuse new commands first, so that whoever sees a monitor end also sees the client closed.
+    rx.close();
     let _ = wr.shutdown().await;
-    for (_, reply) in d.core.drain_pending() {
-        let _ = reply.send(Err(Error::Disconnected(reason.clone())));
+    for (method, reply) in d.core.drain_pending() {
+        let e = if method == "transact" {
+            Error::OutcomeUnknown(reason.clone())
+        } else {
+            Error::Disconnected(reason.clone())
+        };
+        let _ = reply.send(Err(e));
+    }
+    // Commands still queued were never sent: their replies are dropped (Disconnected).
+    while let Ok(c) = rx.try_recv() {
+        drop(c);
     }
     // Dropping the subscribers ends the monitor streams.
+    drop(d);
 }
 
 #[cfg(test)]

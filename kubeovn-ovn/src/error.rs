@@ -31,6 +31,19 @@ pub enum Error {
     /// not have been executed.
     #[error("connection closed: {0}")]
     Disconnected(String),
+    /// The connection died after a transaction was handed to it and before its reply arrived: the server may or
+    /// may not have committed it. Read the database (or the replica, once it has resynchronised) to find out.
+    #[error("transaction outcome unknown: connection closed before the reply ({0})")]
+    OutcomeUnknown(String),
+    /// A clustered database member that is not the leader (or not connected to its cluster), refused because
+    /// the session is leader-only.
+    #[error("{remote} is not the leader of {db}")]
+    NotLeader {
+        /// The member.
+        remote: String,
+        /// The database.
+        db: String,
+    },
     /// The inactivity probe gave up.
     #[error(transparent)]
     Probe(#[from] ProbeTimeout),
@@ -74,6 +87,19 @@ pub enum Error {
 }
 
 impl Error {
+    /// Whether the error says the connection is gone (the request was not executed, or its outcome is unknown):
+    /// a reconnect may help.
+    pub fn is_connection_error(&self) -> bool {
+        matches!(
+            self,
+            Error::Io { .. }
+                | Error::Disconnected(_)
+                | Error::OutcomeUnknown(_)
+                | Error::Probe(_)
+                | Error::NotLeader { .. }
+        )
+    }
+
     /// The server's error, for a failed transaction or method call.
     pub fn ovsdb_error(&self) -> Option<&OvsdbError> {
         match self {

@@ -61,6 +61,7 @@ pub mod monitor;
 pub mod northbound;
 pub mod ops;
 pub mod schema;
+pub mod session;
 pub mod uuid;
 
 pub use client::{Client, Remote};

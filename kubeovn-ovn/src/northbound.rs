@@ -39,6 +39,7 @@ use crate::datum::{Atom, Datum};
 use crate::error::Error;
 use crate::models::nb;
 use crate::ops::{Condition, Operation, OperationResult, Transaction};
+use crate::session::Session;
 use crate::uuid::Uuid;
 
 /// The northbound database's name.
@@ -714,6 +715,7 @@ pub const TABLES: &[&str] = &[
 #[derive(Debug, Clone)]
 pub struct OvsdbNorthbound {
     client: Client,
+    session: Option<Session>,
     cache: Cache,
     wait: Duration,
 }
@@ -726,6 +728,33 @@ impl OvsdbNorthbound {
 
     /// Uses `client`, also indexing switch ports by the `external_ids` keys `extra_keys` (besides pod, ls).
     pub async fn with_client(client: Client, extra_keys: &[&str]) -> Result<Self, Error> {
+        let cache = Self::cache_builder(extra_keys).start(&client).await?;
+        Ok(OvsdbNorthbound {
+            client,
+            session: None,
+            cache,
+            wait: Duration::from_secs(10),
+        })
+    }
+
+    /// Uses a reconnecting `session` (see [`Session`]): the replica resumes after reconnects and each commit
+    /// goes to the session's current connection (the leader, with a leader-only session). A commit whose
+    /// connection dies before the reply fails with [`Error::OutcomeUnknown`]; it is never retried.
+    pub async fn with_session(session: Session, extra_keys: &[&str]) -> Result<Self, Error> {
+        let client = session.client().await?;
+        let cache = Self::cache_builder(extra_keys)
+            .start_session(&session)
+            .await?;
+        Ok(OvsdbNorthbound {
+            client,
+            session: Some(session),
+            cache,
+            wait: Duration::from_secs(10),
+        })
+    }
+
+    /// The replica this API keeps (tables and indexes).
+    pub fn cache_builder(extra_keys: &[&str]) -> CacheBuilder {
         let mut b = CacheBuilder::new(NB_DB);
         for t in TABLES {
             b = b.table(t);
@@ -736,12 +765,7 @@ impl OvsdbNorthbound {
         for k in ["pod", "ls"].iter().chain(extra_keys) {
             b = b.map_key_index("Logical_Switch_Port", "external_ids", k);
         }
-        let cache = b.start(&client).await?;
-        Ok(OvsdbNorthbound {
-            client,
-            cache,
-            wait: Duration::from_secs(10),
-        })
+        b
     }
 
     /// How long [`Northbound::commit`] waits for the replica to show a committed change (default 10 s).
@@ -755,9 +779,14 @@ impl OvsdbNorthbound {
         &self.cache
     }
 
-    /// The connection.
+    /// The first connection (see [`OvsdbNorthbound::session`] for the current one).
     pub fn client(&self) -> &Client {
         &self.client
+    }
+
+    /// The reconnecting session, if built with one.
+    pub fn session(&self) -> Option<&Session> {
+        self.session.as_ref()
     }
 
     /// Plans `batch` against the replica: the transaction to send (None if nothing to do) and the rows it
@@ -1323,10 +1352,20 @@ use std::sync::Arc;
 #[async_trait]
 impl Northbound for OvsdbNorthbound {
     async fn commit(&self, batch: Batch) -> Result<(), Error> {
+        let client = match &self.session {
+            Some(s) => {
+                // Plan against an up-to-date replica only.
+                if !self.cache.wait_online(self.wait).await {
+                    return Err(Error::Disconnected("the replica is resynchronising".into()));
+                }
+                s.client().await?
+            }
+            None => self.client.clone(),
+        };
         let Some(plan) = self.plan(&batch)? else {
             return Ok(());
         };
-        let results = self.client.transact(&plan.txn).await?;
+        let results = client.transact(&plan.txn).await?;
         let inserted: Vec<(&'static str, Uuid)> = plan
             .inserts
             .iter()

@@ -30,7 +30,7 @@ pub fn have(prog: &str) -> bool {
 }
 
 /// How the database file is created.
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Storage {
     /// `ovsdb-tool create`.
     Standalone,
@@ -44,7 +44,53 @@ pub struct OvsdbServer {
     pub sock: PathBuf,
     pub db_name: String,
     pub tcp_port: Option<u16>,
-    child: Child,
+    db: PathBuf,
+    child: Option<Child>,
+}
+
+/// Spawns ovsdb-server in `d` (pid file, log and control socket named after the socket's file stem).
+pub fn spawn_server(
+    d: &Path,
+    sock: &Path,
+    tcp_port: Option<u16>,
+    db: &Path,
+    extra: &[&str],
+) -> Child {
+    let stem = sock
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .unwrap_or("db")
+        .to_owned();
+    let log_name = if stem == "db" {
+        "ovsdb-server.log".to_owned()
+    } else {
+        format!("{stem}.log")
+    };
+    let mut cmd = Command::new("ovsdb-server");
+    cmd.arg(format!("--remote=punix:{}", sock.display()))
+        .arg(format!(
+            "--pidfile={}",
+            d.join(format!("{stem}.pid")).display()
+        ))
+        .arg(format!("--log-file={}", d.join(log_name).display()))
+        .arg(format!(
+            "--unixctl={}",
+            d.join(format!("{stem}.ctl")).display()
+        ))
+        .arg("-vconsole:off")
+        .args(extra);
+    if let Some(p) = tcp_port {
+        cmd.arg(format!("--remote=ptcp:{p}:127.0.0.1"));
+    }
+    cmd.arg(db)
+        .env("OVS_RUNDIR", d)
+        .env("OVS_LOGDIR", d)
+        .env("OVS_DBDIR", d)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn ovsdb-server")
 }
 
 fn free_port() -> u16 {
@@ -98,51 +144,50 @@ impl OvsdbServer {
         .to_owned();
         let sock = d.join("db.sock");
         let tcp_port = tcp.then(free_port);
-        let mut cmd = Command::new("ovsdb-server");
-        cmd.arg(format!("--remote=punix:{}", sock.display()))
-            .arg(format!(
-                "--pidfile={}",
-                d.join("ovsdb-server.pid").display()
-            ))
-            .arg(format!(
-                "--log-file={}",
-                d.join("ovsdb-server.log").display()
-            ))
-            .arg(format!("--unixctl={}", d.join("x.ctl").display()))
-            .arg("-vconsole:off");
-        if let Some(p) = tcp_port {
-            cmd.arg(format!("--remote=ptcp:{p}:127.0.0.1"));
-        }
-        let child = cmd
-            .arg(&db)
-            .env("OVS_RUNDIR", d)
-            .env("OVS_LOGDIR", d)
-            .env("OVS_DBDIR", d)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn ovsdb-server");
+        let child = spawn_server(d, &sock, tcp_port, &db, &[]);
         let mut s = OvsdbServer {
             dir,
             sock,
             db_name,
             tcp_port,
-            child,
+            db,
+            child: Some(child),
         };
+        s.wait_ready();
+        Some(s)
+    }
+
+    fn wait_ready(&mut self) {
         let t0 = Instant::now();
-        while !s.sock.exists() || !s.tcp_ready() {
-            if let Ok(Some(st)) = s.child.try_wait() {
-                panic!("ovsdb-server exited: {st}; log:\n{}", s.log());
+        while std::os::unix::net::UnixStream::connect(&self.sock).is_err() || !self.tcp_ready() {
+            if let Some(c) = self.child.as_mut() {
+                if let Ok(Some(st)) = c.try_wait() {
+                    panic!("ovsdb-server exited: {st}; log:\n{}", self.log());
+                }
             }
             assert!(
                 t0.elapsed() < Duration::from_secs(10),
                 "ovsdb-server did not start; log:\n{}",
-                s.log()
+                self.log()
             );
             std::thread::sleep(Duration::from_millis(10));
         }
-        Some(s)
+    }
+
+    /// SIGKILL (our own child, by pid) and reap it; the socket file stays behind.
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Starts the server again on the same socket and database file.
+    pub fn restart(&mut self) {
+        self.kill9();
+        let d = self.dir.path().to_owned();
+        self.child = Some(spawn_server(&d, &self.sock, self.tcp_port, &self.db, &[]));
+        self.wait_ready();
     }
 
     fn tcp_ready(&self) -> bool {
@@ -162,9 +207,9 @@ impl OvsdbServer {
         self.tcp_port.map(|p| format!("tcp:127.0.0.1:{p}"))
     }
 
-    /// The server's pid.
+    /// The server's pid (0 when killed).
     pub fn pid(&self) -> u32 {
-        self.child.id()
+        self.child.as_ref().map_or(0, Child::id)
     }
 
     /// The server log so far.
@@ -193,7 +238,183 @@ impl OvsdbServer {
 impl Drop for OvsdbServer {
     fn drop(&mut self) {
         // Our own child, by pid: no other process is touched.
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.kill9();
+    }
+}
+
+/// A raft cluster of `n` ovsdb-servers (one database), each on its own unix socket in one temporary directory.
+pub struct Cluster {
+    pub dir: tempfile::TempDir,
+    pub db_name: String,
+    pub socks: Vec<PathBuf>,
+    dbs: Vec<PathBuf>,
+    children: Vec<Option<Child>>,
+}
+
+impl Cluster {
+    /// Creates the cluster (`ovsdb-tool create-cluster`, then `join-cluster` for the others), starts every
+    /// member and waits until all of them are cluster members. None without the OVS binaries.
+    pub fn start(schema_file: &str, n: usize) -> Option<Self> {
+        if !have("ovsdb-server") || !have("ovsdb-tool") || !have("ovs-appctl") {
+            return None;
+        }
+        let dir = tempfile::Builder::new()
+            .prefix("kubeovn-ovn-raft")
+            .tempdir()
+            .expect("tempdir");
+        let d = dir.path().to_owned();
+        let schema = schema_path(schema_file);
+        let db_name = String::from_utf8(
+            Command::new("ovsdb-tool")
+                .arg("schema-name")
+                .arg(&schema)
+                .output()
+                .expect("schema-name")
+                .stdout,
+        )
+        .expect("utf8")
+        .trim()
+        .to_owned();
+        let ports: Vec<u16> = (0..n).map(|_| free_port()).collect();
+        let mut dbs = Vec::new();
+        let mut socks = Vec::new();
+        for i in 0..n {
+            let db = d.join(format!("s{i}.db"));
+            let local = format!("tcp:127.0.0.1:{}", ports[i]);
+            let mut c = Command::new("ovsdb-tool");
+            if i == 0 {
+                c.arg("create-cluster").arg(&db).arg(&schema).arg(&local);
+            } else {
+                c.arg("join-cluster")
+                    .arg(&db)
+                    .arg(&db_name)
+                    .arg(&local)
+                    .arg(format!("tcp:127.0.0.1:{}", ports[0]));
+            }
+            let out = c.env("OVS_RUNDIR", &d).output().expect("ovsdb-tool");
+            assert!(
+                out.status.success(),
+                "ovsdb-tool: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            dbs.push(db);
+            socks.push(d.join(format!("s{i}.sock")));
+        }
+        let children = (0..n)
+            .map(|i| Some(spawn_server(&d, &socks[i], None, &dbs[i], &[])))
+            .collect();
+        let c = Cluster {
+            dir,
+            db_name,
+            socks,
+            dbs,
+            children,
+        };
+        let t0 = Instant::now();
+        for i in 0..n {
+            while !c.status(i).contains("Status: cluster member") {
+                assert!(
+                    t0.elapsed() < Duration::from_secs(20),
+                    "member {i} did not join: {}",
+                    c.status(i)
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        Some(c)
+    }
+
+    /// `unix:<sock i>`
+    pub fn remote(&self, i: usize) -> String {
+        format!("unix:{}", self.socks[i].display())
+    }
+
+    /// Every member, comma-separated.
+    pub fn remotes(&self) -> String {
+        (0..self.socks.len())
+            .map(|i| self.remote(i))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// `ovs-appctl cluster/status` of member i ("" if it does not answer).
+    pub fn status(&self, i: usize) -> String {
+        let ctl = self.dir.path().join(format!("s{i}.ctl"));
+        Command::new("ovs-appctl")
+            .arg("-t")
+            .arg(ctl)
+            .arg("cluster/status")
+            .arg(&self.db_name)
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default()
+    }
+
+    /// The member that is leader now, waiting up to 20 s for an election.
+    pub fn leader(&self) -> usize {
+        let t0 = Instant::now();
+        loop {
+            for i in 0..self.socks.len() {
+                if self.children[i].is_some() && self.status(i).contains("Role: leader") {
+                    return i;
+                }
+            }
+            assert!(t0.elapsed() < Duration::from_secs(20), "no leader");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// The pid of member i (0 if killed).
+    pub fn pid(&self, i: usize) -> u32 {
+        self.children[i].as_ref().map_or(0, Child::id)
+    }
+
+    /// SIGKILL member i (our own child, by pid).
+    pub fn kill9(&mut self, i: usize) {
+        if let Some(mut c) = self.children[i].take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Starts member i again on its socket and database.
+    pub fn restart(&mut self, i: usize) {
+        self.kill9(i);
+        let d = self.dir.path().to_owned();
+        self.children[i] = Some(spawn_server(&d, &self.socks[i], None, &self.dbs[i], &[]));
+        let t0 = Instant::now();
+        while std::os::unix::net::UnixStream::connect(&self.socks[i]).is_err() {
+            assert!(t0.elapsed() < Duration::from_secs(10), "restart {i}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Runs a C client with `--db=<every live member>`; panics on failure.
+    pub fn ctl(&self, prog: &str, args: &[&str]) -> String {
+        let live: Vec<String> = (0..self.socks.len())
+            .filter(|i| self.children[*i].is_some())
+            .map(|i| self.remote(i))
+            .collect();
+        let out = Command::new(prog)
+            .arg(format!("--db={}", live.join(",")))
+            .args(args)
+            .env("OVS_RUNDIR", self.dir.path())
+            .env("OVN_RUNDIR", self.dir.path())
+            .output()
+            .unwrap_or_else(|e| panic!("{prog}: {e}"));
+        assert!(
+            out.status.success(),
+            "{prog} {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for i in 0..self.children.len() {
+            self.kill9(i);
+        }
     }
 }
