@@ -1,0 +1,501 @@
+//! Root tests: real network namespaces, veth pairs and routes, checked against `ip -j` and `ping`.
+//!
+//! Every test creates its own namespaces with a per-run suffix and removes them in a Drop guard, also on panic.
+//! Only test namespaces get addresses (10.x); the root namespace only sees one short-lived veth end in
+//! `host_handle_creates_peer_in_place`. When not root, each test prints why it skips and returns.
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use kubeovn_netdev::{
+    delete_named_netns, Error, MacAddr, NamedNetns, Namespaces, Netdev, NetlinkNetdev, OperState,
+    RouteSpec, VethSpec, NETNS_RUN_DIR,
+};
+use serde_json::Value;
+
+fn skip_reason() -> Option<&'static str> {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let euid = status
+        .lines()
+        .find(|l| l.starts_with("Uid:"))
+        .and_then(|l| l.split_whitespace().nth(2));
+    if euid != Some("0") {
+        return Some(
+            "not root: network namespaces and veth pairs need CAP_SYS_ADMIN and CAP_NET_ADMIN",
+        );
+    }
+    if Command::new("ip").arg("-V").output().is_err() {
+        return Some("the `ip` command (the independent checker) is not installed");
+    }
+    None
+}
+
+macro_rules! require_root {
+    () => {
+        if let Some(why) = skip_reason() {
+            eprintln!("SKIP {}: {why}", module_path!());
+            return;
+        }
+    };
+}
+
+/// A short unique suffix: pid and a counter, so names stay within 15 bytes (`v` + 9 + 1 + up to 4 = 15).
+fn suffix() -> String {
+    static N: AtomicU32 = AtomicU32::new(0);
+    format!(
+        "{}{}",
+        std::process::id() % 100_000,
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// A named namespace removed on drop.
+struct TestNs {
+    name: String,
+    path: PathBuf,
+}
+
+impl TestNs {
+    fn new(tag: &str) -> Self {
+        let name = format!("kotest-{tag}-{}", suffix());
+        let path = NamedNetns::default().create(&name).expect("create netns");
+        TestNs { name, path }
+    }
+}
+
+impl Drop for TestNs {
+    fn drop(&mut self) {
+        let _ = delete_named_netns(std::path::Path::new(NETNS_RUN_DIR), &self.name);
+    }
+}
+
+/// A link in the root namespace deleted on drop (with `ip`, which is fine in a test guard).
+struct RootLink(String);
+
+impl Drop for RootLink {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["link", "del", &self.0]).output();
+    }
+}
+
+fn ip_json(ns: Option<&str>, args: &[&str]) -> Value {
+    let mut cmd = Command::new("ip");
+    if let Some(ns) = ns {
+        cmd.args(["-n", ns]);
+    }
+    let out = cmd.arg("-j").args(args).output().expect("run ip");
+    assert!(
+        out.status.success(),
+        "ip {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("ip -j output is JSON")
+}
+
+fn ping(ns: &str, dst: &str) -> bool {
+    (0..3).any(|_| {
+        Command::new("ip")
+            .args(["netns", "exec", ns, "ping", "-c1", "-W1", dst])
+            .output()
+            .map(|o| o.status.success())
+            .unwrap_or(false)
+    })
+}
+
+fn ip(s: &str) -> IpAddr {
+    s.parse().expect("ip")
+}
+
+/// Wires `pod` to `node` the way the daemon wires a pod to the host: veth created from the node side with the peer
+/// made inside the pod namespace, both ends configured, a default route in the pod.
+async fn wire_pod(
+    node: &NetlinkNetdev,
+    host_if: &str,
+    pod_ns: &TestNs,
+    subnet: u8,
+    mac: MacAddr,
+) -> NetlinkNetdev {
+    node.create_veth(
+        &VethSpec::new(host_if, "eth0", &pod_ns.path)
+            .mtu(1400)
+            .peer_mac(mac),
+    )
+    .await
+    .expect("veth");
+    node.add_address(
+        host_if,
+        format!("10.77.{subnet}.1/24").parse().expect("cidr"),
+    )
+    .await
+    .expect("host addr");
+    node.set_link_up(host_if, true).await.expect("host up");
+
+    let pod = NetlinkNetdev::open(&pod_ns.path).expect("open pod netns");
+    pod.set_link_up("lo", true).await.expect("lo up");
+    pod.add_address(
+        "eth0",
+        format!("10.77.{subnet}.2/24").parse().expect("cidr"),
+    )
+    .await
+    .expect("pod addr");
+    pod.set_link_up("eth0", true).await.expect("pod up");
+    pod.add_route(&RouteSpec::default_via(ip(&format!("10.77.{subnet}.1"))))
+        .await
+        .expect("default route");
+    pod
+}
+
+#[tokio::test]
+async fn root_two_pods_through_a_node_ping_each_other() {
+    require_root!();
+    let node_ns = TestNs::new("node");
+    let a_ns = TestNs::new("a");
+    let b_ns = TestNs::new("b");
+    let sfx = suffix();
+    let (ha, hb) = (format!("ha{sfx}"), format!("hb{sfx}"));
+    let mac_a: MacAddr = "0a:58:0a:4d:01:02".parse().expect("mac");
+
+    let node = NetlinkNetdev::open(&node_ns.path).expect("open node netns");
+    node.set_sysctl("net.ipv4.ip_forward", "1")
+        .await
+        .expect("forwarding");
+    let pod_a = wire_pod(&node, &ha, &a_ns, 1, mac_a).await;
+    let pod_b = wire_pod(
+        &node,
+        &hb,
+        &b_ns,
+        2,
+        "0a:58:0a:4d:02:02".parse().expect("mac"),
+    )
+    .await;
+
+    // The pod end was created in place, under its CNI name, with the asked MTU and MAC.
+    let eth0 = pod_a
+        .link("eth0")
+        .await
+        .expect("query")
+        .expect("eth0 exists");
+    assert_eq!(eth0.mtu, 1400);
+    assert_eq!(eth0.mac, Some(mac_a));
+    assert_eq!(eth0.kind.as_deref(), Some("veth"));
+    assert!(eth0.admin_up);
+    assert!(
+        node.link("eth0").await.expect("query").is_none(),
+        "the peer never appeared in the node namespace"
+    );
+
+    assert!(ping(&a_ns.name, "10.77.1.1"), "pod a reaches its gateway");
+    assert!(
+        ping(&a_ns.name, "10.77.2.2"),
+        "pod a reaches pod b through the node"
+    );
+    assert!(
+        ping(&b_ns.name, "10.77.1.2"),
+        "pod b reaches pod a through the node"
+    );
+
+    // Query results agree with `ip -j`.
+    let j = &ip_json(Some(&a_ns.name), &["link", "show", "eth0"])[0];
+    assert_eq!(j["ifindex"].as_u64(), Some(u64::from(eth0.index)));
+    assert_eq!(j["mtu"].as_u64(), Some(1400));
+    assert_eq!(j["address"].as_str(), Some(mac_a.to_string().as_str()));
+    let eth0_now = pod_a.link("eth0").await.expect("query").expect("eth0");
+    let j = &ip_json(Some(&a_ns.name), &["link", "show", "eth0"])[0];
+    assert_eq!(j["operstate"].as_str(), Some(eth0_now.oper_state.as_str()));
+    assert_eq!(eth0_now.oper_state, OperState::Up);
+
+    let addrs = pod_a.addresses("eth0").await.expect("addresses");
+    let j = &ip_json(Some(&a_ns.name), &["-4", "addr", "show", "dev", "eth0"])[0]["addr_info"];
+    let ip_addrs: Vec<String> = j
+        .as_array()
+        .expect("addr_info")
+        .iter()
+        .map(|a| format!("{}/{}", a["local"].as_str().expect("local"), a["prefixlen"]))
+        .collect();
+    let ours: Vec<String> = addrs
+        .iter()
+        .filter(|a| a.addr.is_ipv4())
+        .map(|a| a.addr.to_string())
+        .collect();
+    assert_eq!(ours, ip_addrs);
+    assert!(addrs.iter().all(|a| a.link_index == eth0.index));
+
+    let routes = pod_a.routes().await.expect("routes");
+    let j = ip_json(Some(&a_ns.name), &["-4", "route", "show", "table", "main"]);
+    let mut ip_routes: Vec<(String, Option<String>)> = j
+        .as_array()
+        .expect("routes")
+        .iter()
+        .map(|r| {
+            let dst = match r["dst"].as_str().expect("dst") {
+                "default" => "0.0.0.0/0".to_string(),
+                d if d.contains('/') => d.to_string(),
+                d => format!("{d}/32"),
+            };
+            (dst, r["gateway"].as_str().map(str::to_string))
+        })
+        .collect();
+    let mut ours: Vec<(String, Option<String>)> = routes
+        .iter()
+        .filter(|r| r.dst.is_ipv4())
+        .map(|r| (r.dst.to_string(), r.gateway.map(|g| g.to_string())))
+        .collect();
+    ip_routes.sort();
+    ours.sort();
+    assert_eq!(ours, ip_routes);
+    assert!(ours.contains(&("0.0.0.0/0".to_string(), Some("10.77.1.1".to_string()))));
+
+    drop(pod_b);
+}
+
+#[tokio::test]
+async fn root_direct_veth_between_two_netns_ipv4_and_ipv6() {
+    require_root!();
+    let a_ns = TestNs::new("da");
+    let b_ns = TestNs::new("db");
+    let a = NetlinkNetdev::open(&a_ns.path).expect("open a");
+    let b = NetlinkNetdev::open(&b_ns.path).expect("open b");
+
+    // Handle in A, peer created directly in B.
+    a.create_veth(&VethSpec::new("p0", "p1", &b_ns.path))
+        .await
+        .expect("veth a<->b");
+    for (dev, side, n) in [(&a, "p0", 1u8), (&b, "p1", 2u8)] {
+        dev.set_sysctl(&format!("net.ipv6.conf.{side}.accept_dad"), "0")
+            .await
+            .expect("no dad");
+        dev.add_address(side, format!("10.78.0.{n}/30").parse().expect("cidr"))
+            .await
+            .expect("v4");
+        dev.add_address(side, format!("fd00:78::{n}/64").parse().expect("cidr"))
+            .await
+            .expect("v6");
+        dev.set_link_up(side, true).await.expect("up");
+    }
+    // Extra routes with a gateway, v4 and v6.
+    a.add_route(&RouteSpec::via(
+        "10.90.0.0/16".parse().expect("cidr"),
+        ip("10.78.0.2"),
+    ))
+    .await
+    .expect("route");
+    a.add_route(&RouteSpec::default_via(ip("fd00:78::2")))
+        .await
+        .expect("v6 default");
+
+    assert!(ping(&a_ns.name, "10.78.0.2"));
+    assert!(ping(&b_ns.name, "fd00:78::1"));
+
+    let routes = a.routes().await.expect("routes");
+    assert!(routes
+        .iter()
+        .any(|r| r.dst.to_string() == "10.90.0.0/16" && r.gateway == Some(ip("10.78.0.2"))));
+    assert!(routes
+        .iter()
+        .any(|r| r.dst.to_string() == "::/0" && r.gateway == Some(ip("fd00:78::2"))));
+    let j = ip_json(Some(&a_ns.name), &["-6", "route", "show", "default"]);
+    assert_eq!(j[0]["gateway"].as_str(), Some("fd00:78::2"));
+    let v6: Vec<String> = a
+        .addresses("p0")
+        .await
+        .expect("addrs")
+        .iter()
+        .filter(|x| x.addr.is_ipv6() && !x.addr.ip().to_string().starts_with("fe80"))
+        .map(|x| x.addr.to_string())
+        .collect();
+    assert_eq!(v6, vec!["fd00:78::1/64".to_string()]);
+}
+
+#[tokio::test]
+async fn root_operations_are_idempotent_and_typed() {
+    require_root!();
+    let node_ns = TestNs::new("in");
+    let pod_ns = TestNs::new("ip");
+    let node = NetlinkNetdev::open(&node_ns.path).expect("open");
+    let spec = VethSpec::new("h0", "eth0", &pod_ns.path).mtu(1450);
+
+    node.create_veth(&spec).await.expect("first create");
+    node.create_veth(&spec)
+        .await
+        .expect("same create again is success");
+    let err = node
+        .create_veth(&spec.clone().mtu(1300))
+        .await
+        .expect_err("other mtu conflicts");
+    assert!(matches!(err, Error::Conflict { .. }), "{err}");
+
+    let cidr = "10.79.0.1/24".parse().expect("cidr");
+    node.add_address("h0", cidr).await.expect("addr");
+    node.add_address("h0", cidr).await.expect("addr again");
+    node.set_link_up("h0", true).await.expect("up");
+    node.set_link_up("h0", true).await.expect("up again");
+    let route = RouteSpec::via("10.91.0.0/16".parse().expect("cidr"), ip("10.79.0.2"));
+    node.add_route(&route).await.expect("route");
+    node.add_route(&route).await.expect("route again");
+    let other = RouteSpec::via("10.91.0.0/16".parse().expect("cidr"), ip("10.79.0.3"));
+    assert!(matches!(
+        node.add_route(&other).await,
+        Err(Error::Conflict { .. })
+    ));
+    node.add_route(&RouteSpec::on_link(
+        "10.92.0.0/16".parse().expect("cidr"),
+        "h0",
+    ))
+    .await
+    .expect("dev route");
+    node.add_route(&RouteSpec::on_link(
+        "10.92.0.0/16".parse().expect("cidr"),
+        "h0",
+    ))
+    .await
+    .expect("dev route again");
+
+    node.set_link_mtu("h0", 1400).await.expect("mtu");
+    let mac: MacAddr = "0a:58:0a:4f:00:01".parse().expect("mac");
+    node.set_link_mac("h0", mac).await.expect("mac");
+    let l = node.link("h0").await.expect("query").expect("h0");
+    assert_eq!((l.mtu, l.mac), (1400, Some(mac)));
+
+    node.del_route(&route).await.expect("del route");
+    node.del_route(&route).await.expect("del absent route");
+    node.del_address("h0", cidr).await.expect("del addr");
+    node.del_address("h0", cidr).await.expect("del absent addr");
+    assert!(node
+        .addresses("h0")
+        .await
+        .expect("addrs")
+        .iter()
+        .all(|a| a.addr != cidr));
+
+    // Typed errors for bad input and missing links, no panics.
+    assert!(matches!(
+        node.set_link_up("nope0", true).await,
+        Err(Error::LinkNotFound { .. })
+    ));
+    assert!(matches!(
+        node.add_address("nope0", cidr).await,
+        Err(Error::LinkNotFound { .. })
+    ));
+    assert!(matches!(
+        node.link("a-name-longer-than-15").await,
+        Err(Error::InvalidName { .. })
+    ));
+    assert!(node.link("nope0").await.expect("query").is_none());
+    assert!(matches!(
+        "zz:00:00:00:00:00".parse::<MacAddr>(),
+        Err(Error::InvalidMac { .. })
+    ));
+
+    // Delete: the host end takes the pod end with it; deleting again is success.
+    node.delete_link("h0").await.expect("delete");
+    node.delete_link("h0").await.expect("delete absent");
+    assert!(node.link("h0").await.expect("query").is_none());
+    let pod = NetlinkNetdev::open(&pod_ns.path).expect("open pod");
+    assert!(
+        pod.link("eth0").await.expect("query").is_none(),
+        "peer went with the host end"
+    );
+
+    // Namespaces: create and delete twice.
+    let names = NamedNetns::default();
+    let name = format!("kotest-idem-{}", suffix());
+    let p1 = names.create(&name).expect("create");
+    let p2 = names.create(&name).expect("create again");
+    assert_eq!(p1, p2);
+    assert!(ip_json(None, &["netns", "list"])
+        .as_array()
+        .expect("list")
+        .iter()
+        .any(|n| n["name"] == name.as_str()));
+    names.delete(&name).expect("delete");
+    names.delete(&name).expect("delete again");
+    assert!(!p1.exists());
+    assert!(matches!(
+        names.create("a/b"),
+        Err(Error::InvalidNetnsName { .. })
+    ));
+}
+
+#[tokio::test]
+async fn root_sysctls_are_per_namespace() {
+    require_root!();
+    let pod_ns = TestNs::new("sy");
+    let other_ns = TestNs::new("sz");
+    let host = NetlinkNetdev::open(&other_ns.path).expect("open");
+    host.create_veth(&VethSpec::new("s0", "eth0", &pod_ns.path))
+        .await
+        .expect("veth");
+    let pod = NetlinkNetdev::open(&pod_ns.path).expect("open");
+
+    for (key, value) in [
+        ("net.ipv6.conf.eth0.accept_dad", "0"),
+        ("net.ipv4.conf.eth0.arp_notify", "1"),
+        ("net/ipv6/conf/eth0/disable_ipv6", "1"),
+        ("net.ipv4.conf.lo.arp_notify", "1"),
+    ] {
+        pod.set_sysctl(key, value).await.expect("set");
+        pod.set_sysctl(key, value).await.expect("set again");
+        assert_eq!(pod.sysctl(key).await.expect("read"), value, "{key}");
+        let path = kubeovn_netdev::sysctl_path(key).expect("path");
+        let out = Command::new("ip")
+            .args(["netns", "exec", &pod_ns.name, "cat"])
+            .arg(&path)
+            .output()
+            .expect("cat");
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).trim(),
+            value,
+            "ip netns exec cat {key}"
+        );
+    }
+    // The other namespace kept its own values.
+    assert_eq!(
+        host.sysctl("net.ipv4.conf.lo.arp_notify")
+            .await
+            .expect("read"),
+        "0"
+    );
+    assert!(matches!(
+        pod.sysctl("net.ipv4.conf.nope0.arp_notify").await,
+        Err(Error::Io { .. })
+    ));
+    assert!(matches!(
+        pod.set_sysctl("../etc/x", "1").await,
+        Err(Error::InvalidSysctl { .. })
+    ));
+}
+
+#[tokio::test]
+async fn root_host_handle_creates_peer_in_place() {
+    require_root!();
+    let pod_ns = TestNs::new("rh");
+    let name = format!("kt{}_h", suffix());
+    let _guard = RootLink(name.clone());
+    let host = NetlinkNetdev::current().expect("root handle");
+    host.create_veth(&VethSpec::new(&name, "eth0", &pod_ns.path))
+        .await
+        .expect("veth from root");
+    let l = host
+        .link(&name)
+        .await
+        .expect("query")
+        .expect("host end in root");
+    let j = &ip_json(None, &["link", "show", &name])[0];
+    assert_eq!(j["ifindex"].as_u64(), Some(u64::from(l.index)));
+    assert_eq!(j["mtu"].as_u64(), Some(u64::from(l.mtu)));
+    assert_eq!(
+        j["address"].as_str(),
+        l.mac.map(|m| m.to_string()).as_deref()
+    );
+    assert!(ip_json(Some(&pod_ns.name), &["link", "show", "eth0"])
+        .as_array()
+        .is_some_and(|a| a.len() == 1));
+    // /proc/PID/ns/net paths work as well as named ones.
+    let by_pid =
+        NetlinkNetdev::open(format!("/proc/{}/ns/net", std::process::id())).expect("open by pid");
+    assert!(by_pid.link(&name).await.expect("query").is_some());
+    host.delete_link(&name).await.expect("delete");
+    assert!(host.link(&name).await.expect("query").is_none());
+}
