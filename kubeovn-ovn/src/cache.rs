@@ -263,6 +263,13 @@ fn apply_diff(cur: Datum, diff: Datum, ty: &ColumnType) -> Datum {
             d => d,
         };
     }
+    if ty.max == 1 && ty.value.is_none() {
+        // An optional value (0 or 1 element): ovsdb-server sends the new value, not a difference.
+        return match diff {
+            Datum::Atom(a) => Datum::Set(vec![a]),
+            d => d,
+        };
+    }
     if ty.value.is_some() {
         let mut m = match cur {
             Datum::Map(m) => m,
@@ -1290,6 +1297,25 @@ mod tests {
         );
         assert!(c.lookup("Logical_Switch_Port", "name", "c").is_none());
         assert_eq!(c.full_resyncs(), 1);
+    }
+
+    #[test]
+    fn optional_value_diff_is_the_new_value() {
+        let ty = schema()
+            .table("Logical_Switch_Port")
+            .unwrap()
+            .column("tag_request")
+            .unwrap()
+            .ty
+            .clone();
+        assert_eq!(
+            apply_diff(Datum::set([1400i64]), Datum::set([1300i64]), &ty),
+            Datum::set([1300i64])
+        );
+        assert_eq!(
+            apply_diff(Datum::set([1400i64]), Datum::Set(vec![]), &ty),
+            Datum::Set(vec![])
+        );
     }
 
     #[test]

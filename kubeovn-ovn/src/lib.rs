@@ -63,6 +63,7 @@ pub mod ops;
 pub mod schema;
 pub mod session;
 pub mod uuid;
+pub mod vswitch;
 
 pub use client::{Client, Remote};
 pub use datum::{Atom, AtomType, Datum};
