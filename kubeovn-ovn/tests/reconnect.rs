@@ -334,3 +334,68 @@ async fn raft_leader_failover() {
     SwitchPort::new("ls0", "later").execute(&nb).await.unwrap();
     assert!(nb.switch_port("later").is_some());
 }
+
+#[tokio::test]
+async fn raft_leader_change_without_disconnect() {
+    // The leader is frozen (SIGSTOP) long enough for the others to elect a new one, then thawed: it is still
+    // up and our connection to it still open, but it is no longer the leader. The leader-only session sees
+    // that in _Server and moves to the new leader.
+    let Some(cl) = Cluster::start("ovn-nb.ovsschema", 3) else {
+        return;
+    };
+    let session = Session::builder(&cl.remotes())
+        .unwrap()
+        .backoff(backoff())
+        .client(
+            kubeovn_ovn::client::ClientBuilder::default()
+                .inactivity_probe(Some(Duration::from_secs(60))),
+        )
+        .leader_only("OVN_Northbound")
+        .connect()
+        .await
+        .unwrap();
+    let nb = OvsdbNorthbound::with_session(session.clone(), &[])
+        .await
+        .unwrap();
+    kubeovn_ovn::northbound::LogicalSwitch::new("ls0")
+        .execute(&nb)
+        .await
+        .unwrap();
+    let old = cl.leader();
+    assert_eq!(session.current().unwrap().remote(), cl.remote(old));
+    cl.signal(old, "STOP");
+    // Wait for another member to win an election.
+    let t0 = Instant::now();
+    let new = loop {
+        let l = (0..3).find(|i| *i != old && cl.status(*i).contains("Role: leader"));
+        if let Some(l) = l {
+            break l;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(20), "no new leader");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    cl.signal(old, "CONT");
+    let t0 = Instant::now();
+    loop {
+        if let Some(c) = session.current() {
+            if c.remote() == cl.remote(new) {
+                break;
+            }
+        }
+        // Requests nudge the session to reconnect once the old connection is closed.
+        let _ = tokio::time::timeout(Duration::from_millis(200), session.client()).await;
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "still on {:?}",
+            session.current().map(|c| c.remote().to_owned())
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let moved = t0.elapsed();
+    SwitchPort::new("ls0", "p-after")
+        .execute(&nb)
+        .await
+        .unwrap();
+    assert!(nb.switch_port("p-after").is_some());
+    eprintln!("leader change seen and left {moved:?} after the old leader thawed");
+}

@@ -377,6 +377,18 @@ impl Cluster {
         }
     }
 
+    /// Sends `sig` (`STOP`, `CONT`) to member i, our own child, by pid.
+    pub fn signal(&self, i: usize, sig: &str) {
+        let pid = self.pid(i);
+        assert!(pid > 0);
+        let st = Command::new("kill")
+            .arg(format!("-{sig}"))
+            .arg(pid.to_string())
+            .status()
+            .expect("kill");
+        assert!(st.success());
+    }
+
     /// Starts member i again on its socket and database.
     pub fn restart(&mut self, i: usize) {
         self.kill9(i);
