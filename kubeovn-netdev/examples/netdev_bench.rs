@@ -91,11 +91,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     .await;
 
-    let mut t_del = vec![];
+    let (mut t_del, mut t_link_del, mut t_ns_del) = (vec![], vec![], vec![]);
     for i in 0..n {
         let t0 = Instant::now();
         let _ = node.delete_link(&format!("{tag}h{i}")).await;
+        let t1 = Instant::now();
         let _ = names.delete(&format!("{tag}-p{i}"));
+        t_link_del.push(t1 - t0);
+        t_ns_del.push(t1.elapsed());
         t_del.push(t0.elapsed());
     }
     drop(node);
@@ -109,6 +112,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     row("addr + eth0/lo up + default route + host up", t_cfg);
     row("veth + open + addr + up + route (netns exists)", t_pod);
     row("netns + veth + addr + up + route", t_total);
+    row("link del (veth, both ends)", t_link_del);
+    row("netns del (umount + unlink)", t_ns_del);
     row("link del + netns del", t_del);
     Ok(())
 }
