@@ -42,6 +42,10 @@ use crate::ops::{Condition, Operation, OperationResult, Transaction};
 use crate::session::Session;
 use crate::uuid::Uuid;
 
+#[path = "northbound_ext.rs"]
+mod ext;
+pub use ext::{Acl, AclParent, DhcpOptions, LbTarget, LoadBalancer, Meter, Nat, NbGlobal};
+
 /// The northbound database's name.
 pub const NB_DB: &str = "OVN_Northbound";
 
@@ -545,6 +549,75 @@ pub enum Op {
     AddressSet(AddressSet),
     /// Delete an address set by name.
     DeleteAddressSet(String),
+    /// Ensure an ACL.
+    Acl(Acl),
+    /// Delete the ACL of `parent` with this direction, priority and match.
+    DeleteAcl {
+        /// Port group or switch.
+        parent: AclParent,
+        /// Direction.
+        direction: String,
+        /// Priority.
+        priority: i64,
+        /// Match.
+        match_: String,
+    },
+    /// Delete every ACL of `parent` whose `external_ids:key` is `value`.
+    DeleteAclsByExternalId {
+        /// Port group or switch.
+        parent: AclParent,
+        /// Key.
+        key: String,
+        /// Value.
+        value: String,
+    },
+    /// Ensure a meter.
+    Meter(Meter),
+    /// Delete a meter by name.
+    DeleteMeter(String),
+    /// Ensure a load balancer (VIPs merged).
+    LoadBalancer(LoadBalancer),
+    /// Delete a load balancer by name (switches and routers drop it).
+    DeleteLoadBalancer(String),
+    /// Remove one VIP of a load balancer.
+    LbRemoveVip {
+        /// Load balancer.
+        lb: String,
+        /// VIP.
+        vip: String,
+    },
+    /// Attach (or detach) a load balancer to a switch or router.
+    LbAttach {
+        /// Load balancer.
+        lb: String,
+        /// Switch or router.
+        target: LbTarget,
+        /// true: attach; false: detach.
+        attach: bool,
+    },
+    /// Ensure a NAT rule.
+    Nat(Nat),
+    /// Delete the NAT rules of `router` of this type whose identifying IP (logical for snat, external
+    /// otherwise) is `ip`.
+    DeleteNat {
+        /// Router.
+        router: String,
+        /// Type.
+        nat_type: String,
+        /// IP.
+        ip: String,
+    },
+    /// Ensure DHCP options.
+    DhcpOptions(DhcpOptions),
+    /// Delete the DHCP options of `cidr` with these `external_ids`.
+    DeleteDhcpOptions {
+        /// CIDR.
+        cidr: String,
+        /// Identifying external_ids.
+        external_ids: Map,
+    },
+    /// Set or remove NB_Global options and external_ids.
+    NbGlobal(NbGlobal),
 }
 
 macro_rules! into_op {
@@ -557,6 +630,12 @@ macro_rules! into_op {
     )*};
 }
 into_op!(
+    Acl,
+    Meter,
+    LoadBalancer,
+    Nat,
+    DhcpOptions,
+    NbGlobal,
     SwitchPort,
     RouterPort,
     Router,
@@ -650,6 +729,80 @@ impl Batch {
             ports: ports.into_iter().map(Into::into).collect(),
         })
     }
+    /// Deletes the ACL of `parent` with this direction, priority and match.
+    pub fn delete_acl(
+        &mut self,
+        parent: AclParent,
+        direction: &str,
+        priority: i64,
+        match_: &str,
+    ) -> &mut Self {
+        self.add(Op::DeleteAcl {
+            parent,
+            direction: direction.to_owned(),
+            priority,
+            match_: match_.to_owned(),
+        })
+    }
+    /// Deletes every ACL of `parent` whose `external_ids:key` is `value`.
+    pub fn delete_acls_by_external_id(
+        &mut self,
+        parent: AclParent,
+        key: &str,
+        value: &str,
+    ) -> &mut Self {
+        self.add(Op::DeleteAclsByExternalId {
+            parent,
+            key: key.to_owned(),
+            value: value.to_owned(),
+        })
+    }
+    /// Deletes a meter.
+    pub fn delete_meter(&mut self, name: impl Into<String>) -> &mut Self {
+        self.add(Op::DeleteMeter(name.into()))
+    }
+    /// Deletes a load balancer.
+    pub fn delete_load_balancer(&mut self, name: impl Into<String>) -> &mut Self {
+        self.add(Op::DeleteLoadBalancer(name.into()))
+    }
+    /// Removes one VIP of a load balancer.
+    pub fn lb_remove_vip(&mut self, lb: &str, vip: &str) -> &mut Self {
+        self.add(Op::LbRemoveVip {
+            lb: lb.to_owned(),
+            vip: vip.to_owned(),
+        })
+    }
+    /// Attaches a load balancer to a switch or router.
+    pub fn lb_attach(&mut self, lb: &str, target: LbTarget) -> &mut Self {
+        self.add(Op::LbAttach {
+            lb: lb.to_owned(),
+            target,
+            attach: true,
+        })
+    }
+    /// Detaches a load balancer from a switch or router.
+    pub fn lb_detach(&mut self, lb: &str, target: LbTarget) -> &mut Self {
+        self.add(Op::LbAttach {
+            lb: lb.to_owned(),
+            target,
+            attach: false,
+        })
+    }
+    /// Deletes NAT rules (see [`Op::DeleteNat`]).
+    pub fn delete_nat(&mut self, router: &str, nat_type: &str, ip: &str) -> &mut Self {
+        self.add(Op::DeleteNat {
+            router: router.to_owned(),
+            nat_type: nat_type.to_owned(),
+            ip: ip.to_owned(),
+        })
+    }
+    /// Deletes DHCP options.
+    pub fn delete_dhcp_options(&mut self, d: &DhcpOptions) -> &mut Self {
+        self.add(Op::DeleteDhcpOptions {
+            cidr: d.cidr.clone(),
+            external_ids: d.external_ids.clone(),
+        })
+    }
     /// Whether nothing was added.
     pub fn is_empty(&self) -> bool {
         self.ops.is_empty()
@@ -658,6 +811,25 @@ impl Batch {
     pub fn len(&self) -> usize {
         self.ops.len()
     }
+}
+
+impl Acl {
+    execute!();
+}
+impl Meter {
+    execute!();
+}
+impl LoadBalancer {
+    execute!();
+}
+impl Nat {
+    execute!();
+}
+impl DhcpOptions {
+    execute!();
+}
+impl NbGlobal {
+    execute!();
 }
 
 impl Patch {
@@ -697,6 +869,22 @@ pub trait Northbound: Send + Sync {
     fn port_group(&self, name: &str) -> Option<nb::PortGroup>;
     /// An address set by name.
     fn address_set(&self, name: &str) -> Option<nb::AddressSet>;
+    /// The ACLs of a port group or switch.
+    fn acls(&self, parent: &AclParent) -> Vec<nb::Acl>;
+    /// A meter by name.
+    fn meter(&self, name: &str) -> Option<nb::Meter>;
+    /// A load balancer by name.
+    fn load_balancer(&self, name: &str) -> Option<nb::LoadBalancer>;
+    /// A router's NAT rules.
+    fn nats(&self, router: &str) -> Vec<nb::Nat>;
+    /// The DHCP options of `cidr` whose external_ids include `external_ids`.
+    fn dhcp_options(
+        &self,
+        cidr: &str,
+        external_ids: &BTreeMap<String, String>,
+    ) -> Option<nb::DhcpOptions>;
+    /// The NB_Global row.
+    fn nb_global(&self) -> Option<nb::NbGlobal>;
 }
 
 /// The tables [`OvsdbNorthbound`] replicates.
@@ -709,6 +897,13 @@ pub const TABLES: &[&str] = &[
     "Logical_Router_Policy",
     "Port_Group",
     "Address_Set",
+    "ACL",
+    "Meter",
+    "Meter_Band",
+    "Load_Balancer",
+    "NAT",
+    "DHCP_Options",
+    "NB_Global",
 ];
 
 /// [`Northbound`] over one OVSDB connection and a replica of the tables it manages.
@@ -761,7 +956,8 @@ impl OvsdbNorthbound {
         }
         b = b
             .index("Logical_Switch", "name")
-            .index("Logical_Router", "name");
+            .index("Logical_Router", "name")
+            .index("Load_Balancer", "name");
         for k in ["pod", "ls"].iter().chain(extra_keys) {
             b = b.map_key_index("Logical_Switch_Port", "external_ids", k);
         }
@@ -1243,6 +1439,9 @@ impl Planner<'_, '_> {
                     self.deletes.push((AS, row.uuid()));
                 }
             }
+            other => {
+                self.ext_op(other)?;
+            }
         }
         Ok(())
     }
@@ -1446,5 +1645,57 @@ impl Northbound for OvsdbNorthbound {
 
     fn address_set(&self, name: &str) -> Option<nb::AddressSet> {
         self.typed(AS, "name", name)
+    }
+
+    fn acls(&self, parent: &AclParent) -> Vec<nb::Acl> {
+        let (table, name) = match parent {
+            AclParent::PortGroup(n) => (PG, n),
+            AclParent::Switch(n) => (LS, n),
+        };
+        let v = self.cache.view();
+        let Some(p) = v.lookup(table, "name", name) else {
+            return Vec::new();
+        };
+        p.uuids("acls")
+            .filter_map(|u| v.get(ext::ACL, u))
+            .filter_map(|r| r.to_model().ok())
+            .collect()
+    }
+
+    fn meter(&self, name: &str) -> Option<nb::Meter> {
+        self.typed(ext::METER, "name", name)
+    }
+
+    fn load_balancer(&self, name: &str) -> Option<nb::LoadBalancer> {
+        self.typed(ext::LB, "name", name)
+    }
+
+    fn nats(&self, router: &str) -> Vec<nb::Nat> {
+        self.router_children(router, "nat", ext::NAT)
+    }
+
+    fn dhcp_options(
+        &self,
+        cidr: &str,
+        external_ids: &BTreeMap<String, String>,
+    ) -> Option<nb::DhcpOptions> {
+        self.cache
+            .view()
+            .rows(ext::DHCP)
+            .find(|r| {
+                r.get_str("cidr") == cidr
+                    && external_ids
+                        .iter()
+                        .all(|(k, v)| r.map_get("external_ids", k) == Some(v.as_str()))
+            })
+            .and_then(|r| r.to_model().ok())
+    }
+
+    fn nb_global(&self) -> Option<nb::NbGlobal> {
+        self.cache
+            .view()
+            .rows(ext::NBG)
+            .next()
+            .and_then(|r| r.to_model().ok())
     }
 }

@@ -1,0 +1,259 @@
+//! ACLs, meters, load balancers, NAT, DHCP options and NB_Global options against a real ovsdb-server,
+//! checked with ovn-nbctl (needs OVS/OVN binaries; skipped with a message without them).
+
+#![allow(clippy::unwrap_used)] // test code
+
+mod common;
+
+use std::collections::BTreeMap;
+
+use common::{OvsdbServer, Storage};
+use kubeovn_ovn::northbound::{
+    Acl, AclParent, Batch, DhcpOptions, LbTarget, LoadBalancer, LogicalSwitch, Meter, Nat,
+    NbGlobal, Northbound, OvsdbNorthbound, PortGroup, Router,
+};
+
+fn server() -> Option<OvsdbServer> {
+    let srv = OvsdbServer::start("ovn-nb.ovsschema", Storage::Standalone, false)?;
+    if !common::have("ovn-nbctl") {
+        return None;
+    }
+    Some(srv)
+}
+
+fn nbctl(srv: &OvsdbServer, args: &[&str]) -> String {
+    srv.ctl("ovn-nbctl", args).trim().to_owned()
+}
+
+#[tokio::test]
+async fn acls_with_meters_on_port_groups() {
+    let Some(srv) = server() else { return };
+    let nb = OvsdbNorthbound::connect(&srv.unix_remote()).await.unwrap();
+    let pg = AclParent::PortGroup("pg1".into());
+    let mut b = Batch::new();
+    b.add(PortGroup::new("pg1"));
+    b.add(Meter::new("acl-meter", "pktps", 100, 10));
+    b.add(
+        Acl::new(
+            pg.clone(),
+            "to-lport",
+            1001,
+            "outport == @pg1 && ip4",
+            "allow-related",
+        )
+        .log("np1", "info", Some("acl-meter"))
+        .external_id("np", "ns/np1"),
+    );
+    b.add(
+        Acl::new(pg.clone(), "to-lport", 1000, "outport == @pg1", "drop")
+            .external_id("np", "ns/np1"),
+    );
+    nb.commit(b.clone()).await.unwrap();
+    let out = nbctl(&srv, &["acl-list", "pg1"]);
+    assert!(out.contains("to-lport  1001 (outport == @pg1 && ip4) allow-related log(name=np1,severity=info,meter=\"acl-meter\")"), "{out}");
+    assert!(
+        out.contains("to-lport  1000 (outport == @pg1) drop"),
+        "{out}"
+    );
+    assert!(nbctl(&srv, &["meter-list"]).contains("acl-meter: bands:"));
+    assert_eq!(nb.acls(&pg).len(), 2);
+    assert!(nb.plan(&b).unwrap().is_none(), "idempotent");
+
+    // Change the action; the meter's rate.
+    let mut b = Batch::new();
+    b.add(Acl::new(
+        pg.clone(),
+        "to-lport",
+        1000,
+        "outport == @pg1",
+        "reject",
+    ));
+    b.add(Meter::new("acl-meter", "pktps", 200, 10));
+    nb.commit(b).await.unwrap();
+    assert!(nbctl(&srv, &["acl-list", "pg1"]).contains("1000 (outport == @pg1) reject"));
+    assert!(nbctl(&srv, &["meter-list"]).contains("200 pktps"));
+
+    // Delete one by identity, then the rest by external id; again as no-ops.
+    for _ in 0..2 {
+        let mut b = Batch::new();
+        b.delete_acl(pg.clone(), "to-lport", 1001, "outport == @pg1 && ip4");
+        nb.commit(b).await.unwrap();
+    }
+    assert_eq!(nb.acls(&pg).len(), 1);
+    let mut b = Batch::new();
+    b.delete_acls_by_external_id(pg.clone(), "np", "ns/np1")
+        .delete_meter("acl-meter");
+    nb.commit(b).await.unwrap();
+    assert_eq!(nbctl(&srv, &["acl-list", "pg1"]), "");
+    assert_eq!(nbctl(&srv, &["meter-list"]), "");
+    assert_eq!(
+        nbctl(&srv, &["--bare", "--columns=_uuid", "list", "ACL"]),
+        ""
+    );
+
+    // ACLs on a switch too.
+    LogicalSwitch::new("ls0").execute(&nb).await.unwrap();
+    let ls = AclParent::Switch("ls0".into());
+    Acl::new(
+        ls.clone(),
+        "from-lport",
+        2000,
+        "ip4.dst == 10.0.0.1",
+        "allow",
+    )
+    .execute(&nb)
+    .await
+    .unwrap();
+    assert!(
+        nbctl(&srv, &["acl-list", "ls0"]).contains("from-lport  2000 (ip4.dst == 10.0.0.1) allow")
+    );
+}
+
+#[tokio::test]
+async fn load_balancers_and_vips() {
+    let Some(srv) = server() else { return };
+    let nb = OvsdbNorthbound::connect(&srv.unix_remote()).await.unwrap();
+    let mut b = Batch::new();
+    b.add(LogicalSwitch::new("ls0"));
+    b.add(Router::new("lr0"));
+    b.add(
+        LoadBalancer::new("cluster-tcp")
+            .protocol("tcp")
+            .vip("10.96.0.1:443", ["172.18.0.2:6443", "172.18.0.3:6443"])
+            .external_id("vendor", "kube-ovn"),
+    );
+    b.lb_attach("cluster-tcp", LbTarget::Switch("ls0".into()));
+    b.lb_attach("cluster-tcp", LbTarget::Router("lr0".into()));
+    nb.commit(b.clone()).await.unwrap();
+    let out = nbctl(&srv, &["lb-list"]);
+    assert!(
+        out.contains("cluster-tcp")
+            && out.contains("10.96.0.1:443")
+            && out.contains("172.18.0.2:6443,172.18.0.3:6443"),
+        "{out}"
+    );
+    assert!(nbctl(&srv, &["ls-lb-list", "ls0"]).contains("cluster-tcp"));
+    assert!(nbctl(&srv, &["lr-lb-list", "lr0"]).contains("cluster-tcp"));
+    assert!(nb.plan(&b).unwrap().is_none(), "idempotent");
+
+    // Add a VIP (merged), change backends, remove one.
+    LoadBalancer::new("cluster-tcp")
+        .vip("10.96.0.10:53", ["10.16.0.2:53"])
+        .vip("10.96.0.1:443", ["172.18.0.2:6443"])
+        .execute(&nb)
+        .await
+        .unwrap();
+    let lb = nb.load_balancer("cluster-tcp").unwrap();
+    assert_eq!(lb.vips.len(), 2);
+    assert_eq!(lb.vips["10.96.0.1:443"], "172.18.0.2:6443");
+    let mut b = Batch::new();
+    b.lb_remove_vip("cluster-tcp", "10.96.0.10:53");
+    nb.commit(b).await.unwrap();
+    assert!(!nbctl(&srv, &["lb-list"]).contains("10.96.0.10:53"));
+
+    // Detach from the switch, then delete: the router drops it as well.
+    let mut b = Batch::new();
+    b.lb_detach("cluster-tcp", LbTarget::Switch("ls0".into()));
+    nb.commit(b).await.unwrap();
+    assert_eq!(nbctl(&srv, &["ls-lb-list", "ls0"]), "");
+    let mut b = Batch::new();
+    b.delete_load_balancer("cluster-tcp");
+    nb.commit(b.clone()).await.unwrap();
+    nb.commit(b).await.unwrap();
+    assert_eq!(nbctl(&srv, &["lb-list"]), "");
+    assert_eq!(nbctl(&srv, &["lr-lb-list", "lr0"]), "");
+}
+
+#[tokio::test]
+async fn nat_dhcp_and_nb_global() {
+    let Some(srv) = server() else { return };
+    nbctl(&srv, &["init"]);
+    let nb = OvsdbNorthbound::connect(&srv.unix_remote()).await.unwrap();
+    let mut b = Batch::new();
+    b.add(Router::new("lr0"));
+    b.add(
+        Nat::new("lr0", "snat", "172.18.0.100", "10.16.0.0/16").external_id("vendor", "kube-ovn"),
+    );
+    b.add(Nat::new("lr0", "dnat_and_snat", "172.18.0.50", "10.16.0.5"));
+    nb.commit(b.clone()).await.unwrap();
+    let out = nbctl(&srv, &["lr-nat-list", "lr0"]);
+    assert!(
+        out.contains("snat") && out.contains("172.18.0.100") && out.contains("10.16.0.0/16"),
+        "{out}"
+    );
+    assert!(
+        out.contains("dnat_and_snat") && out.contains("172.18.0.50") && out.contains("10.16.0.5"),
+        "{out}"
+    );
+    assert!(nb.plan(&b).unwrap().is_none(), "idempotent");
+    // Change the snat's external IP (identified by its logical IP).
+    Nat::new("lr0", "snat", "172.18.0.101", "10.16.0.0/16")
+        .execute(&nb)
+        .await
+        .unwrap();
+    let nats = nb.nats("lr0");
+    assert_eq!(nats.len(), 2);
+    assert!(nbctl(&srv, &["lr-nat-list", "lr0"]).contains("172.18.0.101"));
+    let mut b = Batch::new();
+    b.delete_nat("lr0", "snat", "10.16.0.0/16")
+        .delete_nat("lr0", "dnat_and_snat", "172.18.0.50");
+    nb.commit(b).await.unwrap();
+    assert_eq!(nbctl(&srv, &["lr-nat-list", "lr0"]), "");
+    assert_eq!(
+        nbctl(&srv, &["--bare", "--columns=_uuid", "list", "NAT"]),
+        ""
+    );
+
+    // DHCP options identified by cidr and external_ids.
+    let d = DhcpOptions::new("10.16.0.0/16")
+        .external_id("ls", "ls0")
+        .option("lease_time", "3600")
+        .option("router", "10.16.0.1")
+        .option("server_id", "169.254.0.254")
+        .option("server_mac", "0a:00:00:00:00:01");
+    d.clone().execute(&nb).await.unwrap();
+    d.clone().execute(&nb).await.unwrap();
+    let out = nbctl(&srv, &["dhcp-options-list"]);
+    assert_eq!(out.lines().count(), 1);
+    let uuid = out.trim().to_owned();
+    assert_eq!(
+        nbctl(&srv, &["dhcp-options-get-options", &uuid])
+            .lines()
+            .count(),
+        4
+    );
+    let ids: BTreeMap<String, String> = [("ls".to_owned(), "ls0".to_owned())].into();
+    assert_eq!(
+        nb.dhcp_options("10.16.0.0/16", &ids).unwrap().options["lease_time"],
+        "3600"
+    );
+    d.clone()
+        .option("lease_time", "600")
+        .execute(&nb)
+        .await
+        .unwrap();
+    assert!(nbctl(&srv, &["dhcp-options-get-options", &uuid]).contains("lease_time=600"));
+    let mut b = Batch::new();
+    b.delete_dhcp_options(&d);
+    nb.commit(b).await.unwrap();
+    assert_eq!(nbctl(&srv, &["dhcp-options-list"]), "");
+
+    // NB_Global options.
+    NbGlobal::new()
+        .option("mac_prefix", "0a:00:00")
+        .option("northd_probe_interval", "5000")
+        .execute(&nb)
+        .await
+        .unwrap();
+    assert_eq!(
+        nbctl(&srv, &["get", "NB_Global", ".", "options:mac_prefix"]),
+        "\"0a:00:00\""
+    );
+    NbGlobal::new()
+        .remove_option("northd_probe_interval")
+        .execute(&nb)
+        .await
+        .unwrap();
+    let g = nb.nb_global().unwrap();
+    assert_eq!(g.options.len(), 1);
+}
