@@ -10,6 +10,13 @@
 //! and table updates) and [`conn`] (request/response matching, echo, notifications, inactivity probe, with
 //! time passed in). [`client`] drives one connection with one tokio task.
 //!
+//! Above one connection: [`session`] reconnects over a list of remotes with exponential backoff and, for
+//! clustered databases, can insist on the raft leader (read from `_Server`, left when it stops leading);
+//! [`cache`] replicates tables and resumes after reconnects with `monitor_cond_since` (or rebuilds and emits the
+//! difference); [`northbound`] and [`vswitch`] are idempotent, batchable, mockable APIs for `OVN_Northbound` and
+//! `Open_vSwitch`. A transaction cut off by a dropped connection is an [`Error::OutcomeUnknown`], never
+//! reported as committed or failed.
+//!
 //! Building and validating a transaction needs no server:
 //!
 //! ```

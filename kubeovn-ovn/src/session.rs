@@ -279,7 +279,13 @@ impl Session {
 
     async fn reconnect(&self, retry_for: Option<Duration>) -> Result<Client, Error> {
         let deadline = retry_for.map(|d| tokio::time::Instant::now() + d);
-        let _g = self.inner.connecting.lock().await;
+        // One connector at a time; a caller with a deadline does not wait for ever behind one without.
+        let _g = match deadline {
+            Some(dl) => tokio::time::timeout_at(dl, self.inner.connecting.lock())
+                .await
+                .map_err(|_| Error::Disconnected("no connection within the retry time".into()))?,
+            None => self.inner.connecting.lock().await,
+        };
         if let Some(c) = self.current() {
             return Ok(c);
         }
@@ -419,5 +425,44 @@ mod tests {
             .connect()
             .await;
         assert!(matches!(s, Err(Error::Io { .. })), "{s:?}");
+    }
+}
+
+#[cfg(test)]
+mod server_tests {
+    use super::*;
+
+    /// A caller with a deadline is not held up by a background reconnect that tries for ever.
+    #[tokio::test]
+    async fn deadline_is_kept_behind_a_background_reconnect() {
+        let dir = std::env::temp_dir().join(format!("kubeovn-ovn-session-{}", std::process::id()));
+        let sock = dir.join("none.sock");
+        let remote = format!("unix:{}", sock.display());
+        let inner = Arc::new(Inner {
+            remotes: Remote::parse_list(&remote).unwrap(),
+            client: ClientBuilder::default(),
+            backoff: Backoff {
+                initial: Duration::from_millis(50),
+                max: Duration::from_millis(50),
+                factor: 1,
+            },
+            leader_only: None,
+            retry_for: Some(Duration::from_millis(200)),
+            current: Mutex::new(None),
+            next: AtomicUsize::new(0),
+            connecting: tokio::sync::Mutex::new(()),
+            connects: AtomicU64::new(0),
+            shutdown: watch::channel(false).0,
+        });
+        let s = Session { inner };
+        let bg = {
+            let s = s.clone();
+            tokio::spawn(async move { s.client_forever().await })
+        };
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let t0 = std::time::Instant::now();
+        assert!(s.client().await.is_err());
+        assert!(t0.elapsed() < Duration::from_secs(2));
+        bg.abort();
     }
 }
