@@ -324,3 +324,59 @@ async fn waits_for_ofport_and_ovn_installed() {
         .unwrap_err();
     assert!(e.to_string().contains("No such device"), "{e}");
 }
+
+#[tokio::test]
+async fn with_ovs_vswitchd_dummy_datapath() {
+    let Some(srv) = server() else { return };
+    let Some(_vswitchd) = srv.start_vswitchd() else {
+        return;
+    };
+    let ovs = OvsdbOpenVSwitch::connect(&srv.unix_remote())
+        .await
+        .unwrap()
+        .wait_vswitchd(true);
+    let mut b = OvsBatch::new();
+    b.add(
+        BridgeSpec::new("br-test")
+            .datapath_type("dummy")
+            .fail_mode("secure"),
+    );
+    ovs.commit(b).await.unwrap();
+    // Ports one transaction each, as a CNI ADD would do, waiting for ovs-vswitchd to give each an ofport.
+    let n = 20;
+    let t0 = std::time::Instant::now();
+    let mut ofports = Vec::new();
+    for i in 0..n {
+        PortSpec::new("br-test", format!("veth{i}"))
+            .iface_type("dummy")
+            .iface_id(format!("pod{i}.ns"))
+            .execute(&ovs)
+            .await
+            .unwrap();
+        ofports.push(
+            ovs.wait_ofport(&format!("veth{i}"), Duration::from_secs(10))
+                .await
+                .unwrap(),
+        );
+    }
+    let per_port = t0.elapsed() / n;
+    ofports.sort_unstable();
+    ofports.dedup();
+    assert_eq!(ofports.len(), n as usize);
+    assert!(ofports.iter().all(|p| *p > 0));
+    // An interface of a type ovs-vswitchd cannot create fails with ofport -1 and an error.
+    PortSpec::new("br-test", "bad0")
+        .iface_type("no-such-type")
+        .execute(&ovs)
+        .await
+        .unwrap();
+    let e = ovs
+        .wait_ofport("bad0", Duration::from_secs(10))
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("bad0"), "{e}");
+    eprintln!("ovs-vswitchd (dummy datapath): add port + wait for cur_cfg + ofport: {per_port:?} per port");
+    let mut d = OvsBatch::new();
+    d.delete_bridge("br-test");
+    ovs.commit(d).await.unwrap();
+}

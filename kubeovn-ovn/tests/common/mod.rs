@@ -197,6 +197,32 @@ impl OvsdbServer {
         }
     }
 
+    /// Starts ovs-vswitchd on this (Open_vSwitch) database with the dummy datapath and netdevs only
+    /// (`--enable-dummy=override --disable-system`: no kernel object is created); stopped when dropped.
+    pub fn start_vswitchd(&self) -> Option<Vswitchd> {
+        if !have("ovs-vswitchd") {
+            return None;
+        }
+        let d = self.dir.path();
+        let child = Command::new("ovs-vswitchd")
+            .arg(self.unix_remote())
+            .arg("--enable-dummy=override")
+            .arg("--disable-system")
+            .arg(format!("--pidfile={}", d.join("vswitchd.pid").display()))
+            .arg(format!("--unixctl={}", d.join("vswitchd.ctl").display()))
+            .arg(format!("--log-file={}", d.join("vswitchd.log").display()))
+            .arg("-vconsole:off")
+            .env("OVS_RUNDIR", d)
+            .env("OVS_LOGDIR", d)
+            .env("OVS_DBDIR", d)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn ovs-vswitchd");
+        Some(Vswitchd { child })
+    }
+
     /// `unix:<socket>`
     pub fn unix_remote(&self) -> String {
         format!("unix:{}", self.sock.display())
@@ -428,5 +454,17 @@ impl Drop for Cluster {
         for i in 0..self.children.len() {
             self.kill9(i);
         }
+    }
+}
+
+/// A running ovs-vswitchd, child of the test process, killed by pid when dropped.
+pub struct Vswitchd {
+    child: Child,
+}
+
+impl Drop for Vswitchd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
