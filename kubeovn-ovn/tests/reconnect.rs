@@ -73,6 +73,48 @@ fn insert_port(name: &str) -> Transaction {
             .insert("ports", Datum::named_uuid("p")))
 }
 
+/// A writer pipelining single-port transactions in windows of 16 until its connection dies; returns each
+/// port's outcome: "ok", "unknown" (cut off after sending) or "not-sent".
+fn spawn_writer(
+    client: kubeovn_ovn::Client,
+    prefix: &'static str,
+) -> tokio::task::JoinHandle<Vec<(String, &'static str)>> {
+    tokio::spawn(async move {
+        let mut outcome: Vec<(String, &'static str)> = Vec::new();
+        'outer: for w in 0..1000 {
+            let txns: Vec<(String, Transaction)> = (0..16)
+                .map(|j| {
+                    let n = format!("{prefix}{}", w * 16 + j);
+                    let t = insert_port(&n);
+                    (n, t)
+                })
+                .collect();
+            let futs: Vec<_> = txns.iter().map(|(_, t)| client.transact(t)).collect();
+            let mut stop = false;
+            for ((n, _), f) in txns.iter().zip(futs) {
+                let r = f.await;
+                let kind = match r {
+                    Ok(_) => "ok",
+                    Err(Error::OutcomeUnknown(_)) => {
+                        stop = true;
+                        "unknown"
+                    }
+                    Err(Error::Disconnected(_)) => {
+                        stop = true;
+                        "not-sent"
+                    }
+                    Err(e) => panic!("unexpected error for {n}: {e}"),
+                };
+                outcome.push((n.clone(), kind));
+            }
+            if stop {
+                break 'outer;
+            }
+        }
+        outcome
+    })
+}
+
 async fn kill_restart(storage: Storage) {
     let Some(mut srv) = OvsdbServer::start("ovn-nb.ovsschema", storage, false) else {
         return;
@@ -102,40 +144,7 @@ async fn kill_restart(storage: Storage) {
 
     // A writer pipelining transactions, windows of 16, until its connection dies.
     let client = session.client().await.unwrap();
-    let writer = tokio::spawn(async move {
-        let mut outcome: Vec<(String, &'static str)> = Vec::new();
-        'outer: for w in 0..1000 {
-            let txns: Vec<(String, Transaction)> = (0..16)
-                .map(|j| {
-                    let n = format!("m{}", w * 16 + j);
-                    let t = insert_port(&n);
-                    (n, t)
-                })
-                .collect();
-            let futs: Vec<_> = txns.iter().map(|(_, t)| client.transact(t)).collect();
-            let mut stop = false;
-            for ((n, _), f) in txns.iter().zip(futs) {
-                let r = f.await;
-                let kind = match r {
-                    Ok(_) => "ok",
-                    Err(Error::OutcomeUnknown(_)) => {
-                        stop = true;
-                        "unknown"
-                    }
-                    Err(Error::Disconnected(_)) => {
-                        stop = true;
-                        "not-sent"
-                    }
-                    Err(e) => panic!("unexpected error for {n}: {e}"),
-                };
-                outcome.push((n.clone(), kind));
-            }
-            if stop {
-                break 'outer;
-            }
-        }
-        outcome
-    });
+    let writer = spawn_writer(client, "m");
     // Kill once some of the writer's ports are in.
     let t0 = Instant::now();
     while cache.len("Logical_Switch_Port") < 60 && t0.elapsed() < Duration::from_secs(10) {
@@ -288,8 +297,16 @@ async fn raft_leader_failover() {
     nb.commit(b).await.unwrap();
     assert_eq!(nb.switch_port_names("ls0").len(), 5);
 
+    // A pipelined writer on the leader when it is killed.
+    let writer = spawn_writer(session.client().await.unwrap(), "w");
+    let t0 = Instant::now();
+    while nb.cache().len("Logical_Switch_Port") < 40 && t0.elapsed() < Duration::from_secs(10) {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
     let t_kill = Instant::now();
     cl.kill9(leader);
+    let outcome = writer.await.unwrap();
+    assert!(outcome.iter().any(|(_, k)| *k != "ok"));
     // Commits until one succeeds: the failures are connection errors only.
     let mut failures = 0;
     loop {
@@ -324,7 +341,25 @@ async fn raft_leader_failover() {
     })
     .await;
     assert!(names.contains("after-failover") && names.contains("nbctl1"));
-    assert_eq!(names.len(), 7);
+    for (n, k) in &outcome {
+        match *k {
+            "ok" => assert!(names.contains(n), "committed {n} lost in the failover"),
+            "not-sent" => assert!(!names.contains(n), "{n} was never sent but exists"),
+            _ => {}
+        }
+    }
+    let unknown: Vec<&String> = outcome
+        .iter()
+        .filter(|(_, k)| *k == "unknown")
+        .map(|(n, _)| n)
+        .collect();
+    let unknown_committed = unknown.iter().filter(|n| names.contains(**n)).count();
+    eprintln!(
+        "raft writer: {} ok, {} outcome unknown of which {} committed",
+        outcome.iter().filter(|(_, k)| *k == "ok").count(),
+        unknown.len(),
+        unknown_committed
+    );
     eprintln!(
         "raft failover: first successful write {failover:?} after the kill ({failures} failed attempts), full resyncs {}",
         nb.cache().full_resyncs()
