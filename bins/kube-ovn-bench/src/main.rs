@@ -5,6 +5,10 @@
 //! `W` in flight, or `K` ports per transaction), deletes every port of the switch, or measures cache lookups
 //! and memory; it prints one line of `key=value` pairs (`wall_s`, `client_cpu_s`, ...). Connection set-up
 //! (connect, schema, initial cache sync) is not timed.
+//!
+//! `kube-ovn-bench api ...` measures the in-memory test API server (see the `api` module).
+
+mod api;
 
 use std::process::ExitCode;
 use std::time::Instant;
@@ -277,6 +281,9 @@ async fn main_async(a: Args) -> Result<String, Error> {
 }
 
 fn main() -> ExitCode {
+    if std::env::args().nth(1).as_deref() == Some("api") {
+        return api::main(std::env::args().skip(2));
+    }
     let a = match parse(std::env::args().skip(1)) {
         Ok(a) => a,
         Err(e) => {
