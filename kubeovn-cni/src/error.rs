@@ -77,6 +77,33 @@ pub enum Error {
     /// An error object reported by a plugin, passed through with its code.
     #[error("{0}")]
     Plugin(#[from] CniError),
+    /// The kube-ovn daemon cannot be reached, or the connection broke (code 11, try again later).
+    #[error("kube-ovn daemon at {} unavailable ({what})", socket.display())]
+    DaemonUnavailable {
+        /// The daemon's socket.
+        socket: std::path::PathBuf,
+        /// The step that failed (`connect`, `send`, `answer`).
+        what: &'static str,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The kube-ovn daemon did not answer in time (code 11, try again later).
+    #[error("kube-ovn daemon at {} timed out after {after:?} ({what})", socket.display())]
+    DaemonTimeout {
+        /// The daemon's socket.
+        socket: std::path::PathBuf,
+        /// The step that timed out (`connect`, `send`, `answer`).
+        what: &'static str,
+        /// The bound that was exceeded.
+        after: std::time::Duration,
+    },
+    /// The kube-ovn daemon's answer is not a valid response (code 121).
+    #[error("invalid response from the kube-ovn daemon: {reason}")]
+    DaemonResponse {
+        /// What is wrong.
+        reason: String,
+    },
 }
 
 impl Error {
@@ -92,6 +119,10 @@ impl Error {
             Error::Decode { .. } => ErrorCode::DECODING_FAILURE,
             Error::InvalidConfig { .. } => ErrorCode::INVALID_NETWORK_CONFIG,
             Error::Plugin(e) => e.code,
+            Error::DaemonUnavailable { .. } | Error::DaemonTimeout { .. } => {
+                ErrorCode::TRY_AGAIN_LATER
+            }
+            Error::DaemonResponse { .. } => crate::daemon::CODE_BAD_RESPONSE,
         }
     }
 
@@ -103,6 +134,7 @@ impl Error {
             }
             Error::Io { source, .. } => source.to_string(),
             Error::Decode { source, .. } => source.to_string(),
+            Error::DaemonUnavailable { source, .. } => source.to_string(),
             Error::Plugin(e) => {
                 return CniError {
                     cni_version: cni_version.to_owned(),

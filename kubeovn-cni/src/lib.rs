@@ -5,6 +5,10 @@
 //! them), version negotiation and the spec's error object. It does no I/O apart from
 //! [`spec::Env::from_process`], which reads the process environment.
 //!
+//! [`daemon`] is the protocol between the CNI shim (`/opt/cni/bin/kube-ovn`) and the node daemon: the
+//! request and response types, their HTTP paths over the daemon's unix socket, and a small blocking
+//! client with bounded timeouts.
+//!
 //! ```
 //! use kubeovn_cni::spec::{CniResult, NetConf};
 //!
@@ -19,6 +23,7 @@
 //! # Ok::<(), kubeovn_cni::Error>(())
 //! ```
 
+pub mod daemon;
 pub mod spec;
 
 mod error;
