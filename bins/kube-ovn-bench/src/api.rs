@@ -166,7 +166,6 @@ async fn watcher(host: String, rv: String, want: usize, seen: Arc<AtomicUsize>) 
     let mut resp = tx.send_request(req).await?;
     let mut n = 0usize;
     let mut errors = 0usize;
-    let mut tail: Vec<u8> = Vec::new();
     while n < want {
         let Some(frame) = resp.body_mut().frame().await else {
             return Err(format!("watch ended after {n} of {want} events").into());
@@ -175,14 +174,9 @@ async fn watcher(host: String, rv: String, want: usize, seen: Arc<AtomicUsize>) 
             continue;
         };
         n += data.iter().filter(|b| **b == b'\n').count();
-        // Look for ERROR events without parsing every line.
-        tail.extend_from_slice(&data);
-        if tail.len() > 64 {
-            if memfind(&tail, b"{\"type\":\"ERROR\"").is_some() {
-                errors += 1;
-            }
-            let keep = tail.len() - 32;
-            tail.drain(..keep);
+        // Each chunk is one event line: an ERROR event ends the run.
+        if data.starts_with(b"{\"type\":\"ERROR\"") {
+            errors += 1;
         }
         seen.fetch_add(1, Ordering::Relaxed);
         if errors > 0 {
@@ -190,10 +184,6 @@ async fn watcher(host: String, rv: String, want: usize, seen: Arc<AtomicUsize>) 
         }
     }
     Ok(())
-}
-
-fn memfind(h: &[u8], n: &[u8]) -> Option<usize> {
-    h.windows(n.len()).position(|w| w == n)
 }
 
 fn pct(sorted: &[u32], p: f64) -> u32 {

@@ -625,9 +625,7 @@ fn to_table(info: &ResourceInfo, items: &[Arc<Value>], rv: u64, q: &Query) -> Va
 }
 
 fn event_line(ty: &str, obj: &Value) -> Bytes {
-    let mut v = serde_json::to_vec(&json!({"type": ty, "object": obj})).unwrap_or_default();
-    v.push(b'\n');
-    Bytes::from(v)
+    store::watch_line(ty, obj)
 }
 
 fn watch(
@@ -678,6 +676,8 @@ fn watch(
     let api_version = info.api_version();
     let kind = info.kind.clone();
     let info2 = info.clone();
+    let info3 = info.clone();
+    let store_ref = shared.clone();
     // Which event a watcher sees: with selectors, an object that starts (stops) matching is
     // ADDED (DELETED) for that watcher, as the real server does.
     let matches = move |e: &Event| -> Option<&'static str> {
@@ -707,7 +707,8 @@ fn watch(
             );
             event_line(ty, &t)
         } else {
-            event_line(ty, &e.object)
+            // Rendered once per event and shared by every watcher.
+            e.line(ty)
         }
     };
     tokio::spawn(async move {
@@ -739,7 +740,11 @@ fn watch(
             tokio::select! {
                 r = sub.recv() => match r {
                     Ok(e) => {
-                        last_rv = last_rv.max(e.rv);
+                        if e.rv <= last_rv {
+                            // Already sent from the history after a lag.
+                            continue;
+                        }
+                        last_rv = e.rv;
                         if let Some(ty) = matches(&e) {
                             if tx.send(render(ty, &e)).await.is_err() {
                                 return;
@@ -747,9 +752,21 @@ fn watch(
                         }
                     }
                     Err(broadcast::error::RecvError::Lagged(_)) => {
-                        let e = Error::gone("the watch fell behind; relist");
-                        let _ = tx.send(event_line("ERROR", &e.to_status())).await;
-                        return;
+                        // The live channel moved on: catch up from the history while it reaches
+                        // back far enough, as the real server does from its watch cache.
+                        let Some(missed) = store_ref.store.history_after(&info3, last_rv) else {
+                            let e = Error::gone("the watch fell behind; relist");
+                            let _ = tx.send(event_line("ERROR", &e.to_status())).await;
+                            return;
+                        };
+                        for e in &missed {
+                            last_rv = last_rv.max(e.rv);
+                            if let Some(ty) = matches(e) {
+                                if tx.send(render(ty, e)).await.is_err() {
+                                    return;
+                                }
+                            }
+                        }
                     }
                     Err(broadcast::error::RecvError::Closed) => return,
                 },

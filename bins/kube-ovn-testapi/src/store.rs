@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use bytes::Bytes;
 use serde_json::{json, Map, Value};
 use tokio::sync::broadcast;
 
@@ -49,6 +50,65 @@ pub struct Event {
     pub object: Arc<Value>,
     /// The object before a modification, so that selector watches see objects enter and leave.
     pub previous: Option<Arc<Value>>,
+    /// The watch line (`{"type":...,"object":...}\n`) for `kind`, rendered once and shared by
+    /// every watcher; dropped when the event ages out of the live window (see [`LINE_WINDOW`]).
+    line: Mutex<Option<Bytes>>,
+}
+
+/// How many of the newest events keep their rendered watch line; older ones (only replayed to
+/// watches resuming from an old resourceVersion) render it again, so memory follows the objects.
+pub const LINE_WINDOW: usize = 4096;
+
+/// Renders one watch line: `{"type":TY,"object":OBJ}` and a newline, serialising `obj` in place.
+pub fn watch_line(ty: &str, obj: &Value) -> Bytes {
+    let mut v = Vec::with_capacity(1024);
+    v.extend_from_slice(b"{\"type\":\"");
+    v.extend_from_slice(ty.as_bytes());
+    v.extend_from_slice(b"\",\"object\":");
+    let _ = serde_json::to_writer(&mut v, obj);
+    v.extend_from_slice(b"}\n");
+    Bytes::from(v)
+}
+
+impl Event {
+    /// A new event.
+    pub fn new(
+        rv: u64,
+        key: String,
+        namespace: String,
+        kind: EventType,
+        object: Arc<Value>,
+        previous: Option<Arc<Value>>,
+    ) -> Self {
+        Event {
+            rv,
+            key,
+            namespace,
+            kind,
+            object,
+            previous,
+            line: Mutex::new(None),
+        }
+    }
+
+    /// The watch line of this event as type `ty`: rendered once for the event's own type and
+    /// shared, rendered afresh for another type (a selector watch seeing an object enter or leave).
+    pub fn line(&self, ty: &str) -> Bytes {
+        if ty != self.kind.as_str() {
+            return watch_line(ty, &self.object);
+        }
+        let mut g = self.line.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(b) = &*g {
+            return b.clone();
+        }
+        let b = watch_line(ty, &self.object);
+        *g = Some(b.clone());
+        b
+    }
+
+    fn drop_line(&self) {
+        self.line.lock().unwrap_or_else(|p| p.into_inner()).take();
+    }
 }
 
 type Objects = BTreeMap<(String, String), Arc<Value>>;
@@ -148,15 +208,13 @@ fn has_finalizers(obj: &Value) -> bool {
 
 /// Whether an update changes more than metadata and status (so `generation` moves).
 fn spec_changed(old: &Value, new: &Value) -> bool {
-    let strip = |v: &Value| -> Value {
-        let mut v = v.clone();
-        if let Some(o) = v.as_object_mut() {
-            o.remove("metadata");
-            o.remove("status");
-        }
-        v
+    let (Some(o), Some(n)) = (old.as_object(), new.as_object()) else {
+        return old != new;
     };
-    strip(old) != strip(new)
+    fn rest(m: &Map<String, Value>) -> impl Iterator<Item = (&String, &Value)> {
+        m.iter().filter(|(k, _)| *k != "metadata" && *k != "status")
+    }
+    !rest(o).eq(rest(n))
 }
 
 /// What [`Store::watch`] hands a new watch.
@@ -277,19 +335,27 @@ impl Store {
         } else {
             objects.insert((ns.clone(), name), obj.clone())
         };
-        let ev = Arc::new(Event {
+        let ev = Arc::new(Event::new(
             rv,
             key,
-            namespace: ns,
+            ns,
             kind,
-            object: obj.clone(),
-            previous: if kind == EventType::Modified {
+            obj.clone(),
+            if kind == EventType::Modified {
                 previous
             } else {
                 None
             },
-        });
+        ));
         inner.history.push_back(ev.clone());
+        if let Some(old) = inner
+            .history
+            .len()
+            .checked_sub(LINE_WINDOW + 1)
+            .and_then(|i| inner.history.get(i))
+        {
+            old.drop_line();
+        }
         while inner.history.len() > self.history_limit {
             if let Some(old) = inner.history.pop_front() {
                 inner.compacted = old.rv;
@@ -729,14 +795,14 @@ impl Store {
                 .map(|o| {
                     o.values()
                         .map(|v| {
-                            Arc::new(Event {
-                                rv: meta_str(v, "resourceVersion").parse().unwrap_or(0),
-                                key: key.clone(),
-                                namespace: meta_str(v, "namespace").to_owned(),
-                                kind: EventType::Added,
-                                object: v.clone(),
-                                previous: None,
-                            })
+                            Arc::new(Event::new(
+                                meta_str(v, "resourceVersion").parse().unwrap_or(0),
+                                key.clone(),
+                                meta_str(v, "namespace").to_owned(),
+                                EventType::Added,
+                                v.clone(),
+                                None,
+                            ))
                         })
                         .collect()
                 })
@@ -747,6 +813,27 @@ impl Store {
             rx,
             rv: inner.rv,
         })
+    }
+}
+
+impl Store {
+    /// The events of `info` after `after` still in the history, for a watch that fell behind the
+    /// live channel; `None` when the history no longer reaches back that far (410 Gone).
+    pub fn history_after(&self, info: &ResourceInfo, after: u64) -> Option<Vec<Arc<Event>>> {
+        let inner = self.lock();
+        if after < inner.compacted {
+            return None;
+        }
+        let key = info.key();
+        let start = inner.history.partition_point(|e| e.rv <= after);
+        Some(
+            inner
+                .history
+                .range(start..)
+                .filter(|e| e.key == key)
+                .cloned()
+                .collect(),
+        )
     }
 }
 
@@ -803,6 +890,42 @@ mod tests {
         s.update(&cm, Some("default"), "a", o, false)
             .expect("update");
         assert!(s.get(&cm, Some("default"), "a").is_err());
+    }
+
+    #[test]
+    fn history_catch_up_and_shared_lines() {
+        let s = Store::new(8);
+        let cm = s.resource("", "v1", "configmaps").expect("configmaps");
+        let rv = s.resource_version();
+        for i in 0..5 {
+            s.create(
+                &cm,
+                Some("default"),
+                json!({"metadata": {"name": format!("c{i}")}}),
+            )
+            .expect("create");
+        }
+        let missed = s.history_after(&cm, rv).expect("in the history");
+        assert_eq!(missed.len(), 5);
+        let line = missed[0].line("ADDED");
+        assert!(line.starts_with(b"{\"type\":\"ADDED\",\"object\":{"));
+        assert!(line.ends_with(b"}\n"));
+        let v: Value = serde_json::from_slice(&line).expect("json");
+        assert_eq!(v["object"]["metadata"]["name"], "c0");
+        // Shared: the same bytes, not a second rendering.
+        assert_eq!(line.as_ptr(), missed[0].line("ADDED").as_ptr());
+        assert!(missed[0]
+            .line("DELETED")
+            .starts_with(b"{\"type\":\"DELETED\""));
+        for i in 5..20 {
+            s.create(
+                &cm,
+                Some("default"),
+                json!({"metadata": {"name": format!("c{i}")}}),
+            )
+            .expect("create");
+        }
+        assert!(s.history_after(&cm, rv).is_none(), "compacted away");
     }
 
     #[test]
