@@ -34,6 +34,8 @@ pub enum Remote {
     Unix(PathBuf),
     /// `tcp:HOST:PORT` (an IPv6 host in brackets).
     Tcp(String),
+    /// `ssl:HOST:PORT`: TLS over TCP, with the certificates of [`ClientBuilder::tls`] (feature `ssl`).
+    Ssl(String),
 }
 
 impl Remote {
@@ -58,10 +60,19 @@ impl Remote {
             }
             return Ok(Remote::Tcp(hp.to_owned()));
         }
-        if s.starts_with("ssl:") {
-            return Err(bad("ssl: is not supported yet"));
+        if let Some(hp) = s.strip_prefix("ssl:") {
+            if !cfg!(feature = "ssl") {
+                return Err(bad("ssl: needs the `ssl` feature of kubeovn-ovn"));
+            }
+            let (host, port) = hp
+                .rsplit_once(':')
+                .ok_or_else(|| bad("expected ssl:HOST:PORT"))?;
+            if host.is_empty() || port.parse::<u16>().is_err() {
+                return Err(bad("expected ssl:HOST:PORT"));
+            }
+            return Ok(Remote::Ssl(hp.to_owned()));
         }
-        Err(bad("expected unix:PATH or tcp:HOST:PORT"))
+        Err(bad("expected unix:PATH, tcp:HOST:PORT or ssl:HOST:PORT"))
     }
 
     /// Parses a comma-separated list of remotes (the members of a clustered database).
@@ -79,6 +90,7 @@ impl std::fmt::Display for Remote {
         match self {
             Remote::Unix(p) => write!(f, "unix:{}", p.display()),
             Remote::Tcp(hp) => write!(f, "tcp:{hp}"),
+            Remote::Ssl(hp) => write!(f, "ssl:{hp}"),
         }
     }
 }
@@ -89,6 +101,8 @@ pub struct ClientBuilder {
     probe_interval: Option<Duration>,
     max_message: usize,
     connect_timeout: Duration,
+    #[cfg(feature = "ssl")]
+    tls: Option<crate::tls::TlsConfig>,
 }
 
 impl Default for ClientBuilder {
@@ -97,6 +111,8 @@ impl Default for ClientBuilder {
             probe_interval: Some(Duration::from_secs(5)),
             max_message: crate::framing::DEFAULT_MAX_MESSAGE,
             connect_timeout: Duration::from_secs(10),
+            #[cfg(feature = "ssl")]
+            tls: None,
         }
     }
 }
@@ -117,6 +133,13 @@ impl ClientBuilder {
     /// How long one connection attempt may take.
     pub fn connect_timeout(mut self, t: Duration) -> Self {
         self.connect_timeout = t;
+        self
+    }
+
+    /// Certificates for `ssl:` remotes (required to connect to one).
+    #[cfg(feature = "ssl")]
+    pub fn tls(mut self, config: crate::tls::TlsConfig) -> Self {
+        self.tls = Some(config);
         self
     }
 
@@ -180,6 +203,55 @@ impl ClientBuilder {
                 s.set_nodelay(true).map_err(io_err)?;
                 let (r, w) = s.into_split();
                 tokio::spawn(drive(r, w, rx, core));
+            }
+            #[cfg(feature = "ssl")]
+            Remote::Ssl(hp) => {
+                let tls_err =
+                    |what: String, source: Option<Box<dyn std::error::Error + Send + Sync>>| {
+                        Error::Tls {
+                            remote: name.clone(),
+                            what,
+                            source,
+                        }
+                    };
+                let cfg = self.tls.as_ref().ok_or_else(|| {
+                    tls_err("no TLS configuration (ClientBuilder::tls)".into(), None)
+                })?;
+                let host = hp.rsplit_once(':').map_or(hp.as_str(), |(h, _)| h);
+                let (config, server_name) = cfg.client_config(host).map_err(|e| match e {
+                    Error::Tls { what, source, .. } => tls_err(what, source),
+                    e => e,
+                })?;
+                let tls = async {
+                    let s = tokio::net::TcpStream::connect(hp.as_str())
+                        .await
+                        .map_err(io_err)?;
+                    s.set_nodelay(true).map_err(io_err)?;
+                    tokio_rustls::TlsConnector::from(config)
+                        .connect(server_name, s)
+                        .await
+                        .map_err(|e| {
+                            // A handshake failure is an io::Error wrapping the rustls::Error.
+                            let what = e.to_string();
+                            match e.into_inner().map(|i| i.downcast::<rustls::Error>()) {
+                                Some(Ok(r)) => tls_err(what, Some(r)),
+                                Some(Err(other)) => tls_err(what, Some(other)),
+                                None => tls_err(what, None),
+                            }
+                        })
+                };
+                let s = tokio::time::timeout(self.connect_timeout, tls)
+                    .await
+                    .map_err(|_| timed_out())??;
+                let (r, w) = tokio::io::split(s);
+                tokio::spawn(drive(r, w, rx, core));
+            }
+            #[cfg(not(feature = "ssl"))]
+            Remote::Ssl(_) => {
+                return Err(Error::InvalidRemote {
+                    remote: name,
+                    why: "ssl: needs the `ssl` feature of kubeovn-ovn",
+                })
             }
         }
         Ok(Client {
@@ -704,6 +776,8 @@ async fn drive<R, W>(
     let mut wbuf: Vec<u8> = Vec::with_capacity(64 * 1024);
     let mut wpos = 0usize;
     let mut closing = false;
+    // A TLS stream may keep part of what it accepted until flushed.
+    let mut unflushed = false;
     let far = tokio::time::Instant::now() + Duration::from_secs(86400 * 365);
     let reason: String = loop {
         if wpos == wbuf.len() {
@@ -745,9 +819,19 @@ async fn drive<R, W>(
                 }
                 Err(e) => break format!("read: {e}"),
             },
-            w = wr.write(&wbuf[wpos..]), if wpos < wbuf.len() => match w {
-                Ok(0) => break "write returned 0".into(),
-                Ok(n) => wpos += n,
+            w = async {
+                if wpos < wbuf.len() {
+                    wr.write(&wbuf[wpos..]).await.map(Some)
+                } else {
+                    wr.flush().await.map(|()| None)
+                }
+            }, if wpos < wbuf.len() || unflushed => match w {
+                Ok(Some(0)) => break "write returned 0".into(),
+                Ok(Some(n)) => {
+                    wpos += n;
+                    unflushed = true;
+                }
+                Ok(None) => unflushed = false,
                 Err(e) => break format!("write: {e}"),
             },
             _ = tokio::time::sleep_until(deadline.unwrap_or(far)), if deadline.is_some() => {
@@ -795,7 +879,11 @@ mod tests {
             Remote::Tcp("[::1]:6641".into())
         );
         assert!(Remote::parse("tcp:1.2.3.4").is_err());
-        assert!(Remote::parse("ssl:1.2.3.4:6641").is_err());
+        assert_eq!(
+            Remote::parse("ssl:1.2.3.4:6641").is_ok(),
+            cfg!(feature = "ssl")
+        );
+        assert!(Remote::parse("ssl:1.2.3.4").is_err());
         assert!(Remote::parse("punix:/x").is_err());
         assert_eq!(Remote::parse_list("tcp:a:1, tcp:b:2").unwrap().len(), 2);
         assert_eq!(Remote::parse("unix:/x").unwrap().to_string(), "unix:/x");

@@ -27,6 +27,18 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// TLS configuration or the TLS handshake failed (`ssl:` remotes): unreadable PEM files, a server
+    /// certificate the CA did not sign or not valid for the name, a client certificate the server refused.
+    #[error("TLS error on {remote}: {what}")]
+    Tls {
+        /// The remote (empty while reading the configuration).
+        remote: String,
+        /// What failed.
+        what: String,
+        /// The cause, when there is one (a `rustls::Error` for handshake failures).
+        #[source]
+        source: Option<Box<dyn std::error::Error + Send + Sync>>,
+    },
     /// The connection is closed (by the server, an error or the inactivity probe); the request may or may
     /// not have been executed.
     #[error("connection closed: {0}")]
@@ -98,6 +110,18 @@ impl Error {
                 | Error::Probe(_)
                 | Error::NotLeader { .. }
         )
+    }
+
+    /// The rustls error behind a failed TLS handshake, e.g. `InvalidCertificate(UnknownIssuer)` when the
+    /// server's certificate was not signed by the configured CA.
+    #[cfg(feature = "ssl")]
+    pub fn tls_error(&self) -> Option<&rustls::Error> {
+        match self {
+            Error::Tls {
+                source: Some(s), ..
+            } => s.downcast_ref::<rustls::Error>(),
+            _ => None,
+        }
     }
 
     /// The server's error, for a failed transaction or method call.

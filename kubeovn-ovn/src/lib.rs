@@ -69,6 +69,8 @@ pub mod northbound;
 pub mod ops;
 pub mod schema;
 pub mod session;
+#[cfg(feature = "ssl")]
+pub mod tls;
 pub mod uuid;
 pub mod vswitch;
 
@@ -77,6 +79,8 @@ pub use datum::{Atom, AtomType, Datum};
 pub use error::Error;
 pub use model::Model;
 pub use schema::{ColumnType, DatabaseSchema};
+#[cfg(feature = "ssl")]
+pub use tls::TlsConfig;
 pub use uuid::Uuid;
 
 /// Re-exported so that users of the raw JSON parts of the API use the same version.

@@ -93,7 +93,7 @@ pub fn spawn_server(
         .expect("spawn ovsdb-server")
 }
 
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     l.local_addr().expect("addr").port()
 }
