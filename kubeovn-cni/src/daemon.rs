@@ -510,31 +510,35 @@ impl DaemonClient {
             what: "connect",
             source,
         };
-        // A unix connect fails at once when nobody listens; it only blocks on a full backlog, which a
-        // thread bounds (std has no connect timeout for unix sockets).
         let bound = self
             .connect_timeout
-            .min(deadline.saturating_duration_since(Instant::now()));
-        let (tx, rx) = std::sync::mpsc::channel();
-        let path = self.socket.clone();
-        std::thread::Builder::new()
-            .name("connect".into())
-            .spawn(move || {
-                let _ = tx.send(UnixStream::connect(path));
-            })
+            .min(deadline.saturating_duration_since(Instant::now()))
+            .max(Duration::from_millis(1));
+        // A unix connect fails at once when nobody listens; it only blocks while the listener's backlog
+        // is full, and Linux bounds that wait by the socket's send timeout (then EAGAIN).
+        let sock = socket2::Socket::new(socket2::Domain::UNIX, socket2::Type::STREAM, None)
             .map_err(unavailable)?;
-        match rx.recv_timeout(bound) {
-            Ok(Ok(s)) => Ok(s),
-            Ok(Err(e)) => Err(unavailable(e)),
-            Err(_) => Err(Error::DaemonTimeout {
-                socket: self.socket.clone(),
-                what: "connect",
-                after: if bound < self.connect_timeout {
-                    timeout
-                } else {
-                    bound
-                },
-            }),
+        let addr = socket2::SockAddr::unix(&self.socket).map_err(unavailable)?;
+        sock.set_write_timeout(Some(bound)).map_err(unavailable)?;
+        match sock.connect(&addr) {
+            Ok(()) => Ok(UnixStream::from(std::os::fd::OwnedFd::from(sock))),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                Err(Error::DaemonTimeout {
+                    socket: self.socket.clone(),
+                    what: "connect",
+                    after: if bound < self.connect_timeout {
+                        timeout
+                    } else {
+                        bound
+                    },
+                })
+            }
+            Err(e) => Err(unavailable(e)),
         }
     }
 
@@ -802,6 +806,51 @@ mod tests {
         assert!(parse_head(b"SSH-2.0 hi").is_err());
         assert!(parse_head(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked").is_err());
         assert_eq!(find_head_end(b"a\r\n\r\nb"), Some(1));
+    }
+
+    #[test]
+    fn full_backlog_connect_times_out() {
+        let dir = std::env::temp_dir().join(format!("kubeovn-cni-backlog-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("d.sock");
+        // A daemon that never accepts, with a backlog of 1: fill it with non-blocking connects.
+        let listener =
+            socket2::Socket::new(socket2::Domain::UNIX, socket2::Type::STREAM, None).unwrap();
+        listener
+            .bind(&socket2::SockAddr::unix(&path).unwrap())
+            .unwrap();
+        listener.listen(1).unwrap();
+        let mut held = Vec::new();
+        for _ in 0..64 {
+            let s =
+                socket2::Socket::new(socket2::Domain::UNIX, socket2::Type::STREAM, None).unwrap();
+            s.set_nonblocking(true).unwrap();
+            let full = s.connect(&socket2::SockAddr::unix(&path).unwrap()).is_err();
+            held.push(s);
+            if full {
+                break;
+            }
+        }
+        let c = DaemonClient::new(&path).connect_timeout(Duration::from_millis(200));
+        let conf =
+            NetConf::from_slice(br#"{"cniVersion":"1.1.0","name":"n","type":"kube-ovn"}"#).unwrap();
+        let req = Request::from_cni(&env("DEL", ARGS), &conf).unwrap();
+        let t = Instant::now();
+        let e = c.call(&req).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Error::DaemonTimeout {
+                    what: "connect",
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert_eq!(e.code(), ErrorCode::TRY_AGAIN_LATER);
+        assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
