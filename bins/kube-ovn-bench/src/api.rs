@@ -10,6 +10,8 @@
 //! `modify_watch_events_per_s`, and the server's memory: `rss_*` from `VmRSS` (`/proc/self/status`, or
 //! `/proc/PID/status` with `--server-pid`) and, in-process, `heap_per_pod_bytes` from the counting
 //! allocator (live heap delta over the creates, client buffers included, after the watchers are done).
+//! `create_cpu_us`/`modify_cpu_us` are this process's CPU time per operation (server and client
+//! together in-process): steadier than the rates on a shared machine.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -174,8 +176,10 @@ async fn watcher(host: String, rv: String, want: usize, seen: Arc<AtomicUsize>) 
             continue;
         };
         n += data.iter().filter(|b| **b == b'\n').count();
-        // Each chunk is one event line: an ERROR event ends the run.
-        if data.starts_with(b"{\"type\":\"ERROR\"") {
+        // An ERROR event (sent alone, or last in a small chunk) ends the run.
+        if data.starts_with(b"{\"type\":\"ERROR\"")
+            || (data.len() < 4096 && data.windows(16).any(|w| w == b"{\"type\":\"ERROR\"\","))
+        {
             errors += 1;
         }
         seen.fetch_add(1, Ordering::Relaxed);
@@ -283,6 +287,7 @@ async fn run(a: Args) -> Result<String, Err> {
     tokio::time::sleep(Duration::from_millis(100)).await;
     let rss_before = vm_rss(pid);
     let heap_before = crate::live();
+    let cpu0 = crate::cpu_s(None);
     let t0 = Instant::now();
     let (create_wall, lat) = drive(&host, n, a.concurrency, |i| {
         (
@@ -298,6 +303,7 @@ async fn run(a: Args) -> Result<String, Err> {
         r??;
     }
     let watch_wall = t0.elapsed().as_secs_f64();
+    let cpu1 = crate::cpu_s(None);
     let heap_after = crate::live();
     let rss_after = vm_rss(pid);
     let frames1 = frames.swap(0, Ordering::Relaxed);
@@ -320,6 +326,7 @@ async fn run(a: Args) -> Result<String, Err> {
         watchers.spawn(watcher(host.clone(), rv1.clone(), m, frames.clone()));
     }
     tokio::time::sleep(Duration::from_millis(100)).await;
+    let cpu2 = crate::cpu_s(None);
     let t1 = Instant::now();
     let modify_wall = match &server {
         Some(s) => {
@@ -356,6 +363,7 @@ async fn run(a: Args) -> Result<String, Err> {
         r??;
     }
     let modify_watch_wall = t1.elapsed().as_secs_f64();
+    let cpu3 = crate::cpu_s(None);
     let frames2 = frames.load(Ordering::Relaxed);
     if let Some(s) = server {
         s.shutdown().await;
@@ -371,8 +379,8 @@ async fn run(a: Args) -> Result<String, Err> {
     Ok(format!(
         "pods={n} watchers={w} concurrency={} creates_per_s={:.0} create_p50_us={} create_p99_us={} \
          create_wall_s={create_wall:.3} watch_events_per_s={:.0} watch_wall_s={watch_wall:.3} \
-         watch_frames={frames1} modify={m} modify_per_s={:.0} modify_watch_events_per_s={:.0} \
-         modify_watch_wall_s={modify_watch_wall:.3} modify_frames={frames2} \
+         watch_frames={frames1} create_cpu_us={:.1} modify={m} modify_per_s={:.0} modify_watch_events_per_s={:.0} \
+         modify_watch_wall_s={modify_watch_wall:.3} modify_frames={frames2} modify_cpu_us={:.1} \
          rss_source=VmRSS rss_start_bytes={rss_start} rss_before_bytes={rss_before} \
          rss_after_bytes={rss_after} rss_per_pod_bytes={:.0}{heap}",
         a.concurrency,
@@ -380,8 +388,10 @@ async fn run(a: Args) -> Result<String, Err> {
         pct(&lat, 0.5),
         pct(&lat, 0.99),
         (n * w) as f64 / watch_wall,
+        (cpu1 - cpu0) * 1e6 / n as f64,
         m as f64 / modify_wall,
         (m * w) as f64 / modify_watch_wall,
+        (cpu3 - cpu2) * 1e6 / m as f64,
         rss_after.saturating_sub(rss_before) as f64 / n as f64,
     ))
 }

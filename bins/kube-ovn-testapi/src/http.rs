@@ -34,6 +34,9 @@ pub struct Shared {
 
 struct ChannelBody(mpsc::Receiver<Bytes>);
 
+/// Largest chunk a watch stream merges waiting lines into.
+const MERGE_LIMIT: usize = 32 * 1024;
+
 impl Body for ChannelBody {
     type Data = Bytes;
     type Error = Infallible;
@@ -41,7 +44,28 @@ impl Body for ChannelBody {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
-        self.0.poll_recv(cx).map(|o| o.map(|b| Ok(Frame::data(b))))
+        let first = match self.0.poll_recv(cx) {
+            Poll::Ready(Some(b)) => b,
+            Poll::Ready(None) => return Poll::Ready(None),
+            Poll::Pending => return Poll::Pending,
+        };
+        // Lines already waiting go out in the same chunk: one chunk header and fewer writes
+        // for a burst of events, instead of one per event.
+        let mut merged: Option<bytes::BytesMut> = None;
+        while merged.as_ref().map_or(first.len(), |m| m.len()) < MERGE_LIMIT {
+            match self.0.try_recv() {
+                Ok(b) => merged
+                    .get_or_insert_with(|| {
+                        let mut m = bytes::BytesMut::with_capacity(MERGE_LIMIT + 4096);
+                        m.extend_from_slice(&first);
+                        m
+                    })
+                    .extend_from_slice(&b),
+                Err(_) => break,
+            }
+        }
+        let data = merged.map_or(first, bytes::BytesMut::freeze);
+        Poll::Ready(Some(Ok(Frame::data(data))))
     }
 }
 
