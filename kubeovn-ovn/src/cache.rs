@@ -298,14 +298,27 @@ fn apply_diff(cur: Datum, diff: Datum, ty: &ColumnType) -> Datum {
         Datum::Atom(a) => vec![a],
         Datum::Map(_) => Vec::new(),
     };
-    for a in add {
-        match s.iter().position(|x| *x == a) {
-            Some(p) => {
-                s.remove(p);
+    if add.len() <= 4 {
+        for a in add {
+            match s.iter().position(|x| *x == a) {
+                Some(p) => {
+                    s.remove(p);
+                }
+                None => s.push(a),
             }
-            None => s.push(a),
         }
+        return Datum::Set(s);
     }
+    // A big difference (a batch adding many ports to one switch): O(|set| + |diff|), not the product.
+    let mut toggle: std::collections::HashSet<&Atom> = add.iter().collect();
+    s.retain(|x| !toggle.remove(x));
+    let absent: Vec<bool> = add.iter().map(|a| toggle.contains(a)).collect();
+    drop(toggle);
+    s.extend(
+        add.into_iter()
+            .zip(absent)
+            .filter_map(|(a, absent)| absent.then_some(a)),
+    );
     Datum::Set(s)
 }
 
@@ -1333,5 +1346,13 @@ mod tests {
             &ty,
         );
         assert_eq!(d, Datum::set([uuid(1), uuid(3)]));
+        // A big difference takes the hashed path: same result, same order.
+        let d = apply_diff(
+            Datum::Set((0..10).map(uuid).map(Atom::from).collect()),
+            Datum::Set((5..20).map(uuid).map(Atom::from).collect()),
+            &ty,
+        );
+        let want: Vec<Atom> = (0..5).chain(10..20).map(uuid).map(Atom::from).collect();
+        assert_eq!(d, Datum::Set(want));
     }
 }

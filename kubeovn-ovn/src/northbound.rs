@@ -1005,9 +1005,16 @@ impl OvsdbNorthbound {
         if p.txn.ops.is_empty() {
             return Ok(None);
         }
+        // One `ports insert` per new port would cost the server O(N^2) on a big batch.
+        let moved = p.txn.coalesce_set_mutations();
+        let inserts = p
+            .inserts
+            .into_iter()
+            .filter_map(|(t, i)| moved.get(i).copied().flatten().map(|i| (t, i)))
+            .collect();
         Ok(Some(Plan {
             txn: p.txn,
-            inserts: p.inserts,
+            inserts,
             deletes: p.deletes,
         }))
     }

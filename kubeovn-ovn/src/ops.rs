@@ -636,6 +636,107 @@ impl Transaction {
         self.ops.push(op.into());
     }
 
+    /// Folds set `insert`/`delete` mutations of the same rows into one operation: a mutate whose table,
+    /// conditions, column and mutator equal those of a later mutate is dropped and its elements are added to
+    /// the later one, when every operation between them is an insert, update or delete on another table (they
+    /// cannot observe the mutated rows). Planners emit one `ports insert` per new port; ovsdb-server applies
+    /// each mutation to the whole set, so N of them cost O(N^2) on the server, one costs O(N).
+    ///
+    /// Returns, for each old operation index, its new index (None for an operation folded into a later
+    /// one), so that results can still be matched to the operations that produced them.
+    pub fn coalesce_set_mutations(&mut self) -> Vec<Option<usize>> {
+        fn key(op: &Operation) -> Option<(&str, &[Condition], &str, Mutator)> {
+            match op {
+                Operation::Mutate {
+                    table,
+                    conditions,
+                    mutations,
+                } if mutations.len() == 1
+                    && matches!(mutations[0].mutator, Mutator::Insert | Mutator::Delete)
+                    && matches!(mutations[0].value, Datum::Atom(_) | Datum::Set(_)) =>
+                {
+                    Some((
+                        table,
+                        conditions,
+                        &mutations[0].column,
+                        mutations[0].mutator,
+                    ))
+                }
+                _ => None,
+            }
+        }
+        let n = self.ops.len();
+        // into[i] = j: op i is folded into op j > i.
+        let mut into: Vec<Option<usize>> = vec![None; n];
+        // Open mutates that a later one may absorb: index of the latest with each key.
+        let mut open: Vec<usize> = Vec::new();
+        for j in 0..n {
+            let op = &self.ops[j];
+            if let Some(k) = key(op) {
+                if let Some(pos) = open.iter().position(|&i| key(&self.ops[i]) == Some(k)) {
+                    into[open[pos]] = Some(j);
+                    open.remove(pos);
+                }
+                open.push(j);
+                continue;
+            }
+            match op {
+                Operation::Insert { table, .. }
+                | Operation::Update { table, .. }
+                | Operation::Delete { table, .. } => {
+                    open.retain(|&i| self.ops[i].table() != Some(table.as_str()));
+                }
+                _ => open.clear(),
+            }
+        }
+        if into.iter().all(Option::is_none) {
+            return (0..n).map(Some).collect();
+        }
+        // Move the elements forward along each chain, in order, without duplicates.
+        let mut carried: Vec<Option<Vec<Atom>>> = vec![None; n];
+        let mut ops: Vec<Option<Operation>> = std::mem::take(&mut self.ops)
+            .into_iter()
+            .map(Some)
+            .collect();
+        for i in 0..n {
+            let Some(Operation::Mutate { mutations, .. }) = ops[i].as_mut() else {
+                continue;
+            };
+            if carried[i].is_none() && into[i].is_none() {
+                continue;
+            }
+            let own = match std::mem::replace(&mut mutations[0].value, Datum::Set(Vec::new())) {
+                Datum::Atom(a) => vec![a],
+                Datum::Set(v) => v,
+                m @ Datum::Map(_) => {
+                    mutations[0].value = m;
+                    continue;
+                }
+            };
+            let mut all = carried[i].take().unwrap_or_default();
+            all.extend(own);
+            match into[i] {
+                Some(j) => carried[j] = Some(all),
+                None => {
+                    let mut seen = std::collections::HashSet::with_capacity(all.len());
+                    all.retain(|a| seen.insert(a.clone()));
+                    mutations[0].value = Datum::Set(all);
+                }
+            }
+        }
+        let mut map = Vec::with_capacity(n);
+        for (i, op) in ops.into_iter().enumerate() {
+            match (into[i], op) {
+                (None, Some(op)) => {
+                    map.push(Some(self.ops.len()));
+                    self.ops.push(op);
+                }
+                _ => map.push(None),
+            }
+        }
+        map
+    }
+
     /// Checks every operation against `schema`: database name, tables, columns, datum types and
     /// constraints, condition and mutation argument types, writes to immutable or implicit columns, and
     /// that each named-uuid used is declared by an insert of this transaction, once.
@@ -1194,6 +1295,63 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    #[test]
+    fn coalesce_set_mutations_folds_forward() {
+        let ls = || Operation::mutate("Logical_Switch").filter(Condition::eq("name", "ls0"));
+        let mut txn = Transaction::new("OVN_Northbound");
+        for i in 0..3 {
+            txn.push(Operation::insert("Logical_Switch_Port").uuid_name(format!("p{i}")));
+            txn.push(ls().insert("ports", Datum::named_uuid(&format!("p{i}"))));
+        }
+        // Another switch, then an op on the mutated table: no folding across it.
+        txn.push(
+            Operation::mutate("Logical_Switch")
+                .filter(Condition::eq("name", "ls1"))
+                .insert("ports", Datum::named_uuid("p0")),
+        );
+        txn.push(Operation::update("Logical_Switch").filter(Condition::eq("name", "ls0")));
+        txn.push(ls().insert("ports", Datum::named_uuid("p2")));
+        let map = txn.coalesce_set_mutations();
+        assert_eq!(
+            map,
+            vec![
+                Some(0),
+                None,
+                Some(1),
+                None,
+                Some(2),
+                Some(3),
+                Some(4),
+                Some(5),
+                Some(6)
+            ]
+        );
+        // The transaction serializes as [db, op...].
+        let j = serde_json::to_value(&txn).unwrap();
+        assert_eq!(
+            j[4]["mutations"],
+            json!([[
+                "ports",
+                "insert",
+                [
+                    "set",
+                    [
+                        ["named-uuid", "p0"],
+                        ["named-uuid", "p1"],
+                        ["named-uuid", "p2"]
+                    ]
+                ]
+            ]])
+        );
+        assert_eq!(
+            j[7]["mutations"],
+            json!([["ports", "insert", ["named-uuid", "p2"]]])
+        );
+        // Nothing to fold: identity.
+        let mut t = Transaction::new("x").op(ls().insert("ports", Datum::named_uuid("a")));
+        assert_eq!(t.coalesce_set_mutations(), vec![Some(0)]);
+    }
+
     fn nb() -> DatabaseSchema {
         DatabaseSchema::parse_str(include_str!("../schemas/ovn-nb.ovsschema")).unwrap()
     }
@@ -1215,6 +1373,7 @@ mod tests {
                 .timeout_ms(0))
             .op(Operation::comment("hi"))
             .op(Operation::commit(false));
+        // The transaction serializes as [db, op...].
         let j = serde_json::to_value(&txn).unwrap();
         assert_eq!(
             j,
