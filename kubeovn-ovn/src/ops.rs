@@ -1301,7 +1301,7 @@ mod tests {
         let mut txn = Transaction::new("OVN_Northbound");
         for i in 0..3 {
             txn.push(Operation::insert("Logical_Switch_Port").uuid_name(format!("p{i}")));
-            txn.push(ls().insert("ports", Datum::named_uuid(&format!("p{i}"))));
+            txn.push(ls().insert("ports", Datum::named_uuid(format!("p{i}"))));
         }
         // Another switch, then an op on the mutated table: no folding across it.
         txn.push(
