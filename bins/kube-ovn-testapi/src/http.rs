@@ -80,6 +80,16 @@ fn json_response(code: u16, v: &Value) -> Response<RespBody> {
     r
 }
 
+fn bytes_response(code: u16, body: Bytes) -> Response<RespBody> {
+    let mut r = Response::new(Full::new(body).boxed());
+    *r.status_mut() = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    r.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("application/json"),
+    );
+    r
+}
+
 fn list_response(info: &ResourceInfo, meta: &Value, items: &[Arc<Value>]) -> Response<RespBody> {
     let mut out = Vec::with_capacity(64 + items.len() * 512);
     out.extend_from_slice(b"{\"kind\":");
@@ -446,15 +456,15 @@ async fn handle_inner(
                 return Err(Error::method_not_allowed());
             }
             let body = read_body(shared, req).await?;
-            let obj = store.create(&info, ns, body)?;
-            Ok(json_response(201, &obj))
+            let ev = store.create_event(&info, ns, body)?;
+            Ok(bytes_response(201, ev.object_json()))
         }
         (Method::PUT, Some(name)) => {
             let name = name.to_owned();
             let status_only = t.sub.is_some();
             let body = read_body(shared, req).await?;
-            let obj = store.update(&info, t.ns.as_deref(), &name, body, status_only)?;
-            Ok(json_response(200, &obj))
+            let ev = store.update_event(&info, t.ns.as_deref(), &name, body, status_only)?;
+            Ok(bytes_response(200, ev.object_json()))
         }
         (Method::PATCH, Some(name)) => {
             let name = name.to_owned();
@@ -482,10 +492,10 @@ async fn handle_inner(
                         m.insert("resourceVersion".into(), rv.clone());
                     }
                 }
-                match store.update(&info, t.ns.as_deref(), &name, obj, status_only) {
+                match store.update_event(&info, t.ns.as_deref(), &name, obj, status_only) {
                     Err(Error::Status { code: 409, .. }) if !pinned => continue,
                     Err(e) => return Err(e),
-                    Ok(o) => return Ok(json_response(200, &o)),
+                    Ok(ev) => return Ok(bytes_response(200, ev.object_json())),
                 }
             }
             Err(Error::conflict(&info.group, &info.plural, &name))

@@ -106,6 +106,14 @@ impl Event {
         b
     }
 
+    /// The object as JSON: a slice of the shared watch line, so an answer and every watcher share
+    /// one serialisation.
+    pub fn object_json(&self) -> Bytes {
+        let line = self.line(self.kind.as_str());
+        let start = b"{\"type\":\"\",\"object\":".len() + self.kind.as_str().len();
+        line.slice(start..line.len().saturating_sub(2).max(start))
+    }
+
     fn drop_line(&self) {
         self.line.lock().unwrap_or_else(|p| p.into_inner()).take();
     }
@@ -318,8 +326,19 @@ impl Store {
         inner: &mut Inner,
         info: &ResourceInfo,
         kind: EventType,
-        mut obj: Value,
+        obj: Value,
     ) -> Arc<Value> {
+        self.commit_event(inner, info, kind, obj).object.clone()
+    }
+
+    /// [`Self::commit`], returning the event (whose rendered line the HTTP answer shares).
+    fn commit_event(
+        &self,
+        inner: &mut Inner,
+        info: &ResourceInfo,
+        kind: EventType,
+        mut obj: Value,
+    ) -> Arc<Event> {
         inner.rv += 1;
         let rv = inner.rv;
         if let Ok(m) = meta_mut(&mut obj) {
@@ -361,8 +380,8 @@ impl Store {
                 inner.compacted = old.rv;
             }
         }
-        let _ = self.tx.send(ev);
-        obj
+        let _ = self.tx.send(ev.clone());
+        ev
     }
 
     fn check_namespace(
@@ -388,12 +407,17 @@ impl Store {
     }
 
     /// Creates an object (POST).
-    pub fn create(
+    pub fn create(&self, info: &ResourceInfo, ns: Option<&str>, obj: Value) -> Result<Arc<Value>> {
+        self.create_event(info, ns, obj).map(|e| e.object.clone())
+    }
+
+    /// [`Self::create`], returning the change's event ([`Event::object_json`] serves the answer).
+    pub fn create_event(
         &self,
         info: &ResourceInfo,
         ns: Option<&str>,
         mut obj: Value,
-    ) -> Result<Arc<Value>> {
+    ) -> Result<Arc<Event>> {
         let api_version = info.api_version();
         {
             let o = obj
@@ -513,7 +537,7 @@ impl Store {
             });
             inner.resources.extend(served.into_iter().map(Arc::new));
         }
-        Ok(self.commit(&mut inner, info, EventType::Added, obj))
+        Ok(self.commit_event(&mut inner, info, EventType::Added, obj))
     }
 
     /// Reads one object.
@@ -566,9 +590,22 @@ impl Store {
         info: &ResourceInfo,
         ns: Option<&str>,
         name: &str,
-        mut new: Value,
+        new: Value,
         status_only: bool,
     ) -> Result<Arc<Value>> {
+        self.update_event(info, ns, name, new, status_only)
+            .map(|e| e.object.clone())
+    }
+
+    /// [`Self::update`], returning the change's event ([`Event::object_json`] serves the answer).
+    pub fn update_event(
+        &self,
+        info: &ResourceInfo,
+        ns: Option<&str>,
+        name: &str,
+        mut new: Value,
+        status_only: bool,
+    ) -> Result<Arc<Event>> {
         if !new.is_object() {
             return Err(Error::bad_request("the body must be a JSON object"));
         }
@@ -676,10 +713,9 @@ impl Store {
             inner.resources.extend(after.into_iter().map(Arc::new));
         }
         if old_meta.get("deletionTimestamp").is_some() && !has_finalizers(&obj) {
-            let obj = self.commit(&mut inner, info, EventType::Deleted, obj);
-            return Ok(obj);
+            return Ok(self.commit_event(&mut inner, info, EventType::Deleted, obj));
         }
-        Ok(self.commit(&mut inner, info, EventType::Modified, obj))
+        Ok(self.commit_event(&mut inner, info, EventType::Modified, obj))
     }
 
     /// Deletes an object: with finalizers it only gets a deletionTimestamp.
@@ -917,6 +953,8 @@ mod tests {
         assert!(missed[0]
             .line("DELETED")
             .starts_with(b"{\"type\":\"DELETED\""));
+        let obj: Value = serde_json::from_slice(&missed[0].object_json()).expect("object json");
+        assert_eq!(obj, *missed[0].object);
         for i in 5..20 {
             s.create(
                 &cm,
