@@ -27,6 +27,8 @@ struct RawIpam {
     data_dir: Option<String>,
     #[serde(default)]
     dns: Option<Dns>,
+    #[serde(default)]
+    fsync: bool,
 }
 
 /// The validated `ipam` section.
@@ -44,6 +46,8 @@ pub struct IpamConf {
     pub dns: Dns,
     /// The state directory's parent.
     pub data_dir: PathBuf,
+    /// `"fsync": true`: wait for every state change to reach the disk (fdatasync) before answering.
+    pub fsync: bool,
 }
 
 impl IpamConf {
@@ -122,6 +126,7 @@ impl IpamConf {
             routes: raw.routes,
             dns: raw.dns.unwrap_or_default(),
             data_dir: PathBuf::from(raw.data_dir.unwrap_or_else(|| DEFAULT_DATA_DIR.to_owned())),
+            fsync: raw.fsync,
         })
     }
 
@@ -211,6 +216,12 @@ mod tests {
         assert_eq!(c.cidr_string(), "10.88.0.0/16,fd00:88::/112");
         assert_eq!(c.gateway_string(), "10.88.0.1,fd00:88::fe");
         assert_eq!(c.data_dir, PathBuf::from(DEFAULT_DATA_DIR));
+        assert!(!c.fsync, "durability is opt-in");
+        let synced = IpamConf::from_conf(&conf(
+            json!({"type": "kube-ovn-ipam", "subnet": "10.88.0.0/16", "fsync": true}),
+        ))
+        .unwrap();
+        assert!(synced.fsync);
         let (cidr, gw) = c.cidr_of("10.88.3.4".parse().unwrap()).unwrap();
         assert_eq!((cidr.prefix, gw.to_string().as_str()), (16, "10.88.0.1"));
     }

@@ -5,7 +5,7 @@
 //! ```json
 //! {"type": "kube-ovn-ipam", "subnet": "10.88.0.0/16,fd00:88::/112", "gateway": "10.88.0.1,fd00:88::1",
 //!  "excludeIps": ["10.88.0.2..10.88.0.10"], "routes": [{"dst": "0.0.0.0/0"}],
-//!  "dataDir": "/var/lib/cni/kube-ovn-ipam"}
+//!  "dataDir": "/var/lib/cni/kube-ovn-ipam", "fsync": false}
 //! ```
 //!
 //! - Allocation is `kubeovn-ipam`'s: next free address with delayed reuse of released ones, excluded
@@ -15,9 +15,15 @@
 //!   `cni.dev/valid-attachments`) and `STATUS` (code 50 when a family has no free address left).
 //! - Static addresses: `runtimeConfig.ips`, `args.cni.ips`, `CNI_ARGS` `IP=a[,b]`.
 //! - State: `dataDir/<network>/`: `state` (`kubeovn-ipam`'s subnet snapshot, one line per allocation,
-//!   replaced atomically: temporary file, fsync, rename, directory fsync) and `journal` (one line per
-//!   allocation or release since, appended and fdatasync'ed), behind an flock on `lock`. Each call reads
-//!   both, appends one line; every 64 changes the journal is folded into a new state.
+//!   replaced atomically: temporary file, rename) and `journal` (one line per allocation or release since,
+//!   appended in one write), behind an flock on `lock`. Each call reads both, appends one line; every 64
+//!   changes the journal is folded into a new state.
+//! - Durability: `"fsync": false` (the default) does not wait for the disk, like `host-local`: a crash or
+//!   kill of the plugin at any point still leaves a consistent state (the rename is atomic, a torn last
+//!   journal line is ignored and cut off), but a power loss or kernel crash may lose the latest changes,
+//!   and after one every container is re-created anyway. `"fsync": true` fdatasyncs each journal append,
+//!   and the temporary state file before its rename and the directory after it, before answering (a few
+//!   ms per call on most disks).
 //! - Errors: the spec's error object on stdout and exit status 1; codes 1-7 as the spec defines them, and
 //!   100 (no free address), 101 (requested static address unavailable: used, gateway, out of range),
 //!   102 (`CHECK` found no or another allocation), 50 (`STATUS`: not available).

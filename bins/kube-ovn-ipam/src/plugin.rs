@@ -179,7 +179,7 @@ fn seed() -> u64 {
 fn add(env: &Env, conf: &NetConf, ipam: &IpamConf, version: Version) -> Result<String, Error> {
     let (container, ifname) = attachment(env);
     let statics = static_ips(conf, env)?;
-    let store = Store::open(&ipam.data_dir, &conf.name, true)?;
+    let store = Store::open(&ipam.data_dir, &conf.name, true, ipam.fsync)?;
     let mut net = Network::load(&store, &conf.name, ipam, true)?;
     let existing = net.subnet.get(container, ifname);
     let addrs = match existing {
@@ -224,7 +224,7 @@ fn result(ipam: &IpamConf, addrs: &Addresses) -> CniResult {
 
 fn del(env: &Env, conf: &NetConf, ipam: &IpamConf) -> Result<(), Error> {
     let (container, ifname) = attachment(env);
-    let store = Store::open(&ipam.data_dir, &conf.name, true)?;
+    let store = Store::open(&ipam.data_dir, &conf.name, true, ipam.fsync)?;
     if del_fast(&store, container, ifname)? {
         return Ok(());
     }
@@ -290,7 +290,7 @@ fn check(env: &Env, conf: &NetConf, ipam: &IpamConf) -> Result<(), Error> {
         ifname: ifname.to_owned(),
         reason,
     };
-    let store = Store::open(&ipam.data_dir, &conf.name, false)?;
+    let store = Store::open(&ipam.data_dir, &conf.name, false, ipam.fsync)?;
     let net = Network::load(&store, &conf.name, ipam, false)?;
     let Some(addrs) = net.subnet.get(container, ifname) else {
         return Err(fail("no allocation".into()));
@@ -318,7 +318,7 @@ fn gc(conf: &NetConf, ipam: &IpamConf) -> Result<(), Error> {
         .flatten()
         .map(|a| (a.container_id.as_str(), a.ifname.as_str()))
         .collect();
-    let store = Store::open(&ipam.data_dir, &conf.name, true)?;
+    let store = Store::open(&ipam.data_dir, &conf.name, true, ipam.fsync)?;
     let mut net = Network::load(&store, &conf.name, ipam, true)?;
     let stale: Vec<(String, String)> = net
         .subnet
@@ -341,7 +341,7 @@ fn gc(conf: &NetConf, ipam: &IpamConf) -> Result<(), Error> {
 }
 
 fn status(conf: &NetConf, ipam: &IpamConf) -> Result<(), Error> {
-    let store = Store::open(&ipam.data_dir, &conf.name, false)?;
+    let store = Store::open(&ipam.data_dir, &conf.name, false, ipam.fsync)?;
     let net = Network::load(&store, &conf.name, ipam, false)?;
     let stats = net.subnet.stats();
     for (family, s) in [(Family::V4, &stats.v4), (Family::V6, &stats.v6)] {

@@ -8,7 +8,7 @@
 //! <container id> <ifname> <IPv4 or -> <IPv6 or -> <MAC, 12 hex digits> [s: shared on purpose]
 //! ...
 //! ```
-//! `journal` (appended and fdatasync'ed per change, reset at compaction):
+//! `journal` (appended per change, fdatasync'ed with `"fsync": true`, reset at compaction):
 //! ```text
 //! gen 7
 //! + <container id> <ifname> <IPv4 or -> <IPv6 or -> <MAC>

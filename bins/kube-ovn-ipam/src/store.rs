@@ -16,6 +16,10 @@ const LOCK_FILE: &str = "lock";
 /// An open state directory, locked for as long as the value lives.
 pub struct Store {
     dir: PathBuf,
+    /// Wait for each change to reach the disk (fdatasync, directory fsync). Without it, a crash of the
+    /// plugin still leaves a consistent state (atomic rename, torn-last-line handling); a power loss may lose
+    /// the latest changes, like `host-local`.
+    sync: bool,
     // Closing the file releases the flock.
     _lock: File,
 }
@@ -27,8 +31,14 @@ fn io_err(what: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> Err
 
 impl Store {
     /// Opens (creating it when missing) `data_dir/network` and takes its lock: exclusive for commands that
-    /// write, shared for those that only read. Processes wait for each other here.
-    pub fn open(data_dir: &Path, network: &str, exclusive: bool) -> Result<Store, Error> {
+    /// write, shared for those that only read. Processes wait for each other here. `sync`: fdatasync every
+    /// write before returning.
+    pub fn open(
+        data_dir: &Path,
+        network: &str,
+        exclusive: bool,
+        sync: bool,
+    ) -> Result<Store, Error> {
         let dir = data_dir.join(network);
         if let Err(e) = fs::create_dir(&dir) {
             if e.kind() != ErrorKind::AlreadyExists {
@@ -48,7 +58,11 @@ impl Store {
             lock.lock_shared()
         }
         .map_err(io_err("lock", &lock_path))?;
-        Ok(Store { dir, _lock: lock })
+        Ok(Store {
+            dir,
+            sync,
+            _lock: lock,
+        })
     }
 
     /// The state file's path.
@@ -92,10 +106,18 @@ impl Store {
             .open(&path)
             .map_err(io_err("open", &path))?;
         f.set_len(len as u64).map_err(io_err("truncate", &path))?;
-        f.sync_data().map_err(io_err("sync", &path))
+        self.sync_file(&f, &path)
     }
 
-    /// Appends to the journal and waits until it is on disk.
+    fn sync_file(&self, f: &File, path: &Path) -> Result<(), Error> {
+        if self.sync {
+            f.sync_data().map_err(io_err("sync", path))?;
+        }
+        Ok(())
+    }
+
+    /// Appends to the journal (one write: a crash leaves it whole or torn, never interleaved) and, when
+    /// syncing, waits until it is on disk.
     pub fn append_journal(&self, bytes: &[u8]) -> Result<(), Error> {
         let path = self.dir.join(JOURNAL_FILE);
         let mut f = OpenOptions::new()
@@ -104,30 +126,32 @@ impl Store {
             .open(&path)
             .map_err(io_err("open", &path))?;
         f.write_all(bytes).map_err(io_err("append to", &path))?;
-        f.sync_data().map_err(io_err("sync", &path))
+        self.sync_file(&f, &path)
     }
 
     /// Replaces the state file, then starts a new journal with `journal_header`.
     ///
-    /// The state is written to a temporary file, fsync'ed, renamed over the old one, and the directory
-    /// fsync'ed: a crash leaves the old or the new state, never a mix. The journal's header names the
+    /// The state is written to a temporary file, renamed over the old one (with `sync`: the file fsync'ed
+    /// before, the directory after): a crash leaves the old or the new state, never a mix. The journal's header names the
     /// state's generation, so a crash before the journal is reset leaves a journal that no longer applies.
     pub fn write_state(&self, bytes: &[u8], journal_header: &[u8]) -> Result<(), Error> {
         let tmp = self.dir.join(".state.tmp");
         let mut f = File::create(&tmp).map_err(io_err("create", &tmp))?;
         f.write_all(bytes).map_err(io_err("write", &tmp))?;
-        f.sync_data().map_err(io_err("sync", &tmp))?;
+        self.sync_file(&f, &tmp)?;
         drop(f);
         let path = self.state_path();
         fs::rename(&tmp, &path).map_err(io_err("rename state to", &path))?;
-        File::open(&self.dir)
-            .and_then(|d| d.sync_all())
-            .map_err(io_err("sync directory", &self.dir))?;
+        if self.sync {
+            File::open(&self.dir)
+                .and_then(|d| d.sync_all())
+                .map_err(io_err("sync directory", &self.dir))?;
+        }
         let jpath = self.dir.join(JOURNAL_FILE);
         let mut j = File::create(&jpath).map_err(io_err("create", &jpath))?;
         j.write_all(journal_header)
             .map_err(io_err("write", &jpath))?;
-        j.sync_data().map_err(io_err("sync", &jpath))
+        self.sync_file(&j, &jpath)
     }
 }
 
@@ -137,34 +161,36 @@ mod tests {
 
     #[test]
     fn write_append_read() {
-        let d = tempfile::tempdir().unwrap();
-        let s = Store::open(d.path(), "net", true).unwrap();
-        assert_eq!(s.read_state().unwrap(), None);
-        assert!(s.read_journal().unwrap().is_empty());
-        s.write_state(b"one", b"gen 1\n").unwrap();
-        s.append_journal(b"+ a\n").unwrap();
-        s.append_journal(b"+ b").unwrap();
-        s.truncate_journal(10).unwrap();
-        assert_eq!(s.read_journal().unwrap(), b"gen 1\n+ a\n");
-        s.write_state(b"two", b"gen 2\n").unwrap();
-        assert_eq!(s.read_state().unwrap().as_deref(), Some(&b"two"[..]));
-        assert_eq!(s.read_journal().unwrap(), b"gen 2\n");
-        let mut names: Vec<_> = fs::read_dir(d.path().join("net"))
-            .unwrap()
-            .map(|e| e.unwrap().file_name())
-            .collect();
-        names.sort();
-        assert_eq!(
-            names,
-            ["journal", "lock", "state"],
-            "no temporary file left"
-        );
+        for sync in [false, true] {
+            let d = tempfile::tempdir().unwrap();
+            let s = Store::open(d.path(), "net", true, sync).unwrap();
+            assert_eq!(s.read_state().unwrap(), None);
+            assert!(s.read_journal().unwrap().is_empty());
+            s.write_state(b"one", b"gen 1\n").unwrap();
+            s.append_journal(b"+ a\n").unwrap();
+            s.append_journal(b"+ b").unwrap();
+            s.truncate_journal(10).unwrap();
+            assert_eq!(s.read_journal().unwrap(), b"gen 1\n+ a\n");
+            s.write_state(b"two", b"gen 2\n").unwrap();
+            assert_eq!(s.read_state().unwrap().as_deref(), Some(&b"two"[..]));
+            assert_eq!(s.read_journal().unwrap(), b"gen 2\n");
+            let mut names: Vec<_> = fs::read_dir(d.path().join("net"))
+                .unwrap()
+                .map(|e| e.unwrap().file_name())
+                .collect();
+            names.sort();
+            assert_eq!(
+                names,
+                ["journal", "lock", "state"],
+                "no temporary file left"
+            );
+        }
     }
 
     #[test]
     fn exclusive_lock_excludes() {
         let d = tempfile::tempdir().unwrap();
-        let held = Store::open(d.path(), "net", true).unwrap();
+        let held = Store::open(d.path(), "net", true, false).unwrap();
         let other = File::open(d.path().join("net").join(LOCK_FILE)).unwrap();
         assert!(matches!(
             other.try_lock_shared(),
