@@ -174,15 +174,24 @@ impl Slots {
 
     /// [`Slots::find`] with the pod hash already computed.
     pub(crate) fn find_h(&self, pod: &str, nic: &str, h: u64) -> Option<u32> {
-        let mut cur = self.head_h(pod, h)?;
+        self.find_with_head(pod, nic, h).0
+    }
+
+    /// [`Slots::find_h`], plus the pod's head slot (`NIL`: the pod has none) for [`Slots::create_at`], so a
+    /// find-then-create looks the pod up once.
+    pub(crate) fn find_with_head(&self, pod: &str, nic: &str, h: u64) -> (Option<u32>, u32) {
+        let Some(head) = self.head_h(pod, h) else {
+            return (None, NIL);
+        };
+        let mut cur = head;
         while cur != NIL {
             let n = name_of(&self.slots, &self.arena, cur);
             if n.get(pod.len()..) == Some(nic.as_bytes()) {
-                return Some(cur);
+                return (Some(cur), head);
             }
             cur = self.slots[cur as usize].next;
         }
-        None
+        (None, head)
     }
 
     /// Another slot than `me` holding `mac`.
@@ -200,6 +209,13 @@ impl Slots {
 
     /// [`Slots::create`] with the pod hash already computed.
     pub(crate) fn create_h(&mut self, pod: &str, nic: &str, mac: Mac, h: u64) -> u32 {
+        let head = self.head_h(pod, h).unwrap_or(NIL);
+        self.create_at(pod, nic, mac, h, head)
+    }
+
+    /// [`Slots::create_h`] with the pod's head slot already looked up ([`Slots::find_with_head`]; no slot was
+    /// created or removed since).
+    pub(crate) fn create_at(&mut self, pod: &str, nic: &str, mac: Mac, h: u64, head: u32) -> u32 {
         let len = pod.len() + nic.len();
         let id = match self.free.pop() {
             Some(id) => id,
@@ -236,17 +252,11 @@ impl Slots {
             hb,
             ..
         } = self;
-        match pods
-            .find(h, |&i| pod_of(slots, arena, i) == pod.as_bytes())
-            .copied()
-        {
-            Some(head) => {
-                slots[id as usize].next = slots[head as usize].next;
-                slots[head as usize].next = id;
-            }
-            None => {
-                pods.insert_unique(h, id, |&i| hb.hash_one(pod_of(slots, arena, i)));
-            }
+        if head != NIL {
+            slots[id as usize].next = slots[head as usize].next;
+            slots[head as usize].next = id;
+        } else {
+            pods.insert_unique(h, id, |&i| hb.hash_one(pod_of(slots, arena, i)));
         }
         macs.insert_unique(hb.hash_one(mac.0), id, |&i| {
             hb.hash_one(slots[i as usize].mac)

@@ -74,7 +74,13 @@ pub(crate) struct Fam<A> {
 enum Step<A> {
     Nothing,
     Keep,
-    New { a: A, src: Source, old: Option<A> },
+    /// `h`: the hash of `a` in the family index (computed once, in plan).
+    New {
+        a: A,
+        h: u64,
+        src: Source,
+        old: Option<A>,
+    },
 }
 
 #[derive(Clone, Copy)]
@@ -120,23 +126,20 @@ impl<A: SlotAddr> Fam<A> {
     }
 
     fn owner(&self, slots: &Slots, a: A, except: u32) -> Option<u32> {
-        let h = slots.hb.hash_one(a);
+        self.owner_h(slots, a, except, slots.hb.hash_one(a))
+    }
+
+    /// [`Fam::owner`] with the hash of `a` already computed.
+    fn owner_h(&self, slots: &Slots, a: A, except: u32, h: u64) -> Option<u32> {
         self.index
             .find(h, |&id| id != except && A::get(slots, id) == Some(a))
             .copied()
     }
 
-    fn index_insert(&mut self, slots: &Slots, a: A, id: u32) {
+    fn index_insert(&mut self, slots: &Slots, a: A, id: u32, h: u64) {
         let hb = &slots.hb;
-        self.index.insert_unique(hb.hash_one(a), id, |&i| {
-            hb.hash_one(A::get(slots, i).unwrap_or(a))
-        });
-    }
-
-    fn index_remove(&mut self, slots: &Slots, a: A, id: u32) {
-        if let Ok(e) = self.index.find_entry(slots.hb.hash_one(a), |&i| i == id) {
-            e.remove();
-        }
+        self.index
+            .insert_unique(h, id, |&i| hb.hash_one(A::get(slots, i).unwrap_or(a)));
     }
 
     fn domain_of(&self, a: A) -> usize {
@@ -233,7 +236,8 @@ impl<A: SlotAddr> Fam<A> {
             if cur == Some(a) {
                 return Ok(Step::Keep);
             }
-            let src = match self.owner(slots, a, me) {
+            let h = slots.hb.hash_one(a);
+            let src = match self.owner_h(slots, a, me, h) {
                 Some(o) if req.check_conflict => {
                     return Err(IpamError::Conflict {
                         subnet: subnet.to_owned(),
@@ -244,7 +248,12 @@ impl<A: SlotAddr> Fam<A> {
                 Some(_) => Source::Shared,
                 None => Source::Static,
             };
-            return Ok(Step::New { a, src, old: cur });
+            return Ok(Step::New {
+                a,
+                h,
+                src,
+                old: cur,
+            });
         }
         if let Some(c) = cur {
             if !req.skip.iter().any(|ip| A::from_ipaddr(*ip) == Some(c)) {
@@ -252,7 +261,12 @@ impl<A: SlotAddr> Fam<A> {
             }
         }
         match self.peek(domain, req.skip) {
-            Some((a, src)) => Ok(Step::New { a, src, old: cur }),
+            Some((a, src)) => Ok(Step::New {
+                a,
+                h: slots.hb.hash_one(a),
+                src,
+                old: cur,
+            }),
             None => Err(IpamError::NoAvailable {
                 subnet: subnet.to_owned(),
                 pool: req.pool.map(str::to_owned),
@@ -262,7 +276,7 @@ impl<A: SlotAddr> Fam<A> {
     }
 
     fn commit(&mut self, slots: &mut Slots, id: u32, step: Step<A>, domain: usize) {
-        let Step::New { a, src, old } = step else {
+        let Step::New { a, h, src, old } = step else {
             return;
         };
         if let Some(o) = old {
@@ -274,13 +288,16 @@ impl<A: SlotAddr> Fam<A> {
         };
         self.take(domain, a, src);
         A::set(slots, id, Some(a));
-        self.index_insert(slots, a, id);
+        self.index_insert(slots, a, id, h);
     }
 
     fn release_addr(&mut self, slots: &mut Slots, id: u32, a: A) {
-        self.index_remove(slots, a, id);
+        let h = slots.hb.hash_one(a);
+        if let Ok(e) = self.index.find_entry(h, |&i| i == id) {
+            e.remove();
+        }
         A::set(slots, id, None);
-        if self.owner(slots, a, NIL).is_none() {
+        if self.owner_h(slots, a, NIL, h).is_none() {
             self.unuse(a);
         }
     }
@@ -614,7 +631,7 @@ impl Subnet {
         }
         let domain = self.pool_index(req.pool)?;
         let pod_hash = self.slots.pod_hash(req.pod);
-        let existing = self.slots.find_h(req.pod, req.nic, pod_hash);
+        let (existing, head) = self.slots.find_with_head(req.pod, req.nic, pod_hash);
         let me = existing.unwrap_or(NIL);
         if let Some(m) = req.mac {
             let conflict = |owner: String| IpamError::Conflict {
@@ -652,7 +669,7 @@ impl Subnet {
                     Some(m) => m,
                     None => self.fresh_mac(),
                 };
-                self.slots.create_h(req.pod, req.nic, mac, pod_hash)
+                self.slots.create_at(req.pod, req.nic, mac, pod_hash, head)
             }
         };
         if let Some(f) = self.v4.as_mut() {
@@ -874,10 +891,10 @@ impl Subnet {
         }
         for id in self.slots.ids().collect::<Vec<_>>() {
             if let (Some(f), Some(a)) = (v4.as_mut(), self.slots.v4(id)) {
-                f.index_insert(&self.slots, a, id);
+                f.index_insert(&self.slots, a, id, self.slots.hb.hash_one(a));
             }
             if let (Some(f), Some(a)) = (v6.as_mut(), self.slots.v6(id)) {
-                f.index_insert(&self.slots, a, id);
+                f.index_insert(&self.slots, a, id, self.slots.hb.hash_one(a));
             }
         }
         self.v4 = v4;
@@ -1071,13 +1088,13 @@ impl Subnet {
         if let (Some(f), Some(a)) = (self.v4.as_mut(), a4) {
             if self.slots.v4(id).is_none() {
                 self.slots.set_v4(id, Some(a));
-                f.index_insert(&self.slots, a, id);
+                f.index_insert(&self.slots, a, id, self.slots.hb.hash_one(a));
             }
         }
         if let (Some(f), Some(a)) = (self.v6.as_mut(), a6) {
             if self.slots.v6(id).is_none() {
                 self.slots.set_v6(id, Some(a));
-                f.index_insert(&self.slots, a, id);
+                f.index_insert(&self.slots, a, id, self.slots.hb.hash_one(a));
             }
         }
         Ok(())
