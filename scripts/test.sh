@@ -40,7 +40,7 @@ fi
 
 # --- tests ----------------------------------------------------------------------------------------
 step "cargo test (unit, integration, root and OVN tests, examples, benches in test mode)"
-cargo test --workspace --all-targets
+cargo test --workspace --all-targets --no-fail-fast
 step "cargo test --doc"
 cargo test --workspace --doc
 
