@@ -67,6 +67,7 @@ pub mod models;
 pub mod monitor;
 pub mod northbound;
 pub mod ops;
+mod rowdiff;
 pub mod schema;
 pub mod session;
 #[cfg(feature = "ssl")]

@@ -29,6 +29,7 @@
 //! ```
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -39,7 +40,8 @@ use crate::datum::{Atom, Datum};
 use crate::error::Error;
 use crate::models::nb;
 use crate::ops::{Condition, Operation, OperationResult, Transaction};
-use crate::session::Session;
+use crate::rowdiff::{map_datum, merged, Map};
+use crate::session::{write_client, Session};
 use crate::uuid::Uuid;
 
 #[path = "northbound_ext.rs"]
@@ -82,12 +84,6 @@ impl From<NbError> for Error {
     }
 }
 
-type Map = BTreeMap<String, String>;
-
-fn map_datum(m: &Map) -> Datum {
-    Datum::map(m.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-}
-
 fn strings_datum(v: &[String]) -> Datum {
     Datum::set(v.iter().map(String::as_str))
 }
@@ -99,27 +95,6 @@ fn same_strings(d: Option<&Datum>, want: &[String]) -> bool {
     have.sort_unstable();
     want.sort_unstable();
     have == want
-}
-
-fn map_of(d: Option<&Datum>) -> Map {
-    d.and_then(Datum::as_map)
-        .unwrap_or(&[])
-        .iter()
-        .filter_map(|(k, v)| Some((k.as_str()?.to_owned(), v.as_str()?.to_owned())))
-        .collect()
-}
-
-/// `want` merged over the current map; None if nothing changes.
-fn merged(d: Option<&Datum>, want: &Map) -> Option<Map> {
-    let mut cur = map_of(d);
-    let mut changed = false;
-    for (k, v) in want {
-        if cur.get(k) != Some(v) {
-            cur.insert(k.clone(), v.clone());
-            changed = true;
-        }
-    }
-    changed.then_some(cur)
 }
 
 macro_rules! ext_ids {
@@ -1553,21 +1528,11 @@ impl Planner<'_, '_> {
     }
 }
 
-use std::sync::Arc;
-
 #[async_trait]
 impl Northbound for OvsdbNorthbound {
     async fn commit(&self, batch: Batch) -> Result<(), Error> {
-        let client = match &self.session {
-            Some(s) => {
-                // Plan against an up-to-date replica only.
-                if !self.cache.wait_online(self.wait).await {
-                    return Err(Error::Disconnected("the replica is resynchronising".into()));
-                }
-                s.client().await?
-            }
-            None => self.client.clone(),
-        };
+        let client =
+            write_client(self.session.as_ref(), &self.client, &self.cache, self.wait).await?;
         let Some(plan) = self.plan(&batch)? else {
             return Ok(());
         };

@@ -4,11 +4,12 @@
 
 use std::collections::BTreeMap;
 
-use super::{map_datum, map_of, merged, Map, NbError, Op, Planner};
+use super::{NbError, Op, Planner};
 use crate::cache::CachedRow;
 use crate::datum::{Atom, Datum};
 use crate::error::Error;
 use crate::ops::Operation;
+use crate::rowdiff::{int_of, map_datum, map_of, merged, merged_opt, Map};
 use crate::uuid::Uuid;
 
 pub(super) const ACL: &str = "ACL";
@@ -344,34 +345,8 @@ impl NbGlobal {
     }
 }
 
-fn merged_opt(d: Option<&Datum>, want: &BTreeMap<String, Option<String>>) -> Option<Map> {
-    let mut cur = map_of(d);
-    let mut changed = false;
-    for (k, v) in want {
-        match v {
-            Some(v) if cur.get(k) != Some(v) => {
-                cur.insert(k.clone(), v.clone());
-                changed = true;
-            }
-            None if cur.contains_key(k) => {
-                cur.remove(k);
-                changed = true;
-            }
-            _ => {}
-        }
-    }
-    changed.then_some(cur)
-}
-
 fn opt_str(d: Option<&Datum>) -> Option<&str> {
     d?.atoms().first()?.as_str()
-}
-
-fn int(d: Option<&Datum>) -> Option<i64> {
-    match d?.atoms().first()? {
-        Atom::Integer(i) => Some(*i),
-        _ => None,
-    }
 }
 
 fn opt_datum(v: Option<&str>) -> Datum {
@@ -425,7 +400,7 @@ impl Planner<'_, '_> {
             .filter_map(|u| self.view.get(ACL, u))
             .find(|r| {
                 r.get_str("direction") == direction
-                    && int(r.get("priority")) == Some(priority)
+                    && int_of(r.get("priority")) == Some(priority)
                     && r.get_str("match") == m
             })
             .cloned()
@@ -479,7 +454,7 @@ impl Planner<'_, '_> {
                             cols.push(("meter", opt_datum(a.meter.as_deref())));
                         }
                         if let Some(t) = a.tier {
-                            if int(row.get("tier")) != Some(t) {
+                            if int_of(row.get("tier")) != Some(t) {
                                 cols.push(("tier", Datum::from(t)));
                             }
                         }
@@ -573,10 +548,10 @@ impl Planner<'_, '_> {
                         .cloned();
                     if let Some(b) = band {
                         let mut cols: Vec<(&str, Datum)> = Vec::new();
-                        if int(b.get("rate")) != Some(m.rate) {
+                        if int_of(b.get("rate")) != Some(m.rate) {
                             cols.push(("rate", Datum::from(m.rate)));
                         }
-                        if int(b.get("burst_size")) != Some(m.burst) {
+                        if int_of(b.get("burst_size")) != Some(m.burst) {
                             cols.push(("burst_size", Datum::from(m.burst)));
                         }
                         self.update(BAND, b.uuid(), cols);

@@ -466,3 +466,20 @@ mod server_tests {
         bg.abort();
     }
 }
+
+/// The connection a high-level API writes on: with a session, its current (or a new) connection once the
+/// replica is back online, since a write is planned against the replica; without one, the fixed client.
+pub(crate) async fn write_client(
+    session: Option<&Session>,
+    fixed: &Client,
+    cache: &crate::cache::Cache,
+    wait: Duration,
+) -> Result<Client, Error> {
+    let Some(s) = session else {
+        return Ok(fixed.clone());
+    };
+    if !cache.wait_online(wait).await {
+        return Err(Error::Disconnected("the replica is resynchronising".into()));
+    }
+    s.client().await
+}

@@ -40,7 +40,8 @@ use crate::datum::{Atom, Datum};
 use crate::error::Error;
 use crate::models::ovs;
 use crate::ops::{Condition, Operation, OperationResult, Transaction};
-use crate::session::Session;
+use crate::rowdiff::{int_of, map_datum, map_of, merged_opt, Map};
+use crate::session::{write_client, Session};
 use crate::uuid::Uuid;
 
 /// The database's name.
@@ -99,51 +100,10 @@ impl From<OvsError> for Error {
     }
 }
 
-type Map = BTreeMap<String, String>;
-
-fn map_datum(m: &Map) -> Datum {
-    Datum::map(m.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-}
-
-fn map_of(d: Option<&Datum>) -> Map {
-    d.and_then(Datum::as_map)
-        .unwrap_or(&[])
-        .iter()
-        .filter_map(|(k, v)| Some((k.as_str()?.to_owned(), v.as_str()?.to_owned())))
-        .collect()
-}
-
-/// `want` merged over the current map (keys with value None removed); None if nothing changes.
-fn merged(d: Option<&Datum>, want: &BTreeMap<String, Option<String>>) -> Option<Map> {
-    let mut cur = map_of(d);
-    let mut changed = false;
-    for (k, v) in want {
-        match v {
-            Some(v) if cur.get(k) != Some(v) => {
-                cur.insert(k.clone(), v.clone());
-                changed = true;
-            }
-            None if cur.contains_key(k) => {
-                cur.remove(k);
-                changed = true;
-            }
-            _ => {}
-        }
-    }
-    changed.then_some(cur)
-}
-
 fn set_map(want: &BTreeMap<String, Option<String>>) -> Map {
     want.iter()
         .filter_map(|(k, v)| Some((k.clone(), v.clone()?)))
         .collect()
-}
-
-fn int_of(d: Option<&Datum>) -> Option<i64> {
-    match d?.atoms().first()? {
-        Atom::Integer(i) => Some(*i),
-        _ => None,
-    }
 }
 
 macro_rules! map_setters {
@@ -681,10 +641,10 @@ impl Planner<'_, '_> {
                     return Ok(());
                 };
                 let mut cols = Vec::new();
-                if let Some(m) = merged(row.get("external_ids"), &g.external_ids) {
+                if let Some(m) = merged_opt(row.get("external_ids"), &g.external_ids) {
                     cols.push(("external_ids", map_datum(&m)));
                 }
-                if let Some(m) = merged(row.get("other_config"), &g.other_config) {
+                if let Some(m) = merged_opt(row.get("other_config"), &g.other_config) {
                     cols.push(("other_config", map_datum(&m)));
                 }
                 self.update(OVS, self.root, cols);
@@ -760,10 +720,10 @@ impl Planner<'_, '_> {
                     cols.push(("fail_mode", Datum::set([m.as_str()])));
                 }
             }
-            if let Some(m) = merged(row.get("external_ids"), &b.external_ids) {
+            if let Some(m) = merged_opt(row.get("external_ids"), &b.external_ids) {
                 cols.push(("external_ids", map_datum(&m)));
             }
-            if let Some(m) = merged(row.get("other_config"), &b.other_config) {
+            if let Some(m) = merged_opt(row.get("other_config"), &b.other_config) {
                 cols.push(("other_config", map_datum(&m)));
             }
             self.update(BR, row.uuid(), cols);
@@ -814,10 +774,10 @@ impl Planner<'_, '_> {
                 cols.push(("type", Datum::from(t.as_str())));
             }
         }
-        if let Some(m) = merged(cur("external_ids"), &p.external_ids) {
+        if let Some(m) = merged_opt(cur("external_ids"), &p.external_ids) {
             cols.push(("external_ids", map_datum(&m)));
         }
-        if let Some(m) = merged(cur("options"), &p.options) {
+        if let Some(m) = merged_opt(cur("options"), &p.options) {
             cols.push(("options", map_datum(&m)));
         }
         if let Some(mtu) = p.mtu_request {
@@ -840,7 +800,7 @@ impl Planner<'_, '_> {
 
     fn port_cols(p: &PortSpec, row: Option<&CachedRow>) -> Vec<(&'static str, Datum)> {
         let mut cols = Vec::new();
-        if let Some(m) = merged(
+        if let Some(m) = merged_opt(
             row.and_then(|r| r.get("external_ids")),
             &p.port_external_ids,
         ) {
@@ -1046,15 +1006,8 @@ impl OvsdbOpenVSwitch {
 #[async_trait]
 impl OpenVSwitch for OvsdbOpenVSwitch {
     async fn commit(&self, batch: OvsBatch) -> Result<(), Error> {
-        let client = match &self.session {
-            Some(s) => {
-                if !self.cache.wait_online(self.wait).await {
-                    return Err(Error::Disconnected("the replica is resynchronising".into()));
-                }
-                s.client().await?
-            }
-            None => self.client.clone(),
-        };
+        let client =
+            write_client(self.session.as_ref(), &self.client, &self.cache, self.wait).await?;
         let Some(txn) = self.plan(&batch)? else {
             return Ok(());
         };
