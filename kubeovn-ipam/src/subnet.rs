@@ -407,7 +407,7 @@ impl std::fmt::Debug for Subnet {
     }
 }
 
-fn check_names(subnet: &str, pod: &str, nic: &str) -> Result<()> {
+fn check_names(pod: &str, nic: &str) -> Result<()> {
     let bad = |reason| IpamError::InvalidName {
         name: format!("{pod}/{nic}"),
         reason,
@@ -418,7 +418,6 @@ fn check_names(subnet: &str, pod: &str, nic: &str) -> Result<()> {
     if pod.len() + nic.len() > u16::MAX as usize {
         return Err(bad("pod and nic names longer than 65535 bytes"));
     }
-    let _ = subnet;
     Ok(())
 }
 
@@ -594,7 +593,7 @@ impl Subnet {
     /// Validates everything before changing anything, so a failure of one family leaves the other untouched.
     pub fn allocate(&mut self, req: &AllocRequest<'_>) -> Result<Addresses> {
         let name = &self.spec.name;
-        check_names(name, req.pod, req.nic)?;
+        check_names(req.pod, req.nic)?;
         let bad_req = |reason| IpamError::InvalidRequest {
             subnet: name.clone(),
             pod: req.pod.to_owned(),
@@ -995,7 +994,7 @@ impl Subnet {
     /// `shared` lets the record share an IP or MAC with another owner (a snapshot's live-migration entries).
     pub(crate) fn restore_record(&mut self, rec: &Allocation, shared: bool) -> Result<()> {
         let name = &self.spec.name;
-        check_names(name, &rec.pod, &rec.nic)?;
+        check_names(&rec.pod, &rec.nic)?;
         if let Some(p) = rec.pool.as_deref() {
             self.pool_index(Some(p))?;
         }
