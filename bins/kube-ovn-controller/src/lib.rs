@@ -1,0 +1,1 @@
+//! Kube-OVN controller: translates Kubernetes objects into OVN northbound state.
