@@ -104,6 +104,41 @@ pub enum Error {
         /// What is wrong.
         reason: String,
     },
+    /// The pod's network data could not be had (code 11 while the controller has not published it, 126
+    /// when it is malformed).
+    #[cfg(feature = "node")]
+    #[error(transparent)]
+    PodNetwork(#[from] crate::node::SourceError),
+    /// A netlink operation on the node failed (code 124).
+    #[cfg(feature = "node")]
+    #[error("{what}: {source}")]
+    Netdev {
+        /// The step that failed.
+        what: &'static str,
+        /// The netlink error.
+        #[source]
+        source: Box<kubeovn_netdev::Error>,
+    },
+    /// The Open_vSwitch database refused a change or did not answer (code 123).
+    #[cfg(feature = "node")]
+    #[error("{what}: {source}")]
+    Ovs {
+        /// The step that failed.
+        what: &'static str,
+        /// The OVSDB error.
+        #[source]
+        source: Box<kubeovn_ovn::Error>,
+    },
+    /// ovn-controller did not mark the interface `ovn-installed` in time (code 11).
+    #[cfg(feature = "node")]
+    #[error("interface {iface} not ovn-installed: {source}")]
+    OvnNotInstalled {
+        /// The host interface.
+        iface: String,
+        /// The wait's error.
+        #[source]
+        source: Box<kubeovn_ovn::Error>,
+    },
 }
 
 impl Error {
@@ -123,6 +158,22 @@ impl Error {
                 ErrorCode::TRY_AGAIN_LATER
             }
             Error::DaemonResponse { .. } => crate::daemon::CODE_BAD_RESPONSE,
+            #[cfg(feature = "node")]
+            Error::PodNetwork(crate::node::SourceError::Invalid { .. }) => {
+                crate::node::CODE_BAD_POD_NETWORK
+            }
+            #[cfg(feature = "node")]
+            Error::PodNetwork(_) | Error::OvnNotInstalled { .. } => ErrorCode::TRY_AGAIN_LATER,
+            #[cfg(feature = "node")]
+            Error::Netdev { source, .. } => match **source {
+                kubeovn_netdev::Error::InvalidName { .. }
+                | kubeovn_netdev::Error::InvalidContainerId { .. } => {
+                    ErrorCode::INVALID_ENVIRONMENT
+                }
+                _ => crate::node::CODE_NETDEV,
+            },
+            #[cfg(feature = "node")]
+            Error::Ovs { .. } => crate::node::CODE_OVS,
         }
     }
 

@@ -9,6 +9,9 @@
 //! request and response types, their HTTP paths over the daemon's unix socket, and a small blocking
 //! client with bounded timeouts.
 //!
+//! [`node`] (feature `node`) holds the daemon's handlers: `ADD`, `DEL`, `CHECK`, `STATUS` and `GC` on a
+//! node, composed from the Open_vSwitch database, netlink and pod-network-source traits.
+//!
 //! ```
 //! use kubeovn_cni::spec::{CniResult, NetConf};
 //!
@@ -24,6 +27,8 @@
 //! ```
 
 pub mod daemon;
+#[cfg(feature = "node")]
+pub mod node;
 pub mod spec;
 
 mod error;

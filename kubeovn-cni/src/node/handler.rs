@@ -1,0 +1,696 @@
+//! [`CniHandler`]: ADD, DEL, CHECK, STATUS and GC on a node.
+
+use std::collections::{HashMap, HashSet};
+use std::net::IpAddr;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use ipnetwork::IpNetwork;
+use kubeovn_netdev::{host_nic_name, MacAddr, Namespaces, Netdev, RouteSpec, VethSpec};
+use kubeovn_ovn::vswitch::{OpenVSwitch, OvsBatch, PortSpec, QosSpec, QueueSpec};
+
+use super::probe::GatewayProbe;
+use super::source::{PodNetwork, PodNetworkSource, SourceError};
+use super::{CODE_CHECK_FAILED, CODE_GATEWAY_UNREACHABLE};
+use crate::daemon::{PodRef, Request, Response, DEFAULT_PROVIDER};
+use crate::spec::{
+    CniError, CniResult, Command, ErrorCode, Interface, IpCidr, IpConfig, Route, Version,
+};
+use crate::Error;
+
+/// Interface `external_ids` key: the container (sandbox) id of the attachment (for `GC`).
+pub const EXT_CONTAINER_ID: &str = "cni_container_id";
+/// Interface `external_ids` key: `CNI_IFNAME` of the attachment.
+pub const EXT_IFNAME: &str = "cni_ifname";
+/// Interface `external_ids` key: the CNI network name of the attachment.
+pub const EXT_NETWORK: &str = "cni_network";
+
+/// The logical switch port name OVN binds the interface to: `<pod>.<namespace>`, and
+/// `<pod>.<namespace>.<provider>` for attachment providers, as Kube-OVN names them.
+pub fn iface_id(pod: &str, namespace: &str, provider: &str) -> String {
+    if provider.is_empty() || provider == DEFAULT_PROVIDER {
+        format!("{pod}.{namespace}")
+    } else {
+        format!("{pod}.{namespace}.{provider}")
+    }
+}
+
+/// How the handler behaves.
+#[derive(Debug, Clone)]
+pub struct HandlerConfig {
+    /// The integration bridge (`br-int`).
+    pub bridge: String,
+    /// MTU of pod interfaces when the pod's network does not say.
+    pub mtu: u32,
+    /// How long `ADD` waits for the controller to allocate and route the pod.
+    pub pod_network_timeout: Duration,
+    /// How long `ADD` waits for ovn-controller's `ovn-installed`; `None` does not wait.
+    pub ovn_installed_timeout: Option<Duration>,
+    /// How long `ADD` waits for the gateway to answer; `None` does not check.
+    pub gateway_timeout: Option<Duration>,
+}
+
+impl Default for HandlerConfig {
+    fn default() -> Self {
+        HandlerConfig {
+            bridge: "br-int".into(),
+            mtu: 1400,
+            pod_network_timeout: Duration::from_secs(30),
+            ovn_installed_timeout: Some(Duration::from_secs(20)),
+            gateway_timeout: Some(Duration::from_secs(10)),
+        }
+    }
+}
+
+/// One attachment's names, from a request.
+struct Attachment<'a> {
+    container_id: &'a str,
+    netns: Option<&'a str>,
+    ifname: &'a str,
+    host_if: String,
+}
+
+/// The node's CNI handlers, composed from the I/O seams (see the module docs).
+pub struct CniHandler {
+    cfg: HandlerConfig,
+    source: Arc<dyn PodNetworkSource>,
+    ovs: Arc<dyn OpenVSwitch>,
+    host: Arc<dyn Netdev>,
+    namespaces: Arc<dyn Namespaces>,
+    probe: Arc<dyn GatewayProbe>,
+    /// Per host interface: ADD, DEL and CHECK of one attachment never interleave.
+    locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+impl std::fmt::Debug for CniHandler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CniHandler")
+            .field("cfg", &self.cfg)
+            .finish()
+    }
+}
+
+fn netdev(what: &'static str) -> impl FnOnce(kubeovn_netdev::Error) -> Error {
+    move |source| Error::Netdev {
+        what,
+        source: Box::new(source),
+    }
+}
+
+fn ovs(what: &'static str) -> impl FnOnce(kubeovn_ovn::Error) -> Error {
+    move |source| Error::Ovs {
+        what,
+        source: Box::new(source),
+    }
+}
+
+fn cidr(n: &IpNetwork) -> IpCidr {
+    IpCidr {
+        addr: n.ip(),
+        prefix: n.prefix(),
+    }
+}
+
+fn network_of(n: &IpNetwork) -> IpCidr {
+    IpCidr {
+        addr: n.network(),
+        prefix: n.prefix(),
+    }
+}
+
+fn default_dst(v4: bool) -> IpCidr {
+    IpCidr {
+        addr: if v4 {
+            IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED)
+        } else {
+            IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED)
+        },
+        prefix: 0,
+    }
+}
+
+impl CniHandler {
+    /// A handler over the given seams.
+    pub fn new(
+        cfg: HandlerConfig,
+        source: Arc<dyn PodNetworkSource>,
+        ovs: Arc<dyn OpenVSwitch>,
+        host: Arc<dyn Netdev>,
+        namespaces: Arc<dyn Namespaces>,
+        probe: Arc<dyn GatewayProbe>,
+    ) -> Self {
+        CniHandler {
+            cfg,
+            source,
+            ovs,
+            host,
+            namespaces,
+            probe,
+            locks: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &HandlerConfig {
+        &self.cfg
+    }
+
+    /// Handles one request from the shim and answers it (errors become the spec's error object).
+    pub async fn handle(&self, req: &Request) -> Response {
+        if let Err(e) = req.check_protocol() {
+            return Response::failure(e);
+        }
+        let out = match req.command {
+            Command::Add => self.add(req).await.map(Some),
+            Command::Del => self.del(req).await.map(|_| None),
+            Command::Check => self.check(req).await.map(|_| None),
+            Command::Status => self.status().await.map(|_| None),
+            Command::Gc => self.gc(req).await.map(|_| None),
+            Command::Version => Err(Error::InvalidEnv {
+                var: "CNI_COMMAND",
+                value: "VERSION".into(),
+                reason: "VERSION is answered by the shim",
+            }),
+        };
+        match out {
+            Ok(Some(r)) => Response::with_result(&r),
+            Ok(None) => Response::ok(),
+            Err(e) => Response::failure(e.to_cni(&req.cni_version)),
+        }
+    }
+
+    fn attachment<'a>(&self, req: &'a Request) -> Result<Attachment<'a>, Error> {
+        let missing = |var: &'static str| Error::MissingEnv {
+            command: req.command.as_str().to_owned(),
+            vars: vec![var],
+        };
+        let container_id = req
+            .container_id
+            .as_deref()
+            .filter(|s| !s.is_empty())
+            .ok_or_else(|| missing("CNI_CONTAINERID"))?;
+        let ifname = req
+            .ifname
+            .as_deref()
+            .filter(|s| !s.is_empty())
+            .ok_or_else(|| missing("CNI_IFNAME"))?;
+        let (host_if, _) = host_nic_name(container_id, ifname).map_err(|e| match e {
+            kubeovn_netdev::Error::InvalidContainerId { .. } => Error::InvalidEnv {
+                var: "CNI_CONTAINERID",
+                value: container_id.to_owned(),
+                reason: "needs at least 12 ASCII characters",
+            },
+            _ => Error::InvalidEnv {
+                var: "CNI_IFNAME",
+                value: ifname.to_owned(),
+                reason: "not a valid interface name",
+            },
+        })?;
+        Ok(Attachment {
+            container_id,
+            netns: req.netns.as_deref().filter(|s| !s.is_empty()),
+            ifname,
+            host_if,
+        })
+    }
+
+    fn lock_for(&self, host_if: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut m = self.locks.lock().unwrap_or_else(|e| e.into_inner());
+        // Drop the entries nobody holds, so the map stays as small as the attachments in flight.
+        if m.len() > 64 {
+            m.retain(|_, l| Arc::strong_count(l) > 1);
+        }
+        m.entry(host_if.to_owned()).or_default().clone()
+    }
+
+    fn pod<'a>(&self, req: &'a Request) -> Result<&'a PodRef, Error> {
+        req.pod.as_ref().ok_or_else(|| Error::InvalidEnv {
+            var: "CNI_ARGS",
+            value: String::new(),
+            reason: "K8S_POD_NAME and K8S_POD_NAMESPACE are required",
+        })
+    }
+
+    fn existing_netns<'a>(&self, a: &Attachment<'a>) -> Result<&'a str, Error> {
+        let netns = a.netns.ok_or_else(|| Error::MissingEnv {
+            command: "ADD".into(),
+            vars: vec!["CNI_NETNS"],
+        })?;
+        if !Path::new(netns).exists() {
+            return Err(Error::InvalidEnv {
+                var: "CNI_NETNS",
+                value: netns.to_owned(),
+                reason: "the network namespace does not exist",
+            });
+        }
+        Ok(netns)
+    }
+
+    /// `ADD`: plugs the pod and returns the CNI result (latest spec version). On failure, whatever this call
+    /// created is removed again.
+    pub async fn add(&self, req: &Request) -> Result<CniResult, Error> {
+        let a = self.attachment(req)?;
+        let pod = self.pod(req)?;
+        let netns = self.existing_netns(&a)?;
+        let lock = self.lock_for(&a.host_if);
+        let _held = lock.lock().await;
+        let net = self
+            .source
+            .pod_network(pod, &req.provider, self.cfg.pod_network_timeout)
+            .await?;
+        net.validate().map_err(|reason| SourceError::Invalid {
+            namespace: pod.namespace.clone(),
+            name: pod.name.clone(),
+            reason,
+        })?;
+        let host_existed = self
+            .host
+            .link(&a.host_if)
+            .await
+            .map_err(netdev("look up host interface"))?
+            .is_some();
+        let port_existed = self.ovs.port(&a.host_if).is_some();
+        match self.plug(req, pod, &a, netns, &net, host_existed).await {
+            Ok(r) => Ok(r),
+            Err(e) => {
+                if !port_existed {
+                    let mut b = OvsBatch::new();
+                    b.delete_port(a.host_if.clone());
+                    let _ = self.ovs.commit(b).await;
+                }
+                if !host_existed {
+                    let _ = self.host.delete_link(&a.host_if).await;
+                }
+                Err(e)
+            }
+        }
+    }
+
+    fn port_batch(
+        &self,
+        req: &Request,
+        pod: &PodRef,
+        a: &Attachment<'_>,
+        netns: &str,
+        net: &PodNetwork,
+    ) -> OvsBatch {
+        let ips = net
+            .ips
+            .iter()
+            .map(|i| i.ip().to_string())
+            .collect::<Vec<_>>()
+            .join(",");
+        let mut port = PortSpec::new(&self.cfg.bridge, &a.host_if)
+            .iface_id(iface_id(&pod.name, &pod.namespace, &req.provider))
+            .external_id("pod_name", &pod.name)
+            .external_id("pod_namespace", &pod.namespace)
+            .external_id("ip_address", ips)
+            .external_id("pod_netns", netns)
+            .external_id(EXT_CONTAINER_ID, a.container_id)
+            .external_id(EXT_IFNAME, a.ifname)
+            .external_id(EXT_NETWORK, &req.network);
+        if !net.logical_switch.is_empty() {
+            port = port.external_id("logical_switch", &net.logical_switch);
+        }
+        // Traffic the pod sends enters OVS through this interface: policing there limits the pod's egress.
+        let (rate, burst) = match net.egress_rate_mbps {
+            Some(m) if m > 0 => {
+                let kbps = i64::try_from(m.saturating_mul(1000)).unwrap_or(i64::MAX);
+                (kbps, kbps / 10 * 8)
+            }
+            _ => (0, 0),
+        };
+        port = port.ingress_policing(rate, burst);
+        let mut b = OvsBatch::new();
+        b.add(port);
+        match net.ingress_rate_mbps {
+            Some(m) if m > 0 => {
+                let bps = m.saturating_mul(1_000_000);
+                b.add(
+                    QosSpec::new(&a.host_if, "linux-htb")
+                        .other_config("max-rate", bps.to_string())
+                        .external_id(
+                            "iface-id",
+                            iface_id(&pod.name, &pod.namespace, &req.provider),
+                        )
+                        .queue(0, QueueSpec::max_rate(bps)),
+                );
+            }
+            _ => {
+                if self.ovs.qos(&a.host_if).is_some() {
+                    b.delete_qos(a.host_if.clone());
+                }
+            }
+        }
+        b
+    }
+
+    async fn plug(
+        &self,
+        req: &Request,
+        pod: &PodRef,
+        a: &Attachment<'_>,
+        netns: &str,
+        net: &PodNetwork,
+        host_existed: bool,
+    ) -> Result<CniResult, Error> {
+        let mtu = net.mtu.unwrap_or(self.cfg.mtu);
+        let mut spec = VethSpec::new(&a.host_if, a.ifname, netns).mtu(mtu);
+        if let Some(mac) = net.mac {
+            spec = spec.peer_mac(mac);
+        }
+        self.host
+            .create_veth(&spec)
+            .await
+            .map_err(netdev("create veth"))?;
+        let batch = self.port_batch(req, pod, a, netns, net);
+        // The host side (link up, OVS port) and the pod side (addresses, routes) are independent.
+        let host_side = async {
+            self.host
+                .set_link_up(&a.host_if, true)
+                .await
+                .map_err(netdev("set host interface up"))?;
+            self.ovs.commit(batch).await.map_err(ovs("add port"))?;
+            let link = self
+                .host
+                .link(&a.host_if)
+                .await
+                .map_err(netdev("look up host interface"))?;
+            Ok::<_, Error>(link.and_then(|l| l.mac))
+        };
+        let pod_side = self.configure_pod(a, netns, net, mtu, host_existed);
+        let (host_mac, pod_mac) = tokio::try_join!(host_side, pod_side)?;
+
+        if let Some(t) = self.cfg.ovn_installed_timeout {
+            self.ovs
+                .wait_ovn_installed(&a.host_if, t)
+                .await
+                .map_err(|source| Error::OvnNotInstalled {
+                    iface: a.host_if.clone(),
+                    source: Box::new(source),
+                })?;
+        }
+        if let Some(t) = self.cfg.gateway_timeout {
+            let probes = net.gateways.iter().map(|gw| async move {
+                self.probe
+                    .probe(Path::new(netns), *gw, t)
+                    .await
+                    .map_err(|reason| {
+                        Error::Plugin(CniError::new(
+                            CODE_GATEWAY_UNREACHABLE,
+                            format!(
+                                "gateway {gw} of pod {}/{} unreachable",
+                                pod.namespace, pod.name
+                            ),
+                            reason,
+                        ))
+                    })
+            });
+            futures::future::try_join_all(probes).await?;
+        }
+        Ok(self.result(a, netns, net, mtu, host_mac, pod_mac))
+    }
+
+    async fn configure_pod(
+        &self,
+        a: &Attachment<'_>,
+        netns: &str,
+        net: &PodNetwork,
+        mtu: u32,
+        existed: bool,
+    ) -> Result<Option<MacAddr>, Error> {
+        let pod = self
+            .namespaces
+            .open(Path::new(netns))
+            .map_err(netdev("enter pod netns"))?;
+        let ifname = a.ifname;
+        if existed {
+            // A repeated ADD: make sure the parameters are what this ADD asks for.
+            if let Some(mac) = net.mac {
+                pod.set_link_mac(ifname, mac)
+                    .await
+                    .map_err(netdev("set pod MAC"))?;
+            }
+            pod.set_link_mtu(ifname, mtu)
+                .await
+                .map_err(netdev("set pod MTU"))?;
+        }
+        if net.ips.iter().any(|i| i.is_ipv6()) {
+            // No duplicate address detection: OVN owns the address, and DAD would hold it back ~1 s.
+            pod.set_sysctl(&format!("net/ipv6/conf/{ifname}/accept_dad"), "0")
+                .await
+                .map_err(netdev("disable DAD"))?;
+        }
+        for ip in &net.ips {
+            pod.add_address(ifname, *ip)
+                .await
+                .map_err(netdev("add pod address"))?;
+        }
+        pod.set_link_up("lo", true)
+            .await
+            .map_err(netdev("set lo up"))?;
+        pod.set_link_up(ifname, true)
+            .await
+            .map_err(netdev("set pod interface up"))?;
+        for gw in &net.gateways {
+            pod.add_route(&RouteSpec::default_via(*gw))
+                .await
+                .map_err(netdev("add default route"))?;
+        }
+        for r in &net.routes {
+            let spec = match r.gw {
+                Some(gw) => RouteSpec::via(r.dst, gw),
+                None => RouteSpec::on_link(r.dst, ifname),
+            };
+            pod.add_route(&spec)
+                .await
+                .map_err(netdev("add pod route"))?;
+        }
+        match net.mac {
+            Some(m) => Ok(Some(m)),
+            None => Ok(pod
+                .link(ifname)
+                .await
+                .map_err(netdev("look up pod interface"))?
+                .and_then(|l| l.mac)),
+        }
+    }
+
+    fn result(
+        &self,
+        a: &Attachment<'_>,
+        netns: &str,
+        net: &PodNetwork,
+        mtu: u32,
+        host_mac: Option<MacAddr>,
+        pod_mac: Option<MacAddr>,
+    ) -> CniResult {
+        let mut r = CniResult::new(Version::LATEST);
+        r.interfaces.push(Interface {
+            name: a.host_if.clone(),
+            mac: host_mac.map(|m| m.to_string()).unwrap_or_default(),
+            mtu: Some(mtu),
+            ..Default::default()
+        });
+        r.interfaces.push(Interface {
+            name: a.ifname.to_owned(),
+            mac: pod_mac.map(|m| m.to_string()).unwrap_or_default(),
+            mtu: Some(mtu),
+            sandbox: netns.to_owned(),
+            ..Default::default()
+        });
+        for ip in &net.ips {
+            r.ips.push(IpConfig {
+                address: cidr(ip),
+                gateway: net
+                    .gateways
+                    .iter()
+                    .find(|g| g.is_ipv4() == ip.is_ipv4())
+                    .copied(),
+                interface: Some(1),
+            });
+        }
+        for gw in &net.gateways {
+            let mut route = Route::to(default_dst(gw.is_ipv4()));
+            route.gw = Some(*gw);
+            r.routes.push(route);
+        }
+        for pr in &net.routes {
+            let mut route = Route::to(network_of(&pr.dst));
+            route.gw = pr.gw;
+            r.routes.push(route);
+        }
+        r
+    }
+
+    /// `DEL`: removes the attachment's OVS port (with its QoS) and its veth; absent pieces are fine.
+    pub async fn del(&self, req: &Request) -> Result<(), Error> {
+        let a = self.attachment(req)?;
+        let lock = self.lock_for(&a.host_if);
+        let _held = lock.lock().await;
+        self.unplug(&a.host_if).await
+    }
+
+    async fn unplug(&self, host_if: &str) -> Result<(), Error> {
+        if self.ovs.port(host_if).is_some() {
+            let mut b = OvsBatch::new();
+            b.delete_port(host_if.to_owned());
+            self.ovs.commit(b).await.map_err(ovs("delete port"))?;
+        }
+        // Deleting the host end takes the pod end (in the pod's namespace) with it.
+        self.host
+            .delete_link(host_if)
+            .await
+            .map_err(netdev("delete veth"))
+    }
+
+    /// `CHECK`: the attachment is as `ADD` left it (veth, OVS port and its iface-id, pod addresses and
+    /// default routes), else code [`CODE_CHECK_FAILED`].
+    pub async fn check(&self, req: &Request) -> Result<(), Error> {
+        let a = self.attachment(req)?;
+        let pod = self.pod(req)?;
+        let netns = self.existing_netns(&a)?;
+        let lock = self.lock_for(&a.host_if);
+        let _held = lock.lock().await;
+        let fail = |reason: String| {
+            Error::Plugin(CniError::new(
+                CODE_CHECK_FAILED,
+                format!("CHECK of pod {}/{} failed", pod.namespace, pod.name),
+                reason,
+            ))
+        };
+        let net = self
+            .source
+            .pod_network(pod, &req.provider, Duration::from_secs(1))
+            .await?;
+        match self
+            .host
+            .link(&a.host_if)
+            .await
+            .map_err(netdev("look up host interface"))?
+        {
+            Some(l) if l.admin_up => {}
+            Some(_) => return Err(fail(format!("host interface {} is down", a.host_if))),
+            None => return Err(fail(format!("host interface {} is missing", a.host_if))),
+        }
+        let want_id = iface_id(&pod.name, &pod.namespace, &req.provider);
+        match self.ovs.interface(&a.host_if) {
+            None => {
+                return Err(fail(format!(
+                    "OVS interface {} is missing from {}",
+                    a.host_if, self.cfg.bridge
+                )))
+            }
+            Some(i) if i.external_ids.get("iface-id") != Some(&want_id) => {
+                return Err(fail(format!(
+                    "OVS interface {} has iface-id {:?}, want {want_id:?}",
+                    a.host_if,
+                    i.external_ids.get("iface-id")
+                )))
+            }
+            Some(_) => {}
+        }
+        let pod_dev = self
+            .namespaces
+            .open(Path::new(netns))
+            .map_err(netdev("enter pod netns"))?;
+        let link = pod_dev
+            .link(a.ifname)
+            .await
+            .map_err(netdev("look up pod interface"))?
+            .ok_or_else(|| fail(format!("{} is missing in {netns}", a.ifname)))?;
+        if let Some(mac) = net.mac {
+            if link.mac != Some(mac) {
+                return Err(fail(format!(
+                    "{} has MAC {:?}, want {mac}",
+                    a.ifname, link.mac
+                )));
+            }
+        }
+        let have: HashSet<IpNetwork> = pod_dev
+            .addresses(a.ifname)
+            .await
+            .map_err(netdev("list pod addresses"))?
+            .into_iter()
+            .map(|x| x.addr)
+            .collect();
+        let mut want: Vec<IpNetwork> = net.ips.clone();
+        if let Some(prev) = &req.prev_result {
+            for ip in &prev.ips {
+                if let Ok(n) = IpNetwork::new(ip.address.addr, ip.address.prefix) {
+                    want.push(n);
+                }
+            }
+        }
+        for ip in want {
+            if !have.contains(&ip) {
+                return Err(fail(format!("{} lacks address {ip}", a.ifname)));
+            }
+        }
+        let routes = pod_dev.routes().await.map_err(netdev("list pod routes"))?;
+        for gw in &net.gateways {
+            if !routes
+                .iter()
+                .any(|r| r.dst.prefix() == 0 && r.gateway == Some(*gw))
+            {
+                return Err(fail(format!("no default route via {gw}")));
+            }
+        }
+        Ok(())
+    }
+
+    /// `STATUS`: ready when the bridge exists and the pod network source can answer; else code 50.
+    pub async fn status(&self) -> Result<(), Error> {
+        let unavailable = |reason: String| {
+            Error::Plugin(CniError::new(
+                ErrorCode::NOT_AVAILABLE,
+                "kube-ovn daemon not ready",
+                reason,
+            ))
+        };
+        if self.ovs.bridge(&self.cfg.bridge).is_none() {
+            return Err(unavailable(format!(
+                "bridge {} does not exist",
+                self.cfg.bridge
+            )));
+        }
+        if !self.source.ready() {
+            return Err(unavailable("pod network source not synced".into()));
+        }
+        Ok(())
+    }
+
+    /// `GC`: removes the ports (and veths) this network's `ADD`s created on the bridge for attachments not in
+    /// `validAttachments`.
+    pub async fn gc(&self, req: &Request) -> Result<(), Error> {
+        let valid: HashSet<(String, String)> = req
+            .valid_attachments
+            .iter()
+            .flatten()
+            .map(|a| (a.container_id.clone(), a.ifname.clone()))
+            .collect();
+        let mut first_err = None;
+        for port in self.ovs.bridge_ports(&self.cfg.bridge) {
+            let Some(iface) = self.ovs.interface(&port) else {
+                continue;
+            };
+            let ext = &iface.external_ids;
+            let (Some(cid), Some(ifname)) = (ext.get(EXT_CONTAINER_ID), ext.get(EXT_IFNAME)) else {
+                continue;
+            };
+            if ext.get(EXT_NETWORK).map(String::as_str) != Some(req.network.as_str()) {
+                continue;
+            }
+            if valid.contains(&(cid.clone(), ifname.clone())) {
+                continue;
+            }
+            let lock = self.lock_for(&port);
+            let _held = lock.lock().await;
+            if let Err(e) = self.unplug(&port).await {
+                first_err.get_or_insert(e);
+            }
+        }
+        first_err.map_or(Ok(()), Err)
+    }
+}
