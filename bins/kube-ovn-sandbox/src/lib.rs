@@ -1,1 +1,77 @@
 //! A single-machine Kube-OVN: starts OVN/OVS, the test API server and our binaries in one state directory.
+//!
+//! [`ovn`] starts a single-node OVN (NB, SB, ovn-northd, ovs-vswitchd on the userspace datapath,
+//! ovn-controller) in a directory, each process with its own sockets, and stops it by pid; the end-to-end
+//! tests of the daemon and the controller use it.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), kube_ovn_sandbox::SandboxError> {
+//! let stack = kube_ovn_sandbox::ovn::OvnStack::start(
+//!     std::path::Path::new("/tmp/sandbox"),
+//!     kube_ovn_sandbox::ovn::OvnOptions::new("br-int"),
+//! )
+//! .await?;
+//! println!("{}", stack.nb_remote());
+//! # Ok(()) }
+//! ```
+
+pub mod ovn;
+
+use std::path::{Path, PathBuf};
+
+/// Why the sandbox could not start or run something.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SandboxError {
+    /// A program is not installed.
+    #[error("{0} is not installed (apt-get install openvswitch-switch ovn-central ovn-host)")]
+    Missing(&'static str),
+    /// A file or process operation failed.
+    #[error("{what} {}: {source}", path.display())]
+    Io {
+        /// The step.
+        what: &'static str,
+        /// The path or program.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A tool exited with an error.
+    #[error("{what} failed: {detail}")]
+    Failed {
+        /// The tool.
+        what: &'static str,
+        /// Its stderr.
+        detail: String,
+    },
+    /// A process exited early.
+    #[error("{name} exited: {status}")]
+    Exited {
+        /// The process.
+        name: &'static str,
+        /// How it exited.
+        status: String,
+    },
+    /// Something did not come up in time.
+    #[error("timed out waiting for {what}\n{log}")]
+    Timeout {
+        /// What was awaited.
+        what: String,
+        /// The tail of the relevant log.
+        log: String,
+    },
+    /// An OVSDB request failed.
+    #[error("OVSDB: {0}")]
+    Ovsdb(#[from] kubeovn_ovn::Error),
+}
+
+impl SandboxError {
+    pub(crate) fn io(what: &'static str, path: &Path, source: std::io::Error) -> Self {
+        SandboxError::Io {
+            what,
+            path: path.to_owned(),
+            source,
+        }
+    }
+}
