@@ -1,4 +1,26 @@
-//! The Kube-OVN logic of kubeovn-rs: CRD types, annotations, naming and the controllers that translate
-//! Kubernetes objects into OVN state, composed from the lower crates through their traits.
+//! The Kube-OVN logic of kubeovn-rs: Kube-OVN's CRD types, annotations and naming conventions, and the
+//! controllers that translate Kubernetes objects into OVN state, composed from the lower crates through their
+//! traits.
 //!
-//! Nothing is implemented yet: see the project's issue tracker.
+//! The types are usable alone, e.g. by an operator that reads what Kube-OVN wrote on a pod:
+//!
+//! ```
+//! use std::collections::BTreeMap;
+//! use kubeovn_core::annotations::{PodNetworkAnnotations, DEFAULT_PROVIDER, IP_ADDRESS};
+//!
+//! let mut anns = BTreeMap::new();
+//! anns.insert(IP_ADDRESS.to_owned(), "10.16.0.5,fd00:10:16::5".to_owned());
+//! anns.insert("ovn.kubernetes.io/allocated".to_owned(), "true".to_owned());
+//! let pod = PodNetworkAnnotations::parse(&anns, DEFAULT_PROVIDER)?;
+//! assert!(pod.allocated);
+//! assert_eq!(pod.ipv4(), Some("10.16.0.5".parse()?));
+//! assert_eq!(kubeovn_core::naming::pod_port("web-0", "default", DEFAULT_PROVIDER), "web-0.default");
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+pub mod annotations;
+pub mod error;
+pub mod naming;
+
+pub use error::{AnnotationError, Error, Problem, Result};
+pub use kubeovn_ipam::Mac;
