@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde::Serialize;
+use serde_json::value::RawValue;
 use serde_json::Value as Json;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot};
@@ -20,7 +21,7 @@ use crate::conn::{Connection, Event, Notification, UpdateKind};
 use crate::error::Error;
 use crate::framing::FrameDecoder;
 use crate::monitor::{
-    parse_monitor_since_reply, parse_table_updates, MonitorRequest, MonitorRequests,
+    parse_monitor_since_reply_str, parse_table_updates_str, MonitorRequest, MonitorRequests,
     MonitorSinceReply, TableUpdates,
 };
 use crate::ops::{parse_results, Condition, OperationResult, Transaction};
@@ -269,13 +270,22 @@ fn now() -> std::time::Instant {
     tokio::time::Instant::now().into_std()
 }
 
-type Reply = oneshot::Sender<Result<Json, Error>>;
+/// A reply's result, as JSON text: each caller decodes it for what it expects.
+type Reply = oneshot::Sender<Result<Box<RawValue>, Error>>;
 
 /// A raw update notification routed to a monitor stream.
 #[derive(Debug)]
 struct RawUpdate {
     last_txn_id: Option<Uuid>,
-    updates: Json,
+    updates: Box<RawValue>,
+}
+
+/// Decodes a result's JSON text into a `Value`.
+fn to_json(method: &'static str, raw: &RawValue) -> Result<Json, Error> {
+    serde_json::from_str(raw.get()).map_err(|e| Error::Protocol {
+        method,
+        what: e.to_string(),
+    })
 }
 
 enum Command {
@@ -363,7 +373,7 @@ impl Client {
         method: &'static str,
         params: &(impl Serialize + ?Sized),
         subscribe: Option<(String, mpsc::UnboundedSender<RawUpdate>)>,
-    ) -> Result<oneshot::Receiver<Result<Json, Error>>, Error> {
+    ) -> Result<oneshot::Receiver<Result<Box<RawValue>, Error>>, Error> {
         let params = serde_json::to_vec(params)?;
         let (reply, rx) = oneshot::channel();
         self.shared
@@ -385,7 +395,7 @@ impl Client {
         params: &(impl Serialize + ?Sized),
     ) -> impl Future<Output = Result<Json, Error>> + Send + 'static {
         let rx = self.start(method, params, None);
-        async move { rx?.await.map_err(|_| disconnected())? }
+        async move { to_json(method, &rx?.await.map_err(|_| disconnected())??) }
     }
 
     /// `list_dbs`: the databases the server holds.
@@ -450,8 +460,8 @@ impl Client {
         }
         .and_then(|()| self.start("transact", txn, None));
         async move {
-            let j = started?.await.map_err(|_| disconnected())??;
-            Ok(parse_results(&txn.ops, &j)?)
+            let raw = started?.await.map_err(|_| disconnected())??;
+            Ok(parse_results(&txn.ops, &to_json("transact", &raw)?)?)
         }
     }
 
@@ -461,7 +471,7 @@ impl Client {
         db: &str,
         requests: &MonitorRequests,
         since: Option<Option<Uuid>>,
-    ) -> Result<(Json, MonitorStream), Error> {
+    ) -> Result<(Box<RawValue>, MonitorStream), Error> {
         let schema = self.schema_or_fetch(db).await?;
         requests.validate(&schema)?;
         let id = format!(
@@ -509,7 +519,7 @@ impl Client {
         requests: &MonitorRequests,
     ) -> Result<(TableUpdates, MonitorStream), Error> {
         let (j, s) = self.start_monitor("monitor", db, requests, None).await?;
-        Ok((parse_table_updates(&j, false, Some(&s.schema))?, s))
+        Ok((parse_table_updates_str(j.get(), false, Some(&s.schema))?, s))
     }
 
     /// `monitor_cond`: the current contents (in `update2` form) and a stream of later changes.
@@ -521,7 +531,7 @@ impl Client {
         let (j, s) = self
             .start_monitor("monitor_cond", db, requests, None)
             .await?;
-        Ok((parse_table_updates(&j, true, Some(&s.schema))?, s))
+        Ok((parse_table_updates_str(j.get(), true, Some(&s.schema))?, s))
     }
 
     /// `monitor_cond_since`: the changes since transaction `last_txn_id` if the server still has it (else
@@ -535,7 +545,7 @@ impl Client {
         let (j, mut s) = self
             .start_monitor("monitor_cond_since", db, requests, Some(last_txn_id))
             .await?;
-        let r = parse_monitor_since_reply(&j, Some(&s.schema))?;
+        let r = parse_monitor_since_reply_str(j.get(), Some(&s.schema))?;
         s.last_txn_id = r.last_txn_id;
         Ok((r, s))
     }
@@ -648,7 +658,7 @@ impl MonitorStream {
             self.last_txn_id = raw.last_txn_id;
         }
         Some(
-            parse_table_updates(&raw.updates, v2, Some(&self.schema))
+            parse_table_updates_str(raw.updates.get(), v2, Some(&self.schema))
                 .map(|tables| Update {
                     last_txn_id: raw.last_txn_id,
                     tables,

@@ -12,7 +12,11 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use serde_json::Value as Json;
 
-use crate::framing::{encode_error_response, encode_response, DecodeError, FrameDecoder, Message};
+use serde_json::value::RawValue;
+
+use crate::framing::{
+    encode_error_response, encode_response, DecodeError, FrameDecoder, RawMessage,
+};
 use crate::ops::OvsdbError;
 use crate::uuid::Uuid;
 
@@ -28,7 +32,7 @@ pub enum UpdateKind {
 }
 
 /// A notification from the server.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub enum Notification {
     /// `update`, `update2` or `update3` for one monitor.
     Update {
@@ -38,8 +42,9 @@ pub enum Notification {
         kind: UpdateKind,
         /// For update3: the id of the transaction these changes complete.
         last_txn_id: Option<Uuid>,
-        /// The `<table-updates>` or `<table-updates2>` object.
-        updates: Json,
+        /// The `<table-updates>` or `<table-updates2>` object, as JSON text (see
+        /// [`crate::monitor::parse_table_updates_str`]).
+        updates: Box<RawValue>,
     },
     /// `locked`: a lock requested earlier is now held.
     Locked(String),
@@ -61,8 +66,8 @@ pub enum Event<T> {
     Reply {
         /// What the caller registered.
         token: T,
-        /// The result, or the server's error.
-        result: Result<Json, OvsdbError>,
+        /// The result as JSON text, or the server's error.
+        result: Result<Box<RawValue>, OvsdbError>,
     },
     /// A notification.
     Notification(Notification),
@@ -227,61 +232,32 @@ impl<T> Connection<T> {
 
     /// Processes the bytes received so far: queues events, answers echo. A fatal decode error means the
     /// connection must be closed.
+    ///
+    /// Payloads (results, update notifications) are kept as JSON text and decoded by their reader, which
+    /// knows their shape: a monitor's rows are decoded straight from the text (see [`crate::decode`]).
     pub fn handle_input(&mut self, now: Instant) -> Result<(), DecodeError> {
         loop {
-            let msg = match self.decoder.next_message() {
-                Ok(Some(m)) => m,
+            let Connection {
+                decoder,
+                pending,
+                out,
+                events,
+                stats,
+                last_rx,
+                probe,
+                ..
+            } = self;
+            let ok = match decoder.next_raw_message() {
+                Ok(Some(m)) => handle_message(m, pending, out, events, stats),
                 Ok(None) => return Ok(()),
                 Err(e) if e.is_fatal() => return Err(e),
-                Err(_) => {
-                    self.stats.bad_messages += 1;
-                    self.touch(now);
-                    continue;
-                }
+                Err(_) => false,
             };
-            self.touch(now);
-            self.handle_message(msg);
-        }
-    }
-
-    fn touch(&mut self, now: Instant) {
-        self.last_rx = now;
-        self.probe = ProbeState::Active;
-    }
-
-    fn handle_message(&mut self, msg: Message) {
-        match msg {
-            Message::Response { id, result } => {
-                let Some(token) = id.as_u64().and_then(|i| self.pending.remove(&i)) else {
-                    self.stats.unmatched += 1;
-                    return;
-                };
-                // No token: the reply to our own probe echo.
-                if let Some(token) = token {
-                    self.stats.replies += 1;
-                    self.events.push_back(Event::Reply {
-                        token,
-                        result: result.map_err(|e| OvsdbError::from_json(&e)),
-                    });
-                }
+            if !ok {
+                stats.bad_messages += 1;
             }
-            Message::Request { id, method, params } => {
-                if method == "echo" {
-                    self.stats.echoes_answered += 1;
-                    encode_response(&mut self.out, &id, &params);
-                } else {
-                    encode_error_response(
-                        &mut self.out,
-                        &id,
-                        &Json::from(format!("unknown method {method:?}")),
-                    );
-                }
-            }
-            Message::Notification { method, params } => {
-                self.stats.notifications += 1;
-                self.events
-                    .push_back(Event::Notification(parse_notification(method, params)));
-            }
+            *last_rx = now;
+            *probe = ProbeState::Active;
         }
     }
 
@@ -337,49 +313,110 @@ impl<T> Connection<T> {
     }
 }
 
-fn parse_notification(method: String, params: Json) -> Notification {
+/// Handles one message; false if it is not a valid JSON-RPC message after all.
+fn handle_message<T>(
+    msg: RawMessage<'_>,
+    pending: &mut HashMap<u64, Option<T>>,
+    out: &mut Vec<u8>,
+    events: &mut VecDeque<Event<T>>,
+    stats: &mut Stats,
+) -> bool {
+    let json = |v: &RawValue| serde_json::from_str::<Json>(v.get()).unwrap_or(Json::Null);
+    let string = |v: &RawValue| serde_json::from_str::<String>(v.get()).ok();
+    match msg {
+        RawMessage::Response { id, result } => {
+            let Some(token) = id
+                .get()
+                .parse::<u64>()
+                .ok()
+                .and_then(|i| pending.remove(&i))
+            else {
+                stats.unmatched += 1;
+                return true;
+            };
+            // No token: the reply to our own probe echo.
+            if let Some(token) = token {
+                stats.replies += 1;
+                events.push_back(Event::Reply {
+                    token,
+                    result: match result {
+                        Ok(Some(r)) => Ok(r.to_owned()),
+                        Ok(None) => Ok(null()),
+                        Err(e) => Err(OvsdbError::from_json(&json(e))),
+                    },
+                });
+            }
+        }
+        RawMessage::Request { id, method, params } => {
+            let Some(method) = string(method) else {
+                return false;
+            };
+            let id = json(id);
+            if method == "echo" {
+                stats.echoes_answered += 1;
+                let params = params.map(json).unwrap_or(Json::Array(Vec::new()));
+                encode_response(out, &id, &params);
+            } else {
+                encode_error_response(out, &id, &Json::from(format!("unknown method {method:?}")));
+            }
+        }
+        RawMessage::Notification { method, params } => {
+            let Some(method) = string(method) else {
+                return false;
+            };
+            stats.notifications += 1;
+            events.push_back(Event::Notification(parse_notification(method, params)));
+        }
+    }
+    true
+}
+
+/// A `null` payload.
+fn null() -> Box<RawValue> {
+    RawValue::from_string("null".to_owned()).unwrap_or_else(|_| unreachable!("null is JSON"))
+}
+
+fn parse_notification(method: String, params: Option<&RawValue>) -> Notification {
     let kind = match method.as_str() {
         "update" => Some(UpdateKind::Update),
         "update2" => Some(UpdateKind::Update2),
         "update3" => Some(UpdateKind::Update3),
         _ => None,
     };
-    let lock_name = |p: &Json| p.get(0).and_then(Json::as_str).map(str::to_owned);
-    match (kind, method.as_str()) {
-        (Some(kind), _) => {
-            let Json::Array(mut a) = params else {
-                return Notification::Other { method, params };
-            };
-            let ok = match kind {
-                UpdateKind::Update3 => a.len() == 3,
-                _ => a.len() == 2,
-            };
-            if !ok {
-                return Notification::Other {
-                    method,
-                    params: Json::Array(a),
-                };
-            }
-            let updates = a.pop().unwrap_or(Json::Null);
+    if let Some(kind) = kind {
+        // The updates stay text (borrowed until copied once), to be decoded by the monitor's schema.
+        let a: Option<Vec<&RawValue>> = params.and_then(|p| serde_json::from_str(p.get()).ok());
+        let want = if kind == UpdateKind::Update3 { 3 } else { 2 };
+        if let Some(a) = a.filter(|a| a.len() == want) {
+            let monitor = serde_json::from_str(a[0].get()).unwrap_or(Json::Null);
             let last_txn_id = match kind {
-                UpdateKind::Update3 => a
-                    .pop()
-                    .and_then(|j| j.as_str().and_then(|s| Uuid::parse(s).ok())),
+                UpdateKind::Update3 => serde_json::from_str::<&str>(a[1].get())
+                    .ok()
+                    .and_then(|s| Uuid::parse(s).ok()),
                 _ => None,
             };
-            let monitor = a.pop().unwrap_or(Json::Null);
-            Notification::Update {
+            return Notification::Update {
                 monitor,
                 kind,
                 last_txn_id,
-                updates,
-            }
+                updates: a[want - 1].to_owned(),
+            };
         }
-        (None, "locked") => match lock_name(&params) {
+    }
+    let params = params
+        .and_then(|p| serde_json::from_str(p.get()).ok())
+        .unwrap_or(Json::Array(Vec::new()));
+    parse_other_notification(method, params)
+}
+
+fn parse_other_notification(method: String, params: Json) -> Notification {
+    let lock_name = |p: &Json| p.get(0).and_then(Json::as_str).map(str::to_owned);
+    match method.as_str() {
+        "locked" => match lock_name(&params) {
             Some(n) => Notification::Locked(n),
             None => Notification::Other { method, params },
         },
-        (None, "stolen") => match lock_name(&params) {
+        "stolen" => match lock_name(&params) {
             Some(n) => Notification::Stolen(n),
             None => Notification::Other { method, params },
         },
@@ -391,6 +428,8 @@ fn parse_notification(method: String, params: Json) -> Notification {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    use crate::framing::Message;
 
     fn out(c: &mut Connection<u32>) -> Vec<Message> {
         let mut buf = Vec::new();
@@ -430,7 +469,7 @@ mod tests {
             Some(Event::Reply {
                 token: 20,
                 result: Ok(r),
-            }) => assert_eq!(r, json!([{}])),
+            }) => assert_eq!(serde_json::from_str::<Json>(r.get()).unwrap(), json!([{}])),
             e => panic!("{e:?}"),
         }
         match c.poll_event() {
@@ -476,7 +515,10 @@ mod tests {
                 assert_eq!(monitor, json!("m"));
                 assert_eq!(kind, UpdateKind::Update3);
                 assert_eq!(last_txn_id, Some(Uuid::from_u128(2)));
-                assert_eq!(updates, json!({"T":{}}));
+                assert_eq!(
+                    serde_json::from_str::<Json>(updates.get()).unwrap(),
+                    json!({"T":{}})
+                );
             }
             e => panic!("{e:?}"),
         }

@@ -742,7 +742,7 @@ fn check_atom(bt: &BaseType, a: &Atom, constraints: bool) -> Result<(), DatumErr
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use proptest::prelude::*;
     use serde_json::json;

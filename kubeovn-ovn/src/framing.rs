@@ -5,6 +5,7 @@
 //! parsed into a [`Message`]. The `encode_*` functions write messages.
 
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use serde_json::Value as Json;
 
 /// Default limit on one message: the initial reply to a monitor of a large database is one message.
@@ -222,6 +223,139 @@ impl FrameDecoder {
             None => Ok(None),
         }
     }
+
+    /// The next complete message with its payload left as JSON text borrowed from the buffer (see
+    /// [`RawMessage`]).
+    pub fn next_raw_message(&mut self) -> Result<Option<RawMessage<'_>>, DecodeError> {
+        match self.next_frame()? {
+            Some(f) => RawMessage::parse(f).map(Some),
+            None => Ok(None),
+        }
+    }
+}
+
+/// A JSON-RPC message whose payload (`params`, `result`, `error`) is left as JSON text, for a reader that knows
+/// its shape to decode it directly (a monitor reply is decoded into rows without a `Value` tree). It is
+/// classified exactly as [`Message::parse`] classifies the same frame.
+#[derive(Debug, Clone, Copy)]
+pub enum RawMessage<'a> {
+    /// A call that expects a response.
+    Request {
+        /// The request id.
+        id: &'a RawValue,
+        /// The method name.
+        method: &'a RawValue,
+        /// The parameters (None: absent or null, read as an empty array).
+        params: Option<&'a RawValue>,
+    },
+    /// A call with a null id.
+    Notification {
+        /// The method name (a JSON string).
+        method: &'a RawValue,
+        /// The parameters (None: absent or null).
+        params: Option<&'a RawValue>,
+    },
+    /// The answer to a request.
+    Response {
+        /// The id of the request answered.
+        id: &'a RawValue,
+        /// `Ok(result)` (None: absent or null), or `Err(error)` when `error` is not null.
+        result: Result<Option<&'a RawValue>, &'a RawValue>,
+    },
+}
+
+#[derive(Deserialize)]
+struct BorrowedMessage<'a> {
+    #[serde(default, borrow)]
+    id: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    method: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    params: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    result: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    error: Option<&'a RawValue>,
+}
+
+fn non_null(v: Option<&RawValue>) -> Option<&RawValue> {
+    v.filter(|v| v.get() != "null")
+}
+
+impl<'a> RawMessage<'a> {
+    /// Parses one JSON text, checking its syntax but decoding only the envelope.
+    pub fn parse(frame: &'a [u8]) -> Result<RawMessage<'a>, DecodeError> {
+        if frame.first() != Some(&b'{') {
+            return Err(DecodeError::NotJsonRpc("not a JSON object"));
+        }
+        let shape = || DecodeError::NotJsonRpc("not an object of the expected shape");
+        let raw: BorrowedMessage<'a> = match serde_json::from_slice(frame) {
+            Ok(r) => r,
+            Err(e) if e.is_data() => return Err(shape()),
+            Err(e) => return Err(DecodeError::Json(e.to_string())),
+        };
+        // A method that is not a string fails Message::parse as a data error: the same here.
+        let method = non_null(raw.method);
+        if method.is_some_and(|m| !m.get().starts_with('"')) {
+            return Err(shape());
+        }
+        match (method, non_null(raw.id)) {
+            (Some(method), Some(id)) => Ok(RawMessage::Request {
+                id,
+                method,
+                params: non_null(raw.params),
+            }),
+            (Some(method), None) => Ok(RawMessage::Notification {
+                method,
+                params: non_null(raw.params),
+            }),
+            (None, Some(id)) => Ok(RawMessage::Response {
+                id,
+                result: match non_null(raw.error) {
+                    None => Ok(non_null(raw.result)),
+                    Some(e) => Err(e),
+                },
+            }),
+            (None, None) => Err(DecodeError::NotJsonRpc("neither a method nor an id")),
+        }
+    }
+
+    /// The fully decoded message (as [`Message::parse`] gives it).
+    pub fn to_message(&self) -> Result<Message, DecodeError> {
+        let json = |v: &RawValue| -> Result<Json, DecodeError> {
+            serde_json::from_str(v.get()).map_err(|e| DecodeError::Json(e.to_string()))
+        };
+        let method = |v: &RawValue| -> Result<String, DecodeError> {
+            serde_json::from_str(v.get())
+                .map_err(|_| DecodeError::NotJsonRpc("not an object of the expected shape"))
+        };
+        let params = |p: Option<&RawValue>| p.map(json).unwrap_or(Ok(Json::Array(Vec::new())));
+        Ok(match *self {
+            RawMessage::Request {
+                id,
+                method: m,
+                params: p,
+            } => Message::Request {
+                id: json(id)?,
+                method: method(m)?,
+                params: params(p)?,
+            },
+            RawMessage::Notification {
+                method: m,
+                params: p,
+            } => Message::Notification {
+                method: method(m)?,
+                params: params(p)?,
+            },
+            RawMessage::Response { id, result } => Message::Response {
+                id: json(id)?,
+                result: match result {
+                    Ok(r) => Ok(r.map(json).unwrap_or(Ok(Json::Null))?),
+                    Err(e) => Err(json(e)?),
+                },
+            },
+        })
+    }
 }
 
 /// A JSON-RPC 1.0 message as OVSDB uses it.
@@ -253,7 +387,7 @@ pub enum Message {
 }
 
 #[derive(Deserialize)]
-struct RawMessage {
+struct OwnedMessage {
     #[serde(default)]
     id: Option<Json>,
     #[serde(default)]
@@ -272,7 +406,7 @@ impl Message {
         if frame.first() != Some(&b'{') {
             return Err(DecodeError::NotJsonRpc("not a JSON object"));
         }
-        let raw: RawMessage = match serde_json::from_slice(frame) {
+        let raw: OwnedMessage = match serde_json::from_slice(frame) {
             Ok(r) => r,
             Err(e) if e.is_data() => {
                 return Err(DecodeError::NotJsonRpc(

@@ -60,6 +60,7 @@ pub mod client;
 pub mod codegen;
 pub mod conn;
 pub mod datum;
+pub mod decode;
 pub mod error;
 pub mod framing;
 pub mod model;

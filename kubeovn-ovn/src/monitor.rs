@@ -248,6 +248,55 @@ pub fn parse_table_updates(
     Ok(out)
 }
 
+/// Reads `<table-updates>` (`v2` false) or `<table-updates2>` (`v2` true) from JSON text, decoding rows and
+/// datums directly (no `serde_json::Value` tree): the same result as [`parse_table_updates`], several times
+/// faster on a large initial reply.
+pub fn parse_table_updates_str(
+    text: &str,
+    v2: bool,
+    schema: Option<&DatabaseSchema>,
+) -> Result<TableUpdates, UpdateError> {
+    use serde::de::DeserializeSeed;
+    let mut de = serde_json::Deserializer::from_str(text);
+    let fast = crate::decode::TableUpdatesSeed { schema, v2 }
+        .deserialize(&mut de)
+        .and_then(|u| de.end().map(|()| u));
+    fast.or_else(|e| slow_path(text, e, |j| parse_table_updates(j, v2, schema)))
+}
+
+/// The exact error (or, for the odd input the direct decoder refuses, the result) of the Value-based reader.
+fn slow_path<T>(
+    text: &str,
+    fast: serde_json::Error,
+    f: impl FnOnce(&Json) -> Result<T, UpdateError>,
+) -> Result<T, UpdateError> {
+    match serde_json::from_str::<Json>(text) {
+        Ok(j) => f(&j),
+        Err(_) => Err(UpdateError::Malformed(fast.to_string())),
+    }
+}
+
+/// Reads the reply to `monitor_cond_since` from JSON text, decoding directly (see
+/// [`parse_table_updates_str`]).
+pub fn parse_monitor_since_reply_str(
+    text: &str,
+    schema: Option<&DatabaseSchema>,
+) -> Result<MonitorSinceReply, UpdateError> {
+    use serde::de::DeserializeSeed;
+    let mut de = serde_json::Deserializer::from_str(text);
+    let fast = crate::decode::SinceReplySeed(schema)
+        .deserialize(&mut de)
+        .and_then(|u| de.end().map(|()| u));
+    match fast {
+        Ok((found, last_txn_id, updates)) => Ok(MonitorSinceReply {
+            found,
+            last_txn_id,
+            updates,
+        }),
+        Err(e) => slow_path(text, e, |j| parse_monitor_since_reply(j, schema)),
+    }
+}
+
 /// In a `modify`, a set column's difference is a set even when the column allows one element, and a map
 /// difference is a map: decode with the column's element type but no count limits.
 fn parse_modify(j: &Json, ts: Option<&crate::schema::TableSchema>) -> Result<Row, DatumError> {

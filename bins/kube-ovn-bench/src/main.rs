@@ -1,17 +1,21 @@
 //! `kube-ovn-bench`: benchmarks speaking the interfaces of the peer-bench scripts.
 //!
 //! `kube-ovn-bench nb --db unix:SOCK [--server-pid PID] [--batch K] [--window W] [--ls LS] create N | delete |
-//! lookup N` creates ports `pod-<i>.bench` on `ls0` exactly as `nb_rpc.py` does (one transaction per port,
-//! `W` in flight, or `K` ports per transaction), deletes every port of the switch, or measures cache lookups
-//! and memory; it prints one line of `key=value` pairs (`wall_s`, `client_cpu_s`, ...). Connection set-up
-//! (connect, schema, initial cache sync) is not timed.
+//! lookup N | sync N` creates ports `pod-<i>.bench` on `ls0` exactly as `nb_rpc.py` does (one transaction per
+//! port, `W` in flight, or `K` ports per transaction), deletes every port of the switch, measures cache
+//! lookups and memory, or times the initial sync of an N-row northbound database (built first if the database
+//! is smaller: switches with 94 pod ports and a router port each, one router, a port group and two ACLs per
+//! switch); it prints one line of `key=value` pairs (`wall_s`, `client_cpu_s`, the transactions' round trip
+//! `p50_ms`/`p99_ms`, ...). Connection set-up (connect, schema, initial cache sync) is not timed, except by
+//! `sync`.
 //!
 //! `kube-ovn-bench api ...` measures the in-memory test API server (see the `api` module).
 
 mod api;
+mod sync;
 
 use std::process::ExitCode;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use kubeovn_ovn::northbound::{Batch, Northbound, OvsdbNorthbound, SwitchPort};
 use kubeovn_ovn::Error;
@@ -40,13 +44,13 @@ unsafe impl std::alloc::GlobalAlloc for Counting {
 #[global_allocator]
 static GLOBAL: Counting = Counting;
 
-fn live() -> usize {
+pub(crate) fn live() -> usize {
     LIVE.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 const USAGE: &str =
     "usage: kube-ovn-bench nb --db unix:SOCK [--server-pid PID] [--batch K] [--window W] \
-                     [--ls LS] (create N | delete | lookup N)";
+                     [--ls LS] (create N | delete | lookup N | sync N)";
 
 #[derive(Debug)]
 struct Args {
@@ -84,7 +88,7 @@ fn parse(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
             "--batch" => a.batch = num(it.next(), "--batch")?.max(1),
             "--window" => a.window = num(it.next(), "--window")?.max(1),
             "--ls" => a.ls = it.next().ok_or(USAGE)?,
-            "create" | "lookup" => {
+            "create" | "lookup" | "sync" => {
                 a.mode = arg.clone();
                 a.n = num(it.next(), &arg)?;
             }
@@ -100,7 +104,7 @@ fn parse(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
 }
 
 /// User+system CPU seconds of a process (`self` or a pid) from /proc (USER_HZ is 100 on Linux).
-fn cpu_s(pid: Option<u32>) -> f64 {
+pub(crate) fn cpu_s(pid: Option<u32>) -> f64 {
     let path = match pid {
         Some(p) => format!("/proc/{p}/stat"),
         None => "/proc/self/stat".to_owned(),
@@ -152,22 +156,44 @@ fn port(ls: &str, i: usize) -> SwitchPort {
         .external_id("vendor", "kube-ovn")
 }
 
-/// Commits `batches` with at most `window` transactions in flight.
-async fn run(nb: &OvsdbNorthbound, batches: Vec<Batch>, window: usize) -> Result<(), Error> {
+/// Commits `batches` with at most `window` transactions in flight; returns each commit's latency (request
+/// to reply and cache update), sorted.
+async fn run(
+    nb: &OvsdbNorthbound,
+    batches: Vec<Batch>,
+    window: usize,
+) -> Result<Vec<Duration>, Error> {
     let mut set = tokio::task::JoinSet::new();
+    let mut lat = Vec::with_capacity(batches.len());
+    let joined = |r: Result<Result<Duration, Error>, tokio::task::JoinError>| {
+        r.map_err(|e| Error::Disconnected(e.to_string()))?
+    };
     for b in batches {
         while set.len() >= window {
             if let Some(r) = set.join_next().await {
-                r.map_err(|e| Error::Disconnected(e.to_string()))??;
+                lat.push(joined(r)?);
             }
         }
         let nb = nb.clone();
-        set.spawn(async move { nb.commit(b).await });
+        set.spawn(async move {
+            let t0 = Instant::now();
+            nb.commit(b).await.map(|_| t0.elapsed())
+        });
     }
     while let Some(r) = set.join_next().await {
-        r.map_err(|e| Error::Disconnected(e.to_string()))??;
+        lat.push(joined(r)?);
     }
-    Ok(())
+    lat.sort_unstable();
+    Ok(lat)
+}
+
+/// The `q` quantile of sorted latencies, in milliseconds.
+fn quantile_ms(sorted: &[Duration], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let i = ((sorted.len() as f64 * q).ceil() as usize).clamp(1, sorted.len()) - 1;
+    sorted[i].as_secs_f64() * 1e3
 }
 
 fn chunk(ops: Vec<SwitchPort>, k: usize) -> Vec<Batch> {
@@ -208,19 +234,25 @@ async fn main_async(a: Args) -> Result<String, Error> {
             let n: usize = batches.iter().map(Batch::len).sum();
             let txns = batches.len();
             let (s0, c0, t0) = (cpu_s(a.server_pid), cpu_s(None), Instant::now());
-            run(&nb, batches, a.window).await?;
+            let lat = run(&nb, batches, a.window).await?;
             let wall = t0.elapsed().as_secs_f64();
             let (c1, s1) = (cpu_s(None), cpu_s(a.server_pid));
             Ok(format!(
                 "wall_s={wall:.3} n={n} rate={:.0} server_cpu_s={:.2} client_cpu_s={:.2} txns={txns} window={} \
-                 batch={} cached_ports={}",
+                 batch={} p50_ms={:.3} p99_ms={:.3} cached_ports={}",
                 n as f64 / wall.max(1e-9),
                 s1 - s0,
                 c1 - c0,
                 a.window,
                 a.batch,
+                quantile_ms(&lat, 0.5),
+                quantile_ms(&lat, 0.99),
                 nb.cache().len("Logical_Switch_Port"),
             ))
+        }
+        "sync" => {
+            drop(nb);
+            sync::main(&a.db, a.n, a.server_pid).await
         }
         _ => {
             // lookup N: make sure N ports exist (batched), then a fresh replica measures memory and lookups.
