@@ -19,6 +19,7 @@
 //! ```
 
 pub mod annotations;
+pub mod controller;
 pub mod error;
 pub mod naming;
 

@@ -1,0 +1,76 @@
+//! The controller's errors.
+
+use std::sync::Arc;
+
+/// Why a controller step failed. Handlers return it; the work queue retries with backoff.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ControllerError {
+    /// A Kubernetes API call failed.
+    #[error("kubernetes {action}: {source}")]
+    Kube {
+        /// What was being done ("patch pod ns/name", ...).
+        action: String,
+        /// The client's error.
+        #[source]
+        source: Arc<kube::Error>,
+    },
+    /// A northbound transaction failed.
+    #[error("northbound: {0}")]
+    Nb(#[source] Arc<kubeovn_ovn::Error>),
+    /// The address allocator refused.
+    #[error("ipam: {0}")]
+    Ipam(#[from] kubeovn_ipam::IpamError),
+    /// An object's annotation or spec is not usable (reported as a Warning event, not retried).
+    #[error("{object}: {reason}")]
+    Invalid {
+        /// The object ("pod ns/name", "subnet x").
+        object: String,
+        /// Why.
+        reason: String,
+    },
+    /// Something the handler needs is not there yet (retried).
+    #[error("{0} is not ready")]
+    NotReady(String),
+    /// The controller is stopping.
+    #[error("the controller is stopping")]
+    Stopped,
+}
+
+impl ControllerError {
+    /// Wraps a kube error with what was being done.
+    pub fn kube(action: impl Into<String>, e: kube::Error) -> Self {
+        ControllerError::Kube {
+            action: action.into(),
+            source: Arc::new(e),
+        }
+    }
+    /// An invalid-input error.
+    pub fn invalid(object: impl Into<String>, reason: impl Into<String>) -> Self {
+        ControllerError::Invalid {
+            object: object.into(),
+            reason: reason.into(),
+        }
+    }
+    /// Whether retrying cannot help (bad input waits for the object to change).
+    pub fn is_permanent(&self) -> bool {
+        matches!(self, ControllerError::Invalid { .. })
+            || matches!(self, ControllerError::Ipam(e) if !is_transient_ipam(e))
+    }
+}
+
+fn is_transient_ipam(e: &kubeovn_ipam::IpamError) -> bool {
+    // A missing subnet may appear once its Subnet is handled; exhaustion may end when pods go away.
+    matches!(
+        e,
+        kubeovn_ipam::IpamError::NoSuchSubnet { .. } | kubeovn_ipam::IpamError::NoAvailable { .. }
+    )
+}
+
+impl From<kubeovn_ovn::Error> for ControllerError {
+    fn from(e: kubeovn_ovn::Error) -> Self {
+        ControllerError::Nb(Arc::new(e))
+    }
+}
+
+/// Result of controller steps.
+pub type Result<T, E = ControllerError> = std::result::Result<T, E>;

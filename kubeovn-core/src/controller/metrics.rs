@@ -1,0 +1,178 @@
+//! Prometheus metrics of the controller (prometheus-client): pod add latency, work queue depth, IPAM usage
+//! per subnet, northbound transaction latency and size.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+
+type Labels = Vec<(&'static str, String)>;
+
+fn latency_histogram() -> Histogram {
+    // 100 µs .. ~13 s.
+    Histogram::new(exponential_buckets(0.0001, 2.0, 18))
+}
+
+struct Inner {
+    registry: Registry,
+    pod_add: Histogram,
+    nb_txn: Family<Labels, Histogram, fn() -> Histogram>,
+    nb_ops: Counter,
+    queue_depth: Family<Labels, Gauge>,
+    ipam_using: Family<Labels, Gauge>,
+    ipam_available: Family<Labels, Gauge>,
+    handler_errors: Family<Labels, Counter>,
+}
+
+/// The controller's metrics; cheap to clone.
+#[derive(Clone)]
+pub struct Metrics(Arc<Inner>);
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// Metrics registered under the `kube_ovn_controller` prefix.
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("kube_ovn_controller");
+        let pod_add = latency_histogram();
+        let nb_txn: Family<Labels, Histogram, fn() -> Histogram> =
+            Family::new_with_constructor(latency_histogram);
+        let nb_ops = Counter::default();
+        let queue_depth = Family::<Labels, Gauge>::default();
+        let ipam_using = Family::<Labels, Gauge>::default();
+        let ipam_available = Family::<Labels, Gauge>::default();
+        let handler_errors = Family::<Labels, Counter>::default();
+        registry.register(
+            "pod_add_seconds",
+            "Time from a pod handler's start to its annotation patch",
+            pod_add.clone(),
+        );
+        registry.register(
+            "nb_transaction_seconds",
+            "Northbound transaction latency by outcome",
+            nb_txn.clone(),
+        );
+        registry.register("nb_ops", "Northbound operations committed", nb_ops.clone());
+        registry.register(
+            "queue_depth",
+            "Keys waiting in a work queue",
+            queue_depth.clone(),
+        );
+        registry.register(
+            "ipam_using_ips",
+            "Addresses in use per subnet and family",
+            ipam_using.clone(),
+        );
+        registry.register(
+            "ipam_available_ips",
+            "Addresses free per subnet and family",
+            ipam_available.clone(),
+        );
+        registry.register(
+            "handler_errors",
+            "Handler failures per kind",
+            handler_errors.clone(),
+        );
+        Metrics(Arc::new(Inner {
+            registry,
+            pod_add,
+            nb_txn,
+            nb_ops,
+            queue_depth,
+            ipam_using,
+            ipam_available,
+            handler_errors,
+        }))
+    }
+
+    /// Records one pod add.
+    pub fn pod_added(&self, d: Duration) {
+        self.0.pod_add.observe(d.as_secs_f64());
+    }
+
+    /// Records one northbound transaction of `ops` operations.
+    pub fn nb_transaction(&self, d: Duration, ops: usize, ok: bool) {
+        let outcome = if ok { "ok" } else { "error" };
+        self.0
+            .nb_txn
+            .get_or_create(&vec![("outcome", outcome.to_owned())])
+            .observe(d.as_secs_f64());
+        if ok {
+            self.0.nb_ops.inc_by(ops as u64);
+        }
+    }
+
+    /// Sets a queue's depth.
+    pub fn queue_depth(&self, queue: &str, depth: usize) {
+        self.0
+            .queue_depth
+            .get_or_create(&vec![("queue", queue.to_owned())])
+            .set(depth as i64);
+    }
+
+    /// Sets a subnet's address usage for one family ("ipv4"/"ipv6").
+    pub fn ipam_usage(&self, subnet: &str, family: &str, using: u128, available: u128) {
+        let l = vec![("subnet", subnet.to_owned()), ("family", family.to_owned())];
+        let clamp = |v: u128| i64::try_from(v).unwrap_or(i64::MAX);
+        self.0.ipam_using.get_or_create(&l).set(clamp(using));
+        self.0
+            .ipam_available
+            .get_or_create(&l)
+            .set(clamp(available));
+    }
+
+    /// Counts a handler failure.
+    pub fn handler_error(&self, kind: &str) {
+        self.0
+            .handler_errors
+            .get_or_create(&vec![("kind", kind.to_owned())])
+            .inc();
+    }
+
+    /// The text exposition format.
+    pub fn encode(&self) -> String {
+        let mut s = String::new();
+        // Writing to a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut s, &self.0.registry);
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exposes_every_family() {
+        let m = Metrics::new();
+        m.pod_added(Duration::from_millis(3));
+        m.nb_transaction(Duration::from_millis(1), 7, true);
+        m.queue_depth("pod", 4);
+        m.ipam_usage("ovn-default", "ipv4", 3, 65530);
+        m.handler_error("pod");
+        let t = m.encode();
+        for want in [
+            "kube_ovn_controller_pod_add_seconds_count 1",
+            "kube_ovn_controller_nb_ops_total 7",
+            "kube_ovn_controller_queue_depth{queue=\"pod\"} 4",
+            "kube_ovn_controller_ipam_using_ips{subnet=\"ovn-default\",family=\"ipv4\"} 3",
+            "kube_ovn_controller_handler_errors_total{kind=\"pod\"} 1",
+        ] {
+            assert!(t.contains(want), "{want} missing in\n{t}");
+        }
+    }
+}

@@ -1,0 +1,602 @@
+//! The Kube-OVN controller as a library: watches Kubernetes and Kube-OVN's CRDs, allocates addresses with
+//! kubeovn-ipam and writes the logical network through [`Northbound`].
+//!
+//! [`Controller::run`] does what kube-ovn-controller does at start, in order: leader election (a Lease, if
+//! configured), NB_Global options, the default VPC router, the `join` and default subnets (Subnet objects
+//! created if missing), the informers' first lists, the IPAM rebuild from every source at once (Subnets,
+//! IPPools, IP records, pod and node annotations and the northbound ports, so that an address still held by
+//! a port whose pod went away while the controller was down is never handed out again), then one work queue
+//! per kind with bounded concurrency, periodic garbage collection and Subnet status updates.
+//!
+//! Pod handlers hand their northbound writes to one [`writer::NbWriter`], which commits what concurrent
+//! handlers produced within a short window as one transaction.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::sync::Arc;
+//! use kubeovn_core::controller::{Config, Controller};
+//! use kubeovn_ovn::northbound::OvsdbNorthbound;
+//!
+//! let client = kube::Client::try_default().await?;
+//! let nb = OvsdbNorthbound::connect("unix:/var/run/ovn/ovnnb_db.sock").await?;
+//! let controller = Controller::new(client, Arc::new(nb), Config::default());
+//! controller.run(std::future::pending()).await?;
+//! # Ok(()) }
+//! ```
+
+pub mod error;
+pub mod leader;
+pub mod metrics;
+pub mod plan;
+pub mod queue;
+pub mod writer;
+
+mod gc;
+mod ip;
+mod namespace;
+mod node;
+mod pod;
+mod rebuild;
+mod subnet;
+
+use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::watcher::{self, Event as WatchEvent};
+use kube::runtime::WatchStreamExt;
+use kube::{Api, Resource};
+use kubeovn_ipam::SharedIpam;
+use kubeovn_ovn::northbound::{NbGlobal, Northbound};
+use serde::de::DeserializeOwned;
+
+use crate::naming;
+use kube::api::DynamicObject;
+
+pub use error::{ControllerError, Result};
+pub use leader::{LeaderElector, LeaseConfig};
+pub use metrics::Metrics;
+pub use plan::SubnetInfo;
+pub use queue::WorkQueue;
+pub use writer::{NbWriter, WriterConfig};
+
+/// One of the subnets the controller creates at start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SubnetConfig {
+    /// Name.
+    pub name: String,
+    /// `cidrBlock` (`v4`, `v6` or `v4,v6`).
+    pub cidr: String,
+    /// `gateway` (empty: the first address of each block).
+    pub gateway: String,
+    /// `excludeIps`.
+    pub exclude_ips: Vec<String>,
+}
+
+impl SubnetConfig {
+    /// A subnet `name` of `cidr` with the default gateway.
+    pub fn new(name: impl Into<String>, cidr: impl Into<String>) -> Self {
+        SubnetConfig {
+            name: name.into(),
+            cidr: cidr.into(),
+            gateway: String::new(),
+            exclude_ips: Vec::new(),
+        }
+    }
+}
+
+/// How the controller runs.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The default VPC's router (`ovn-cluster`).
+    pub default_vpc: String,
+    /// The default subnet (`ovn-default`, 10.16.0.0/16).
+    pub default_subnet: SubnetConfig,
+    /// The join subnet (`join`, 100.64.0.0/16).
+    pub join_subnet: SubnetConfig,
+    /// NB_Global options set at start.
+    pub nb_global_options: BTreeMap<String, String>,
+    /// Pod handlers running at once.
+    pub pod_workers: usize,
+    /// Handlers of the other kinds running at once (each).
+    pub workers: usize,
+    /// Northbound write grouping.
+    pub writer: WriterConfig,
+    /// Interval between garbage collection passes (an orphan found in one pass is removed in the next).
+    pub gc_interval: Duration,
+    /// Interval between Subnet status updates.
+    pub status_interval: Duration,
+    /// Leader election; None runs without it.
+    pub lease: Option<LeaseConfig>,
+    /// `reportingController` of Events.
+    pub reporter: String,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            default_vpc: naming::DEFAULT_VPC.to_owned(),
+            default_subnet: SubnetConfig::new(naming::DEFAULT_SUBNET, naming::DEFAULT_SUBNET_CIDR),
+            join_subnet: SubnetConfig::new(naming::JOIN_SUBNET, naming::JOIN_SUBNET_CIDR),
+            nb_global_options: BTreeMap::from([
+                ("use_logical_dp_groups".to_owned(), "true".to_owned()),
+                ("mac_prefix".to_owned(), "0a:00:00".to_owned()),
+            ]),
+            pod_workers: 64,
+            workers: 4,
+            writer: WriterConfig::default(),
+            gc_interval: Duration::from_secs(60),
+            status_interval: Duration::from_secs(1),
+            lease: None,
+            reporter: "kube-ovn-controller".to_owned(),
+        }
+    }
+}
+
+/// The controller. Build with [`Controller::new`], start with [`Controller::run`].
+pub struct Controller {
+    client: kube::Client,
+    nb: Arc<dyn Northbound>,
+    config: Config,
+    metrics: Metrics,
+    ipam: Arc<SharedIpam>,
+}
+
+impl std::fmt::Debug for Controller {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Controller")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What every handler shares.
+pub(crate) struct Ctx {
+    pub client: kube::Client,
+    pub nb: Arc<dyn Northbound>,
+    pub writer: NbWriter,
+    pub ipam: Arc<SharedIpam>,
+    pub config: Config,
+    pub metrics: Metrics,
+    pub recorder: Recorder,
+    /// Parsed subnets by name.
+    pub subnets: RwLock<HashMap<String, Arc<SubnetInfo>>>,
+    /// IPPools by name: (subnet, addresses).
+    pub pools: RwLock<HashMap<String, (String, Vec<String>)>>,
+    pub pods: Store<Pod>,
+    pub nodes: Store<Node>,
+    pub namespaces: Store<Namespace>,
+    pub subnet_store: Store<DynamicObject>,
+    pub pool_store: Store<DynamicObject>,
+    /// Last state of deleted objects, until their delete is handled.
+    pub pod_tombstones: Mutex<HashMap<String, Arc<Pod>>>,
+    pub node_tombstones: Mutex<HashMap<String, Arc<Node>>>,
+    pub subnet_tombstones: Mutex<HashMap<String, Arc<DynamicObject>>>,
+    pub pool_tombstones: Mutex<HashMap<String, Arc<DynamicObject>>>,
+    pub queues: Queues,
+}
+
+/// The work queues, one per kind.
+pub(crate) struct Queues {
+    pub pod: Arc<WorkQueue<String>>,
+    pub subnet: Arc<WorkQueue<String>>,
+    pub node: Arc<WorkQueue<String>>,
+    pub namespace: Arc<WorkQueue<String>>,
+    pub pool: Arc<WorkQueue<String>>,
+}
+
+impl Ctx {
+    pub fn subnet(&self, name: &str) -> Option<Arc<SubnetInfo>> {
+        self.subnets
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(name)
+            .cloned()
+    }
+
+    pub fn subnet_list(&self) -> Vec<Arc<SubnetInfo>> {
+        let mut v: Vec<_> = self
+            .subnets
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .cloned()
+            .collect();
+        v.sort_by(|a, b| a.name.cmp(&b.name));
+        v
+    }
+
+    pub fn join_subnet(&self) -> Option<Arc<SubnetInfo>> {
+        self.subnet(&self.config.join_subnet.name)
+    }
+
+    pub fn pod(&self, namespace: &str, name: &str) -> Option<Arc<Pod>> {
+        self.pods.get(&ObjectRef::new(name).within(namespace))
+    }
+
+    pub fn node(&self, name: &str) -> Option<Arc<Node>> {
+        self.nodes.get(&ObjectRef::new(name))
+    }
+
+    /// Publishes an Event on `obj`; failures are only logged (events are best effort).
+    pub async fn event<K: Resource<DynamicType = ()>>(
+        &self,
+        obj: &K,
+        type_: EventType,
+        reason: &str,
+        note: String,
+    ) {
+        self.event_on(&obj.object_ref(&()), type_, reason, note)
+            .await
+    }
+
+    /// Publishes an Event on the object `r`.
+    pub async fn event_on(
+        &self,
+        r: &k8s_openapi::api::core::v1::ObjectReference,
+        type_: EventType,
+        reason: &str,
+        note: String,
+    ) {
+        if type_ == EventType::Warning {
+            tracing::warn!(reason, %note, "event");
+        }
+        let ev = KubeEvent {
+            type_,
+            reason: reason.to_owned(),
+            note: Some(note),
+            action: reason.to_owned(),
+            secondary: None,
+        };
+        if let Err(e) = self.recorder.publish(&ev, r).await {
+            tracing::debug!(error = %e, "publishing an event");
+        }
+    }
+}
+
+impl Controller {
+    /// A controller using `client` and `nb`.
+    pub fn new(client: kube::Client, nb: Arc<dyn Northbound>, config: Config) -> Self {
+        Controller {
+            client,
+            nb,
+            config,
+            metrics: Metrics::new(),
+            ipam: Arc::new(SharedIpam::new()),
+        }
+    }
+
+    /// The metrics (serve [`Metrics::encode`] on `/metrics`).
+    pub fn metrics(&self) -> Metrics {
+        self.metrics.clone()
+    }
+
+    /// The allocator (for inspection).
+    pub fn ipam(&self) -> Arc<SharedIpam> {
+        self.ipam.clone()
+    }
+
+    /// Runs until `shutdown` completes (Ok) or leadership is lost (Err).
+    pub async fn run(self, shutdown: impl Future<Output = ()> + Send) -> Result<()> {
+        let mut leading = match &self.config.lease {
+            Some(l) => Some(
+                LeaderElector::new(self.client.clone(), l.clone())
+                    .acquire()
+                    .await,
+            ),
+            None => None,
+        };
+        let lost = async {
+            match leading.as_mut() {
+                Some(rx) => {
+                    while *rx.borrow() {
+                        if rx.changed().await.is_err() {
+                            break;
+                        }
+                    }
+                }
+                None => std::future::pending::<()>().await,
+            }
+        };
+        let tasks = Arc::new(Mutex::new(Vec::new()));
+        let started = self.start(tasks.clone());
+        tokio::pin!(shutdown);
+        tokio::pin!(lost);
+        let result = tokio::select! {
+            r = started => match r {
+                // The context lives as long as the workers run.
+                Ok(_ctx) => tokio::select! {
+                    _ = &mut shutdown => Ok(()),
+                    _ = &mut lost => Err(ControllerError::NotReady("leadership lost".into())),
+                },
+                Err(e) => Err(e),
+            },
+            _ = &mut shutdown => Ok(()),
+            _ = &mut lost => Err(ControllerError::NotReady("leadership lost".into())),
+        };
+        for t in tasks.lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
+            t.abort();
+        }
+        result
+    }
+
+    async fn start(&self, tasks: Arc<Mutex<Vec<tokio::task::JoinHandle<()>>>>) -> Result<Arc<Ctx>> {
+        let spawn = |f: std::pin::Pin<Box<dyn Future<Output = ()> + Send>>| {
+            tasks
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(tokio::spawn(f));
+        };
+        let c = &self.config;
+        let default = subnet::info_from_config(&c.default_subnet, &c.default_vpc, false)?;
+        let join = subnet::info_from_config(&c.join_subnet, &c.default_vpc, true)?;
+
+        // NB_Global, the default VPC, join and the default subnet, before anything else.
+        let mut g = NbGlobal::new();
+        for (k, v) in &c.nb_global_options {
+            g = g.option(k, v);
+        }
+        g.execute(self.nb.as_ref()).await?;
+        self.nb
+            .commit(plan::vpc_batch(&c.default_vpc, &join))
+            .await?;
+        subnet::ensure_subnet_object(&self.client, &join, false).await?;
+        subnet::ensure_subnet_object(&self.client, &default, true).await?;
+
+        let writer = NbWriter::spawn(
+            self.nb.clone(),
+            c.writer.clone(),
+            Some(self.metrics.clone()),
+        );
+        let reporter = Reporter {
+            controller: c.reporter.clone(),
+            instance: c.lease.as_ref().map(|l| l.identity.clone()),
+        };
+        let queues = Queues {
+            pod: WorkQueue::new("pod"),
+            subnet: WorkQueue::new("subnet"),
+            node: WorkQueue::new("node"),
+            namespace: WorkQueue::new("namespace"),
+            pool: WorkQueue::new("ippool"),
+        };
+
+        // Informers: stores filled now, keys queued; workers start after the rebuild.
+        let (pods, pods_w) = reflector::store::<Pod>();
+        let (nodes, nodes_w) = reflector::store::<Node>();
+        let (namespaces, ns_w) = reflector::store::<Namespace>();
+        let subnet_w = reflector::store::Writer::<DynamicObject>::new(subnet::resource());
+        let subnet_store = subnet_w.as_reader();
+        let pool_w = reflector::store::Writer::<DynamicObject>::new(subnet::pool_resource());
+        let pool_store = pool_w.as_reader();
+
+        let ctx = Arc::new(Ctx {
+            client: self.client.clone(),
+            nb: self.nb.clone(),
+            writer,
+            ipam: self.ipam.clone(),
+            config: c.clone(),
+            metrics: self.metrics.clone(),
+            recorder: Recorder::new(self.client.clone(), reporter),
+            subnets: RwLock::new(HashMap::new()),
+            pools: RwLock::new(HashMap::new()),
+            pods,
+            nodes,
+            namespaces,
+            subnet_store,
+            pool_store,
+            pod_tombstones: Mutex::new(HashMap::new()),
+            node_tombstones: Mutex::new(HashMap::new()),
+            subnet_tombstones: Mutex::new(HashMap::new()),
+            pool_tombstones: Mutex::new(HashMap::new()),
+            queues,
+        });
+        let client = &self.client;
+        spawn(informer(
+            Api::<Pod>::all(client.clone()),
+            pods_w,
+            ctx.queues.pod.clone(),
+            Some(Tomb(ctx.clone(), |c| &c.pod_tombstones)),
+        ));
+        spawn(informer(
+            Api::<Node>::all(client.clone()),
+            nodes_w,
+            ctx.queues.node.clone(),
+            Some(Tomb(ctx.clone(), |c| &c.node_tombstones)),
+        ));
+        spawn(informer(
+            Api::<Namespace>::all(client.clone()),
+            ns_w,
+            ctx.queues.namespace.clone(),
+            None,
+        ));
+        spawn(informer(
+            Api::<DynamicObject>::all_with(client.clone(), &subnet::resource()),
+            subnet_w,
+            ctx.queues.subnet.clone(),
+            Some(Tomb(ctx.clone(), |c| &c.subnet_tombstones)),
+        ));
+        spawn(informer(
+            Api::<DynamicObject>::all_with(client.clone(), &subnet::pool_resource()),
+            pool_w,
+            ctx.queues.pool.clone(),
+            Some(Tomb(ctx.clone(), |c| &c.pool_tombstones)),
+        ));
+        let ready = |e: reflector::store::WriterDropped| {
+            ControllerError::NotReady(format!("informer stopped: {e}"))
+        };
+        ctx.pods.wait_until_ready().await.map_err(ready)?;
+        ctx.nodes.wait_until_ready().await.map_err(ready)?;
+        ctx.namespaces.wait_until_ready().await.map_err(ready)?;
+        ctx.subnet_store.wait_until_ready().await.map_err(ready)?;
+        ctx.pool_store.wait_until_ready().await.map_err(ready)?;
+
+        let t = std::time::Instant::now();
+        let report = rebuild::rebuild(&ctx, &[join.clone(), default.clone()]).await?;
+        tracing::info!(
+            restored = report.restored,
+            conflicts = report.conflicts.len(),
+            elapsed_ms = t.elapsed().as_millis() as u64,
+            "ipam rebuilt"
+        );
+        for c in &report.conflicts {
+            tracing::warn!(subnet = %c.record.subnet, pod = %c.record.pod, error = %c.error, "ipam conflict at rebuild");
+        }
+        // The join and default subnets exist in NB before any pod or node is handled.
+        subnet::reconcile_info(&ctx, &join).await?;
+        subnet::reconcile_info(&ctx, &default).await?;
+
+        let w = c.workers;
+        let q = &ctx.queues;
+        spawn(Box::pin(run_queue(
+            ctx.clone(),
+            q.subnet.clone(),
+            w,
+            "subnet",
+            |ctx, k| Box::pin(async move { subnet::reconcile(&ctx, &k).await }),
+        )));
+        spawn(Box::pin(run_queue(
+            ctx.clone(),
+            q.pool.clone(),
+            w,
+            "ippool",
+            |ctx, k| Box::pin(async move { subnet::reconcile_pool(&ctx, &k).await }),
+        )));
+        spawn(Box::pin(run_queue(
+            ctx.clone(),
+            q.node.clone(),
+            w,
+            "node",
+            |ctx, k| Box::pin(async move { node::reconcile(&ctx, &k).await }),
+        )));
+        spawn(Box::pin(run_queue(
+            ctx.clone(),
+            q.namespace.clone(),
+            w,
+            "namespace",
+            |ctx, k| Box::pin(async move { namespace::reconcile(&ctx, &k).await }),
+        )));
+        spawn(Box::pin(run_queue(
+            ctx.clone(),
+            q.pod.clone(),
+            c.pod_workers,
+            "pod",
+            |ctx, k| Box::pin(async move { pod::reconcile(&ctx, &k).await }),
+        )));
+        spawn(Box::pin(gc::run(ctx.clone())));
+        spawn(Box::pin(subnet::status_loop(ctx.clone())));
+        spawn(Box::pin(queue_metrics(ctx.clone())));
+        tracing::info!("controller started");
+        Ok(ctx)
+    }
+}
+
+type BoxFut = std::pin::Pin<Box<dyn Future<Output = Result<()>> + Send>>;
+
+async fn run_queue(
+    ctx: Arc<Ctx>,
+    q: Arc<WorkQueue<String>>,
+    workers: usize,
+    kind: &'static str,
+    handle: fn(Arc<Ctx>, String) -> BoxFut,
+) {
+    let c = ctx.clone();
+    q.run(workers, move |k: String| {
+        let ctx = c.clone();
+        async move {
+            match handle(ctx.clone(), k.clone()).await {
+                Ok(()) => Ok(()),
+                Err(e) => {
+                    ctx.metrics.handler_error(kind);
+                    let retry = !e.is_permanent();
+                    tracing::warn!(kind, key = %k, error = %e, retry, "handler failed");
+                    Err(retry)
+                }
+            }
+        }
+    })
+    .await;
+}
+
+async fn queue_metrics(ctx: Arc<Ctx>) {
+    loop {
+        let q = &ctx.queues;
+        for w in [&q.pod, &q.subnet, &q.node, &q.namespace, &q.pool] {
+            ctx.metrics.queue_depth(w.name(), w.len());
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+/// The key of an object in its queue: `namespace/name` or `name`.
+pub(crate) fn key_of<K: Resource>(o: &K) -> String {
+    match o.meta().namespace.as_deref() {
+        Some(ns) => format!("{ns}/{}", o.meta().name.as_deref().unwrap_or_default()),
+        None => o.meta().name.clone().unwrap_or_default(),
+    }
+}
+
+/// Where an informer keeps deleted objects for their handler.
+pub(crate) struct Tomb<K>(Arc<Ctx>, fn(&Ctx) -> &Tombstones<K>);
+
+/// Deleted objects by key.
+pub(crate) type Tombstones<K> = Mutex<HashMap<String, Arc<K>>>;
+
+fn informer<K>(
+    api: Api<K>,
+    writer: reflector::store::Writer<K>,
+    queue: Arc<WorkQueue<String>>,
+    tomb: Option<Tomb<K>>,
+) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send>>
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone + Send + Sync,
+{
+    Box::pin(async move {
+        let stream = watcher::watcher(api, watcher::Config::default().any_semantic())
+            .default_backoff()
+            .modify(|o: &mut K| {
+                // managedFields are never read; dropping them keeps the store small.
+                o.meta_mut().managed_fields = None;
+            });
+        let stream = reflector::reflector(writer, stream);
+        futures::pin_mut!(stream);
+        while let Some(ev) = stream.next().await {
+            match ev {
+                Ok(WatchEvent::Apply(o)) | Ok(WatchEvent::InitApply(o)) => {
+                    let k = key_of(&o);
+                    if let Some(Tomb(ctx, f)) = &tomb {
+                        f(ctx).lock().unwrap_or_else(|e| e.into_inner()).remove(&k);
+                    }
+                    queue.add(k);
+                }
+                Ok(WatchEvent::Delete(o)) => {
+                    let k = key_of(&o);
+                    if let Some(Tomb(ctx, f)) = &tomb {
+                        f(ctx)
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .insert(k.clone(), Arc::new(o));
+                    }
+                    queue.add(k);
+                }
+                Ok(_) => {}
+                Err(e) => tracing::warn!(queue = queue.name(), error = %e, "watch"),
+            }
+        }
+    })
+}
+
+/// Takes the tombstone of `key`, if any.
+pub(crate) fn take_tomb<K>(m: &Mutex<HashMap<String, Arc<K>>>, key: &str) -> Option<Arc<K>> {
+    m.lock().unwrap_or_else(|e| e.into_inner()).remove(key)
+}
+
+/// `namespace/name` split.
+pub(crate) fn split_key(key: &str) -> (&str, &str) {
+    key.split_once('/').unwrap_or(("", key))
+}

@@ -1,0 +1,268 @@
+//! Pods: addresses, the logical switch port, the IP record and one annotation patch; release on delete.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::events::EventType;
+use kube::ResourceExt;
+use kubeovn_ipam::{Addresses, AllocRequest, IpamError};
+
+use super::error::{ControllerError, Result};
+use super::ip::{self, IpRecord};
+use super::plan::{self, PodPort};
+use super::{split_key, take_tomb, Ctx};
+use crate::annotations::{
+    self, merge_patch, IpPoolRequest, PodNetworkAnnotations, DEFAULT_PROVIDER,
+};
+use crate::naming;
+
+pub(crate) async fn reconcile(ctx: &Arc<Ctx>, key: &str) -> Result<()> {
+    let (ns, name) = split_key(key);
+    match ctx.pod(ns, name) {
+        Some(pod) => {
+            if pod.metadata.deletion_timestamp.is_some() {
+                // Kept until the pod object is gone: the sandbox may still use the address.
+                return Ok(());
+            }
+            add(ctx, &pod).await
+        }
+        None => {
+            let tomb = take_tomb(&ctx.pod_tombstones, key);
+            delete(ctx, ns, name, tomb.as_deref()).await
+        }
+    }
+}
+
+fn host_network(pod: &Pod) -> bool {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.host_network)
+        .unwrap_or(false)
+}
+
+/// The subnet a pod belongs to: its `logical_switch` annotation, the subnet of its `ip_pool`, its
+/// namespace's subnets, the default subnet.
+pub(crate) fn choose_subnet(ctx: &Ctx, ns: &str, a: &PodNetworkAnnotations) -> Result<String> {
+    if let Some(ls) = &a.logical_switch {
+        return Ok(ls.clone());
+    }
+    match &a.ip_pool {
+        Some(IpPoolRequest::Pool(p)) => {
+            let pools = ctx.pools.read().unwrap_or_else(|e| e.into_inner());
+            return match pools.get(p) {
+                Some((subnet, _)) => Ok(subnet.clone()),
+                None => Err(ControllerError::NotReady(format!("ippool {p}"))),
+            };
+        }
+        Some(IpPoolRequest::Addresses(entries)) => {
+            if let Some(ip) = entries.first().and_then(|e| e.first()) {
+                if let Some(s) = ctx
+                    .subnet_list()
+                    .into_iter()
+                    .find(|s| s.cidrs.iter().any(|c| c.contains(*ip)))
+                {
+                    return Ok(s.name.clone());
+                }
+            }
+        }
+        None => {}
+    }
+    if let Some(s) = ctx
+        .subnet_list()
+        .into_iter()
+        .find(|s| s.namespaces.iter().any(|n| n == ns))
+    {
+        return Ok(s.name.clone());
+    }
+    Ok(ctx.config.default_subnet.name.clone())
+}
+
+fn same_port(ctx: &Ctx, port: &str, a: &PodNetworkAnnotations) -> bool {
+    let Some(lsp) = ctx.nb.switch_port(port) else {
+        return false;
+    };
+    let Some(mac) = a.mac_address else {
+        return false;
+    };
+    let want = plan::port_address(&addresses(&a.ip_addresses, mac));
+    lsp.addresses.len() == 1 && lsp.addresses[0] == want
+}
+
+fn addresses(ips: &[IpAddr], mac: kubeovn_ipam::Mac) -> Addresses {
+    let mut a = Addresses {
+        v4: None,
+        v6: None,
+        mac,
+    };
+    for ip in ips {
+        match ip {
+            IpAddr::V4(v) => a.v4 = Some(*v),
+            IpAddr::V6(v) => a.v6 = Some(*v),
+        }
+    }
+    a
+}
+
+async fn warn(ctx: &Ctx, pod: &Pod, reason: &str, e: &ControllerError) {
+    ctx.event(pod, EventType::Warning, reason, e.to_string())
+        .await;
+}
+
+async fn add(ctx: &Ctx, pod: &Pod) -> Result<()> {
+    if host_network(pod) {
+        return Ok(());
+    }
+    let t = Instant::now();
+    let ns = pod.namespace().unwrap_or_default();
+    let name = pod.name_any();
+    let what = format!("pod {ns}/{name}");
+    let a = match PodNetworkAnnotations::parse(pod.annotations(), DEFAULT_PROVIDER) {
+        Ok(a) => a,
+        Err(e) => {
+            let e = ControllerError::invalid(&what, e.to_string());
+            warn(ctx, pod, "InvalidAnnotation", &e).await;
+            return Err(e);
+        }
+    };
+    let node = pod.spec.as_ref().and_then(|s| s.node_name.clone());
+    let port = naming::pod_port(&name, &ns, DEFAULT_PROVIDER);
+    // Done before (restart, resync): nothing to write.
+    if a.allocated && (a.routed || node.is_none()) && same_port(ctx, &port, &a) {
+        return Ok(());
+    }
+    let subnet_name = choose_subnet(ctx, &ns, &a)?;
+    let Some(subnet) = ctx.subnet(&subnet_name) else {
+        let e = ControllerError::NotReady(format!("subnet {subnet_name}"));
+        warn(ctx, pod, "SubnetNotFound", &e).await;
+        return Err(e);
+    };
+    let owner = naming::pod_key(&ns, &name);
+
+    // Static addresses: the ip_address annotation, or a free entry of an address-list ip_pool.
+    let mut statics: Vec<IpAddr> = a.ip_addresses.clone();
+    let mut pool: Option<&str> = None;
+    match &a.ip_pool {
+        Some(IpPoolRequest::Pool(p)) if statics.is_empty() => pool = Some(p),
+        Some(IpPoolRequest::Addresses(entries)) if statics.is_empty() => {
+            let held = ctx.ipam.get(&subnet.name, &owner, &port).ok().flatten();
+            let free = entries.iter().find(|e| {
+                e.iter().all(|ip| match ctx.ipam.owner(*ip) {
+                    None => true,
+                    Some(o) => o.pod == owner,
+                })
+            });
+            match (held, free) {
+                (Some(h), _) => statics = h.ips().collect(),
+                (None, Some(e)) => statics = e.clone(),
+                (None, None) => {
+                    let e =
+                        ControllerError::invalid(&what, "every address of its ip_pool is in use");
+                    warn(ctx, pod, "AcquireAddressFailed", &e).await;
+                    return Err(e);
+                }
+            }
+        }
+        _ => {}
+    }
+    let mut req = AllocRequest::new(&owner, &port).static_ips(&statics);
+    if let Some(m) = a.mac_address {
+        req = req.mac(m);
+    }
+    if let Some(p) = pool {
+        req = req.pool(p);
+    }
+    let addrs = match ctx.ipam.allocate(&subnet.name, &req) {
+        Ok(x) => x,
+        Err(e) => {
+            let permanent = !matches!(e, IpamError::NoSuchSubnet { .. });
+            let e = ControllerError::Ipam(e);
+            warn(ctx, pod, "AcquireAddressFailed", &e).await;
+            return if permanent {
+                Err(ControllerError::invalid(&what, e.to_string()))
+            } else {
+                Err(e)
+            };
+        }
+    };
+
+    let distributed = subnet.distributed(&ctx.config.default_vpc);
+    let batch = plan::pod_batch(
+        &PodPort {
+            namespace: &ns,
+            name: &name,
+            subnet: &subnet.name,
+            addrs: &addrs,
+            port_security: a.port_security,
+            node: node.as_deref().map(|n| (n, distributed)),
+        },
+        &port,
+    );
+    ctx.writer.commit(batch).await?;
+
+    ip::ensure(
+        ctx,
+        &IpRecord {
+            name: port.clone(),
+            subnet: subnet.name.clone(),
+            namespace: ns.clone(),
+            pod: name.clone(),
+            node: node.clone().unwrap_or_default(),
+            addrs,
+            pod_type: String::new(),
+        },
+    )
+    .await?;
+
+    let done = PodNetworkAnnotations {
+        ip_addresses: addrs.ips().collect(),
+        mac_address: Some(addrs.mac),
+        cidrs: subnet.cidrs.clone(),
+        gateways: subnet.gateways.clone(),
+        logical_switch: Some(subnet.name.clone()),
+        logical_router: Some(subnet.vpc.clone()),
+        ..Default::default()
+    };
+    let mut patch = done.allocation_patch(DEFAULT_PROVIDER);
+    if node.is_some() {
+        patch.extend(annotations::routed_patch(DEFAULT_PROVIDER));
+    }
+    // Nothing to write if the pod already says all of it.
+    let anns = pod.annotations();
+    let unchanged = patch
+        .iter()
+        .all(|(k, v)| anns.get(k).map(String::as_str) == v.as_deref());
+    if !unchanged {
+        let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+        match api
+            .patch(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(merge_patch(&patch)),
+            )
+            .await
+        {
+            Ok(_) => {}
+            // Deleted meanwhile: its delete event releases what was taken.
+            Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
+            Err(e) => return Err(ControllerError::kube(format!("patch {what}"), e)),
+        }
+    }
+    ctx.metrics.pod_added(t.elapsed());
+    Ok(())
+}
+
+async fn delete(ctx: &Ctx, ns: &str, name: &str, last: Option<&Pod>) -> Result<()> {
+    if last.is_some_and(host_network) {
+        return Ok(());
+    }
+    let port = naming::pod_port(name, ns, DEFAULT_PROVIDER);
+    let mut b = kubeovn_ovn::northbound::Batch::new();
+    b.delete_switch_port(&port);
+    ctx.writer.commit(b).await?;
+    ip::delete(ctx, &port).await?;
+    ctx.ipam.release_pod(&naming::pod_key(ns, name));
+    Ok(())
+}

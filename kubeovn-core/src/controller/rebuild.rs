@@ -1,0 +1,112 @@
+//! The IPAM rebuild at start: every source at once, so no address still in use anywhere is handed out again.
+
+use std::net::IpAddr;
+
+use kube::ResourceExt;
+use kubeovn_ipam::{Allocation, Mac, RestoreReport};
+
+use super::error::Result;
+use super::{ip, plan, subnet, Ctx, SubnetInfo};
+use crate::annotations::{NodeAnnotations, PodNetworkAnnotations, DEFAULT_PROVIDER};
+use crate::naming::{self, external_ids as ext};
+
+fn record(subnet: &str, pod: &str, nic: &str, ips: &[IpAddr], mac: Option<Mac>) -> Allocation {
+    Allocation {
+        subnet: subnet.to_owned(),
+        pod: pod.to_owned(),
+        nic: nic.to_owned(),
+        v4: ips.iter().find_map(|ip| match ip {
+            IpAddr::V4(a) => Some(*a),
+            IpAddr::V6(_) => None,
+        }),
+        v6: ips.iter().find_map(|ip| match ip {
+            IpAddr::V6(a) => Some(*a),
+            IpAddr::V4(_) => None,
+        }),
+        mac,
+        pool: None,
+    }
+}
+
+/// Loads subnets and pools into the allocator and restores every allocation found.
+pub(crate) async fn rebuild(ctx: &Ctx, builtin: &[SubnetInfo]) -> Result<RestoreReport> {
+    for s in builtin {
+        subnet::install(ctx, s.clone())?;
+    }
+    for obj in ctx.subnet_store.state() {
+        match subnet::info_from_crd(ctx, &obj) {
+            Ok(info) => {
+                if let Err(e) = subnet::install(ctx, info) {
+                    tracing::warn!(subnet = %obj.name_any(), error = %e, "subnet not loaded at rebuild");
+                }
+            }
+            Err(e) => {
+                tracing::warn!(subnet = %obj.name_any(), error = %e, "subnet not loaded at rebuild")
+            }
+        }
+    }
+    for p in ctx.pool_store.state() {
+        if let Err(e) = subnet::install_pool(ctx, &p) {
+            tracing::warn!(pool = %p.name_any(), error = %e, "ippool not loaded at rebuild");
+        }
+    }
+
+    let mut recs = Vec::new();
+    // Pod annotations first: they are what running pods use.
+    for pod in ctx.pods.state() {
+        let Ok(a) = PodNetworkAnnotations::parse(pod.annotations(), DEFAULT_PROVIDER) else {
+            continue;
+        };
+        let (Some(ls), true) = (a.logical_switch.as_deref(), a.allocated) else {
+            continue;
+        };
+        let ns = pod.namespace().unwrap_or_default();
+        let name = pod.name_any();
+        recs.push(record(
+            ls,
+            &naming::pod_key(&ns, &name),
+            &naming::pod_port(&name, &ns, DEFAULT_PROVIDER),
+            &a.ip_addresses,
+            a.mac_address,
+        ));
+    }
+    for node in ctx.nodes.state() {
+        let Ok(a) = NodeAnnotations::parse(node.annotations()) else {
+            continue;
+        };
+        let (Some(ls), true) = (a.logical_switch.as_deref(), a.allocated) else {
+            continue;
+        };
+        let port = naming::node_port(&node.name_any());
+        recs.push(record(ls, &port, &port, &a.ip_addresses, a.mac_address));
+    }
+    // IP records: a pod whose annotation patch was lost still holds its address.
+    for r in ip::list(ctx).await? {
+        recs.push(r);
+    }
+    // Northbound ports: a port whose pod was deleted while the controller was down keeps its address until
+    // garbage collection removes the port (Kube-OVN #4304).
+    for lsp in ctx
+        .nb
+        .switch_ports_by_external_id(ext::VENDOR, naming::VENDOR)
+    {
+        let Some(ls) = lsp.external_ids.get(ext::LS) else {
+            continue;
+        };
+        let owner = match (
+            lsp.external_ids.get(ext::POD),
+            lsp.external_ids.get(ext::NODE),
+        ) {
+            (Some(p), _) => p.clone(),
+            (None, Some(_)) => lsp.name.clone(),
+            _ => continue,
+        };
+        for a in &lsp.addresses {
+            if let Some((mac, ips)) = plan::parse_port_address(a) {
+                recs.push(record(ls, &owner, &lsp.name, &ips, Some(mac)));
+            }
+        }
+    }
+    let report = ctx.ipam.restore(recs);
+    Ok(report)
+}

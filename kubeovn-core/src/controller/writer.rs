@@ -1,0 +1,220 @@
+//! Group commit of northbound writes: concurrent handlers hand in small batches, one task merges what
+//! arrived within a short window (and while the previous transaction was in flight) into one transaction.
+//!
+//! A merged transaction that fails is retried batch by batch, so one bad request fails only its sender.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use kubeovn_ovn::northbound::{Batch, Northbound};
+use tokio::sync::{mpsc, oneshot};
+
+use super::error::{ControllerError, Result};
+use super::metrics::Metrics;
+
+/// How the writer groups batches.
+#[derive(Debug, Clone)]
+pub struct WriterConfig {
+    /// How long to wait for more batches after the first one arrives.
+    pub window: Duration,
+    /// Stop collecting once this many ops are gathered.
+    pub max_ops: usize,
+    /// Requests waiting before senders are slowed down.
+    pub queue: usize,
+}
+
+impl Default for WriterConfig {
+    fn default() -> Self {
+        WriterConfig {
+            window: Duration::from_millis(2),
+            max_ops: 4096,
+            queue: 8192,
+        }
+    }
+}
+
+struct Job {
+    batch: Batch,
+    done: oneshot::Sender<Result<()>>,
+}
+
+/// A handle to the writer task; cheap to clone.
+#[derive(Clone)]
+pub struct NbWriter {
+    tx: mpsc::Sender<Job>,
+}
+
+impl std::fmt::Debug for NbWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NbWriter").finish_non_exhaustive()
+    }
+}
+
+impl NbWriter {
+    /// Starts the writer task on the current runtime; it ends when every handle is dropped.
+    pub fn spawn(nb: Arc<dyn Northbound>, config: WriterConfig, metrics: Option<Metrics>) -> Self {
+        let (tx, rx) = mpsc::channel(config.queue.max(1));
+        tokio::spawn(run(nb, config, metrics, rx));
+        NbWriter { tx }
+    }
+
+    /// Commits `batch` (possibly together with others); returns once the replica shows it.
+    pub async fn commit(&self, batch: Batch) -> Result<()> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let (done, rx) = oneshot::channel();
+        self.tx
+            .send(Job { batch, done })
+            .await
+            .map_err(|_| ControllerError::Stopped)?;
+        rx.await.map_err(|_| ControllerError::Stopped)?
+    }
+}
+
+async fn run(
+    nb: Arc<dyn Northbound>,
+    config: WriterConfig,
+    metrics: Option<Metrics>,
+    mut rx: mpsc::Receiver<Job>,
+) {
+    let mut jobs: Vec<Job> = Vec::new();
+    while let Some(first) = rx.recv().await {
+        let mut ops = first.batch.len();
+        jobs.push(first);
+        let deadline = tokio::time::Instant::now() + config.window;
+        while ops < config.max_ops {
+            // Take what is already queued without waiting, then wait out the window.
+            let next = match rx.try_recv() {
+                Ok(j) => Some(j),
+                Err(mpsc::error::TryRecvError::Disconnected) => None,
+                Err(mpsc::error::TryRecvError::Empty) => {
+                    tokio::time::timeout_at(deadline, rx.recv())
+                        .await
+                        .unwrap_or_default()
+                }
+            };
+            let Some(j) = next else { break };
+            ops += j.batch.len();
+            jobs.push(j);
+        }
+        commit_all(nb.as_ref(), metrics.as_ref(), &mut jobs).await;
+    }
+}
+
+async fn commit_one(nb: &dyn Northbound, metrics: Option<&Metrics>, batch: Batch) -> Result<()> {
+    let ops = batch.len();
+    let t = Instant::now();
+    let r = nb.commit(batch).await;
+    if let Some(m) = metrics {
+        m.nb_transaction(t.elapsed(), ops, r.is_ok());
+    }
+    r.map_err(ControllerError::from)
+}
+
+async fn commit_all(nb: &dyn Northbound, metrics: Option<&Metrics>, jobs: &mut Vec<Job>) {
+    if jobs.len() == 1 {
+        if let Some(j) = jobs.pop() {
+            let r = commit_one(nb, metrics, j.batch).await;
+            let _ = j.done.send(r);
+        }
+        return;
+    }
+    let mut merged = Batch::new();
+    for j in jobs.iter() {
+        merged.ops.extend(j.batch.ops.iter().cloned());
+    }
+    match commit_one(nb, metrics, merged).await {
+        Ok(()) => {
+            for j in jobs.drain(..) {
+                let _ = j.done.send(Ok(()));
+            }
+        }
+        Err(e) => {
+            tracing::debug!(error = %e, batches = jobs.len(), "merged northbound transaction failed, retrying one by one");
+            for j in jobs.drain(..) {
+                let r = commit_one(nb, metrics, j.batch).await;
+                let _ = j.done.send(r);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kubeovn_ovn::northbound::{MockNorthbound, Op};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    fn port(name: &str) -> Batch {
+        let mut b = Batch::new();
+        b.delete_switch_port(name);
+        b
+    }
+
+    #[tokio::test]
+    async fn concurrent_batches_share_one_transaction() {
+        let calls = Arc::new(AtomicUsize::new(0));
+        let mut nb = MockNorthbound::new();
+        let c = calls.clone();
+        nb.expect_commit().returning(move |b| {
+            c.fetch_add(1, Ordering::SeqCst);
+            assert_eq!(b.len(), 20);
+            Ok(())
+        });
+        let w = NbWriter::spawn(
+            Arc::new(nb),
+            WriterConfig {
+                window: Duration::from_millis(200),
+                max_ops: 20,
+                queue: 100,
+            },
+            None,
+        );
+        let tasks: Vec<_> = (0..20)
+            .map(|i| {
+                let w = w.clone();
+                tokio::spawn(async move { w.commit(port(&format!("p{i}"))).await })
+            })
+            .collect();
+        for t in tasks {
+            t.await.expect("join").expect("committed");
+        }
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn a_bad_batch_fails_alone() {
+        let mut nb = MockNorthbound::new();
+        nb.expect_commit().returning(|b| {
+            let bad = b
+                .ops
+                .iter()
+                .any(|o| matches!(o, Op::DeleteSwitchPort(n) if n == "bad"));
+            if bad {
+                Err(kubeovn_ovn::Error::Protocol {
+                    method: "test",
+                    what: "refused".into(),
+                })
+            } else {
+                Ok(())
+            }
+        });
+        let w = NbWriter::spawn(
+            Arc::new(nb),
+            WriterConfig {
+                window: Duration::from_millis(100),
+                max_ops: 3,
+                queue: 10,
+            },
+            None,
+        );
+        let (a, b, c) = tokio::join!(
+            w.commit(port("a")),
+            w.commit(port("bad")),
+            w.commit(port("c"))
+        );
+        assert!(a.is_ok() && c.is_ok());
+        assert!(b.is_err());
+    }
+}
