@@ -987,7 +987,7 @@ async fn run_session(
                         // e.g. the schema changed: resuming needs the connection dropped.
                         client.close("cache resync failed");
                     }
-                    tokio::time::sleep(crate::session::Backoff::default().delay(attempt)).await;
+                    tokio::time::sleep(session.backoff().delay(attempt)).await;
                     attempt = attempt.saturating_add(1);
                 }
             }

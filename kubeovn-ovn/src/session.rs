@@ -8,6 +8,12 @@
 //! stops being the leader or loses its cluster, so the next request (and a [`crate::cache::Cache`] started with
 //! [`crate::cache::CacheBuilder::start_session`]) reconnects to the new leader.
 //!
+//! Time: every wait here (backoff, retry deadline, connect timeout) and in the cache's resume loop is on
+//! tokio's clock (`tokio::time`), which is the injectable clock: tests pause it
+//! (`#[tokio::test(start_paused = true)]`) and the runtime jumps to the next timer when all tasks are idle,
+//! so a backoff schedule of seconds runs deterministically in microseconds (see the tests below). The
+//! protocol core ([`crate::conn`]) takes the time as a parameter instead.
+//!
 //! Requests are never retried by the session: a transaction whose connection died before its reply is an
 //! [`Error::OutcomeUnknown`], for the caller to check.
 //!
@@ -256,6 +262,11 @@ impl Session {
         self.inner.connects.load(Ordering::Relaxed)
     }
 
+    /// The backoff between passes over the remotes (also used by caches resuming on this session).
+    pub fn backoff(&self) -> Backoff {
+        self.inner.backoff
+    }
+
     /// The database whose leader this session insists on, if any.
     pub fn leader_only_db(&self) -> Option<&str> {
         self.inner.leader_only.as_deref()
@@ -425,6 +436,58 @@ mod tests {
             .connect()
             .await;
         assert!(matches!(s, Err(Error::Io { .. })), "{s:?}");
+    }
+
+    fn backoff_1_2_4() -> Backoff {
+        Backoff {
+            initial: Duration::from_secs(1),
+            max: Duration::from_secs(4),
+            factor: 2,
+        }
+    }
+
+    /// The backoff schedule on a paused clock: passes at 0, 1, 3 and 7 s; the next wait (4 s) would pass the
+    /// 10 s retry time, so the session gives up at exactly 7 s of tokio time, without sleeping.
+    #[tokio::test(start_paused = true)]
+    async fn backoff_schedule_on_a_paused_clock() {
+        let (start, wall) = (tokio::time::Instant::now(), std::time::Instant::now());
+        let s = Session::builder("unix:/nonexistent/kubeovn-backoff.sock")
+            .unwrap()
+            .backoff(backoff_1_2_4())
+            .retry_for(Some(Duration::from_secs(10)))
+            .connect()
+            .await;
+        assert!(matches!(s, Err(Error::Io { .. })), "{s:?}");
+        assert_eq!(start.elapsed(), Duration::from_secs(7));
+        assert!(wall.elapsed() < Duration::from_secs(2), "{:?}", wall.elapsed());
+    }
+
+    /// A server that appears at 5 s is reached by the pass at 7 s (0, 1, 3, 7), on a paused clock.
+    #[tokio::test(start_paused = true)]
+    async fn reconnects_when_the_server_appears() {
+        let dir = tempfile::tempdir().unwrap();
+        let sock = dir.path().join("late.sock");
+        let remote = format!("unix:{}", sock.display());
+        let (start, wall) = (tokio::time::Instant::now(), std::time::Instant::now());
+        let server = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            let l = tokio::net::UnixListener::bind(&sock).unwrap();
+            let bound = tokio::time::Instant::now();
+            let (conn, _) = l.accept().await.unwrap();
+            (bound, conn)
+        });
+        let s = Session::builder(&remote)
+            .unwrap()
+            .backoff(backoff_1_2_4())
+            .retry_for(Some(Duration::from_secs(60)))
+            .connect()
+            .await
+            .unwrap();
+        assert_eq!(start.elapsed(), Duration::from_secs(7));
+        assert_eq!(s.connects(), 1);
+        let (bound, _conn) = server.await.unwrap();
+        assert_eq!(bound - start, Duration::from_secs(5));
+        assert!(wall.elapsed() < Duration::from_secs(2), "{:?}", wall.elapsed());
     }
 }
 
