@@ -1,0 +1,3 @@
+//! `kube-ovn-daemon`: the node daemon binary.
+
+fn main() {}

@@ -1,0 +1,252 @@
+//! The HTTP/1 server on the daemon's unix socket (the shim's requests) and the metrics endpoint.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Method, StatusCode};
+use hyper_util::rt::TokioIo;
+use kubeovn_cni::daemon::{command_of_path, Request, Response};
+use kubeovn_cni::node::CniHandler;
+use kubeovn_cni::spec::{CniError, ErrorCode};
+use tokio::net::{TcpListener, UnixListener};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::metrics::Metrics;
+use crate::DaemonError;
+
+/// The largest request body accepted (a netconf with a prevResult is a few KiB).
+pub const MAX_REQUEST: usize = 4 << 20;
+
+fn reply(status: u16, body: String) -> hyper::Response<Full<Bytes>> {
+    let mut r = hyper::Response::new(Full::new(Bytes::from(body)));
+    *r.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    r.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("application/json"),
+    );
+    r
+}
+
+fn failure(
+    status: u16,
+    code: ErrorCode,
+    msg: &str,
+    details: String,
+) -> hyper::Response<Full<Bytes>> {
+    let resp = Response::failure(CniError::new(code, msg, details));
+    reply(status, resp.to_json())
+}
+
+async fn route(
+    req: hyper::Request<Incoming>,
+    handler: Arc<CniHandler>,
+    metrics: Arc<Metrics>,
+) -> hyper::Response<Full<Bytes>> {
+    let Some(command) = command_of_path(req.uri().path()) else {
+        return failure(
+            404,
+            ErrorCode::INVALID_ENVIRONMENT,
+            "unknown path",
+            req.uri().path().to_owned(),
+        );
+    };
+    if req.method() != Method::POST {
+        return failure(
+            405,
+            ErrorCode::INVALID_ENVIRONMENT,
+            "use POST",
+            String::new(),
+        );
+    }
+    let body = match Limited::new(req.into_body(), MAX_REQUEST).collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(e) => {
+            return failure(
+                400,
+                ErrorCode::IO_FAILURE,
+                "cannot read the request body",
+                e.to_string(),
+            )
+        }
+    };
+    let t0 = Instant::now();
+    let request: Request = match serde_json::from_slice(&body) {
+        Ok(r) => r,
+        Err(e) => {
+            metrics.observe(command.as_str(), t0.elapsed(), Some(6));
+            return failure(
+                400,
+                ErrorCode::DECODING_FAILURE,
+                "cannot decode the daemon request",
+                e.to_string(),
+            );
+        }
+    };
+    if request.command != command {
+        return failure(
+            400,
+            ErrorCode::INVALID_ENVIRONMENT,
+            "request path and command differ",
+            format!("{} on {}", request.command.as_str(), command.as_str()),
+        );
+    }
+    let resp = handler.handle(&request).await;
+    metrics.observe(
+        command.as_str(),
+        t0.elapsed(),
+        resp.error.as_ref().map(|e| e.code.0),
+    );
+    reply(resp.http_status(), resp.to_json())
+}
+
+/// Binds the daemon's socket: removes a stale socket file, creates the parent directory, and restricts the
+/// socket to its owner (mode 0600: only root may ask the daemon to plumb pods).
+pub fn bind_socket(path: &Path) -> Result<UnixListener, DaemonError> {
+    let io = |what, e| DaemonError::Io {
+        what,
+        path: path.to_owned(),
+        source: e,
+    };
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent).map_err(|e| io("create socket directory", e))?;
+    }
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            return Err(io("remove stale socket", e))
+        }
+        _ => {}
+    }
+    let l = UnixListener::bind(path).map_err(|e| io("bind socket", e))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+        .map_err(|e| io("chmod socket", e))?;
+    Ok(l)
+}
+
+/// A running server; [`Server::shutdown`] stops accepting and waits for the accept loops.
+#[derive(Debug)]
+pub struct Server {
+    socket: PathBuf,
+    metrics_addr: Option<SocketAddr>,
+    stop: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Server {
+    /// Serves `handler` on the unix socket `socket` (see [`bind_socket`]) and, if `metrics_addr` is set, the
+    /// metrics on `http://<metrics_addr>/metrics`. Each connection is its own task, so requests run
+    /// concurrently.
+    pub async fn start(
+        socket: &Path,
+        metrics_addr: Option<SocketAddr>,
+        handler: Arc<CniHandler>,
+        metrics: Arc<Metrics>,
+    ) -> Result<Server, DaemonError> {
+        let listener = bind_socket(socket)?;
+        let (stop, rx) = watch::channel(false);
+        let mut tasks = Vec::new();
+        let (h, m) = (handler.clone(), metrics.clone());
+        let mut stop_rx = rx.clone();
+        tasks.push(tokio::spawn(async move {
+            loop {
+                let stream = tokio::select! {
+                    r = listener.accept() => match r {
+                        Ok((s, _)) => s,
+                        Err(_) => continue,
+                    },
+                    _ = stop_rx.changed() => break,
+                };
+                let (h, m) = (h.clone(), m.clone());
+                tokio::spawn(async move {
+                    let svc = service_fn(move |req| {
+                        let (h, m) = (h.clone(), m.clone());
+                        async move { Ok::<_, Infallible>(route(req, h, m).await) }
+                    });
+                    let _ = http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), svc)
+                        .await;
+                });
+            }
+        }));
+        let mut bound_metrics = None;
+        if let Some(addr) = metrics_addr {
+            let l = TcpListener::bind(addr).await.map_err(|e| DaemonError::Io {
+                what: "bind metrics address",
+                path: PathBuf::from(addr.to_string()),
+                source: e,
+            })?;
+            bound_metrics = l.local_addr().ok();
+            let mut stop_rx = rx.clone();
+            tasks.push(tokio::spawn(async move {
+                loop {
+                    let stream = tokio::select! {
+                        r = l.accept() => match r {
+                            Ok((s, _)) => s,
+                            Err(_) => continue,
+                        },
+                        _ = stop_rx.changed() => break,
+                    };
+                    let m = metrics.clone();
+                    tokio::spawn(async move {
+                        let svc = service_fn(move |req: hyper::Request<Incoming>| {
+                            let m = m.clone();
+                            async move {
+                                let mut r = if req.uri().path() == "/metrics" {
+                                    hyper::Response::new(Full::new(Bytes::from(m.encode())))
+                                } else {
+                                    let mut r = hyper::Response::new(Full::new(Bytes::new()));
+                                    *r.status_mut() = StatusCode::NOT_FOUND;
+                                    r
+                                };
+                                r.headers_mut().insert(
+                                    hyper::header::CONTENT_TYPE,
+                                    hyper::header::HeaderValue::from_static(
+                                        "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                                    ),
+                                );
+                                Ok::<_, Infallible>(r)
+                            }
+                        });
+                        let _ = http1::Builder::new()
+                            .serve_connection(TokioIo::new(stream), svc)
+                            .await;
+                    });
+                }
+            }));
+        }
+        Ok(Server {
+            socket: socket.to_owned(),
+            metrics_addr: bound_metrics,
+            stop,
+            tasks,
+        })
+    }
+
+    /// The unix socket path.
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+
+    /// The metrics endpoint's bound address (the real port when asked for port 0).
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics_addr
+    }
+
+    /// Stops accepting (connections in flight finish on their own) and removes the socket file.
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        for t in self.tasks {
+            let _ = t.await;
+        }
+        let _ = std::fs::remove_file(&self.socket);
+    }
+}
