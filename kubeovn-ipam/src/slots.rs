@@ -16,18 +16,66 @@ const HAS_V6: u8 = 2;
 const LIVE: u8 = 4;
 /// The MAC was made up during a restore because no record gave one yet; a later record may replace it.
 const MAC_GUESSED: u8 = 8;
+/// The pod's first nic: the slot the pod table holds.
+const HEAD: u8 = 16;
 
-/// 28 bytes: the memory target is 100 bytes per allocated address, tables included.
+/// Makes room for one more entry in a full `table` of slot ids, before hashbrown would: it rehashes every
+/// entry from its slot, read in table order, which is a cache miss per entry in a big subnet. When the
+/// slots are dense (`slots_len` at most twice the entries), the table is rebuilt at twice its size from
+/// `entries` (every `(id, hash)` the table holds), which reads the slots in order.
+pub(crate) fn make_room<I: Iterator<Item = (u32, u64)>>(
+    table: &mut HashTable<u32>,
+    slots_len: usize,
+    entries: impl FnOnce() -> I,
+) {
+    let len = table.len();
+    if len < table.capacity() || slots_len > 2 * len + 64 {
+        return;
+    }
+    let mut t = HashTable::with_capacity(2 * len.max(8));
+    for (id, h) in entries() {
+        // The capacity is enough: the hasher is never called.
+        t.insert_unique(h, id, |_| h);
+    }
+    if t.len() == len {
+        *table = t;
+    }
+}
+
+/// 32 bytes (a slot never straddles a cache line): the memory target is 100 bytes per allocated address,
+/// tables included.
 #[derive(Clone, Copy, Default)]
 struct Slot {
     off: u32,
     v4: u32,
     next: u32,
+    /// The pod name's hash (its low 32 bits): growing the pod table rehashes from here, without reading
+    /// and hashing the names again.
+    hash: u32,
     len: u16,
     cap: u16,
     pod_len: u16,
     mac: [u8; 6],
     flags: u8,
+}
+
+/// The pod table's hash from the 32 bits a slot keeps (`widen(h as u32) == h` for every hash it makes): the
+/// low half, hashbrown's bucket, is those bits; the high half, its tag, a multiplicative mix of them.
+fn widen(h: u32) -> u64 {
+    u64::from(h.wrapping_mul(0x9e37_79b9)) << 32 | u64::from(h)
+}
+
+/// Every live slot but `except`, with its hash in the MAC table.
+fn mac_entries<'a>(
+    slots: &'a [Slot],
+    hb: &'a DefaultHashBuilder,
+    except: u32,
+) -> impl Iterator<Item = (u32, u64)> + 'a {
+    slots
+        .iter()
+        .enumerate()
+        .filter(move |&(i, s)| s.flags & LIVE != 0 && i as u32 != except)
+        .map(move |(i, s)| (i as u32, hb.hash_one(s.mac)))
 }
 
 fn name_of<'a>(slots: &[Slot], arena: &'a [u8], id: u32) -> &'a [u8] {
@@ -139,9 +187,14 @@ impl Slots {
             .map(|(i, _)| i as u32)
     }
 
+    /// Number of slots, live or free (the bound of slot ids).
+    pub(crate) fn capacity_ids(&self) -> usize {
+        self.slots.len()
+    }
+
     /// The hash of a pod name in the pod table (computed once per operation).
     pub(crate) fn pod_hash(&self, pod: &str) -> u64 {
-        self.hb.hash_one(pod.as_bytes())
+        widen(self.hb.hash_one(pod.as_bytes()) as u32)
     }
 
     fn head(&self, pod: &str) -> Option<u32> {
@@ -243,10 +296,10 @@ impl Slots {
             s.mac = mac.0;
             s.flags = LIVE;
             s.next = NIL;
+            s.hash = h as u32;
         }
         let Slots {
             slots,
-            arena,
             pods,
             macs,
             hb,
@@ -256,8 +309,15 @@ impl Slots {
             slots[id as usize].next = slots[head as usize].next;
             slots[head as usize].next = id;
         } else {
-            pods.insert_unique(h, id, |&i| hb.hash_one(pod_of(slots, arena, i)));
+            make_room(pods, slots.len(), || {
+                slots.iter().enumerate().filter_map(|(i, s)| {
+                    (s.flags & (LIVE | HEAD) == LIVE | HEAD).then_some((i as u32, widen(s.hash)))
+                })
+            });
+            slots[id as usize].flags |= HEAD;
+            pods.insert_unique(h, id, |&i| widen(slots[i as usize].hash));
         }
+        make_room(macs, slots.len(), || mac_entries(slots, hb, id));
         macs.insert_unique(hb.hash_one(mac.0), id, |&i| {
             hb.hash_one(slots[i as usize].mac)
         });
@@ -267,7 +327,7 @@ impl Slots {
 
     /// Drops a slot; the caller has removed its addresses from the family indexes.
     pub(crate) fn remove(&mut self, id: u32) {
-        let h = self.hb.hash_one(pod_of(&self.slots, &self.arena, id));
+        let h = widen(self.slots[id as usize].hash);
         self.remove_h(id, h);
     }
 
@@ -288,6 +348,7 @@ impl Slots {
                 e.remove();
             } else {
                 *e.into_mut() = next;
+                slots[next as usize].flags |= HEAD;
             }
         } else {
             let mut cur = pods
@@ -335,6 +396,7 @@ impl Slots {
             e.remove();
         }
         slots[id as usize].mac = mac.0;
+        make_room(macs, slots.len(), || mac_entries(slots, hb, id));
         macs.insert_unique(hb.hash_one(mac.0), id, |&i| {
             hb.hash_one(slots[i as usize].mac)
         });

@@ -142,6 +142,20 @@ impl<A: SlotAddr> Fam<A> {
             .insert_unique(h, id, |&i| hb.hash_one(A::get(slots, i).unwrap_or(a)));
     }
 
+    /// [`Fam::index_insert`] when the index holds every other live slot with an address of this family (not
+    /// while an index is rebuilt from scratch): growing it then reads the slots in order.
+    fn index_insert_live(&mut self, slots: &Slots, a: A, id: u32, h: u64) {
+        let hb = &slots.hb;
+        crate::slots::make_room(&mut self.index, slots.capacity_ids(), || {
+            slots.ids().filter_map(move |i| {
+                A::get(slots, i)
+                    .filter(|_| i != id)
+                    .map(|x| (i, hb.hash_one(x)))
+            })
+        });
+        self.index_insert(slots, a, id, h);
+    }
+
     fn domain_of(&self, a: A) -> usize {
         self.domains
             .iter()
@@ -288,7 +302,7 @@ impl<A: SlotAddr> Fam<A> {
         };
         self.take(domain, a, src);
         A::set(slots, id, Some(a));
-        self.index_insert(slots, a, id, h);
+        self.index_insert_live(slots, a, id, h);
     }
 
     fn release_addr(&mut self, slots: &mut Slots, id: u32, a: A) {
