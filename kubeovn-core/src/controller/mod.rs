@@ -304,6 +304,8 @@ impl Controller {
             }
         };
         let tasks = Arc::new(Mutex::new(Vec::new()));
+        // Dropping `run` (a crash-like stop) also stops every task it started.
+        let _guard = AbortOnDrop(tasks.clone());
         let started = self.start(tasks.clone());
         tokio::pin!(shutdown);
         tokio::pin!(lost);
@@ -319,9 +321,6 @@ impl Controller {
             _ = &mut shutdown => Ok(()),
             _ = &mut lost => Err(ControllerError::NotReady("leadership lost".into())),
         };
-        for t in tasks.lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
-            t.abort();
-        }
         result
     }
 
@@ -492,6 +491,18 @@ impl Controller {
         spawn(Box::pin(queue_metrics(ctx.clone())));
         tracing::info!("controller started");
         Ok(ctx)
+    }
+}
+
+type Tasks = Arc<Mutex<Vec<tokio::task::JoinHandle<()>>>>;
+
+struct AbortOnDrop(Tasks);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        for t in self.0.lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
+            t.abort();
+        }
     }
 }
 

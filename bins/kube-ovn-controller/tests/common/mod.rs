@@ -1,0 +1,326 @@
+//! End-to-end harness: a real NB ovsdb-server in a temporary directory (stopped by pid), the in-memory test
+//! API server, the controller library in-process, kubectl and ovn-nbctl as independent checkers.
+
+#![allow(dead_code, clippy::unwrap_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use kube::api::{Api, ApiResource, DynamicObject, PostParams};
+use kube_ovn_testapi::{Config as ApiConfig, TestApiServer};
+use kubeovn_core::controller::{Config, Controller};
+use kubeovn_ovn::northbound::OvsdbNorthbound;
+use serde_json::{json, Value};
+use tokio::sync::oneshot;
+
+/// Whether a program runs; prints why a test is skipped if not.
+pub fn have(prog: &str) -> bool {
+    let ok = Command::new(prog)
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok();
+    if !ok {
+        eprintln!("SKIPPED: {prog} is not installed");
+    }
+    ok
+}
+
+/// A private NB ovsdb-server.
+pub struct Nb {
+    pub sock: PathBuf,
+    child: Child,
+}
+
+impl Nb {
+    pub fn start(dir: &Path) -> Nb {
+        let schema = ["/usr/share/ovn/ovn-nb.ovsschema"]
+            .iter()
+            .map(PathBuf::from)
+            .find(|p| p.exists())
+            .unwrap_or_else(|| {
+                Path::new(env!("CARGO_MANIFEST_DIR"))
+                    .join("../../kubeovn-ovn/schemas/ovn-nb.ovsschema")
+            });
+        let db = dir.join("nb.db");
+        let st = Command::new("ovsdb-tool")
+            .arg("create")
+            .arg(&db)
+            .arg(&schema)
+            .status()
+            .unwrap();
+        assert!(st.success(), "ovsdb-tool create");
+        let sock = dir.join("nb.sock");
+        let child = Command::new("ovsdb-server")
+            .arg(format!("--remote=punix:{}", sock.display()))
+            .arg(format!("--pidfile={}", dir.join("nb.pid").display()))
+            .arg(format!("--log-file={}", dir.join("nb.log").display()))
+            .arg(format!("--unixctl={}", dir.join("nb.ctl").display()))
+            .arg("-vconsole:off")
+            .arg(&db)
+            .env("OVS_RUNDIR", dir)
+            .env("OVS_LOGDIR", dir)
+            .env("OVS_DBDIR", dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !sock.exists() {
+            assert!(Instant::now() < deadline, "ovsdb-server did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Nb { sock, child }
+    }
+
+    pub fn remote(&self) -> String {
+        format!("unix:{}", self.sock.display())
+    }
+}
+
+impl Drop for Nb {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The Kube-OVN CRDs the controller uses, as the test API server needs them.
+pub fn crds() -> Vec<Value> {
+    [
+        ("subnets", "Subnet", "subnet"),
+        ("ips", "IP", "ip"),
+        ("ippools", "IPPool", "ippool"),
+        ("vpcs", "Vpc", "vpc"),
+    ]
+    .iter()
+    .map(|(plural, kind, singular)| {
+        json!({
+            "apiVersion": "apiextensions.k8s.io/v1",
+            "kind": "CustomResourceDefinition",
+            "metadata": {"name": format!("{plural}.kubeovn.io")},
+            "spec": {
+                "group": "kubeovn.io",
+                "scope": "Cluster",
+                "names": {"plural": plural, "singular": singular, "kind": kind},
+                "versions": [{"name": "v1", "served": true, "storage": true,
+                              "subresources": {"status": {}},
+                              "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]
+            }
+        })
+    })
+    .collect()
+}
+
+/// Test API server + NB + a controller that can be stopped and started again.
+pub struct Env {
+    pub dir: tempfile::TempDir,
+    pub nb: Nb,
+    pub api: TestApiServer,
+    pub client: kube::Client,
+    pub kubeconfig: PathBuf,
+    pub controller: Option<Running>,
+}
+
+/// A running controller (in-process).
+pub struct Running {
+    stop: Option<oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<()>,
+    pub ipam: Arc<kubeovn_ipam::SharedIpam>,
+    pub metrics: kubeovn_core::controller::Metrics,
+}
+
+impl Running {
+    /// Stops it the hard way (no cleanup), like a killed process.
+    pub async fn kill(mut self) {
+        self.stop.take();
+        self.task.abort();
+        let _ = self.task.await;
+    }
+}
+
+pub fn test_config() -> Config {
+    Config {
+        gc_interval: Duration::from_millis(700),
+        status_interval: Duration::from_millis(200),
+        ..Config::default()
+    }
+}
+
+impl Env {
+    pub async fn start() -> Option<Env> {
+        if !have("ovsdb-server") || !have("ovn-nbctl") || !have("kubectl") {
+            return None;
+        }
+        let dir = tempfile::Builder::new()
+            .prefix("kube-ovn-controller-e2e")
+            .tempdir()
+            .unwrap();
+        let nb = Nb::start(dir.path());
+        let api = TestApiServer::start(ApiConfig::default()).await.unwrap();
+        let kubeconfig = dir.path().join("kubeconfig");
+        api.write_kubeconfig(&kubeconfig).unwrap();
+        let client = kube::Client::try_from(kube::Config::new(api.url().parse().unwrap())).unwrap();
+        let crd_api: Api<DynamicObject> = Api::all_with(
+            client.clone(),
+            &ApiResource {
+                group: "apiextensions.k8s.io".into(),
+                version: "v1".into(),
+                api_version: "apiextensions.k8s.io/v1".into(),
+                kind: "CustomResourceDefinition".into(),
+                plural: "customresourcedefinitions".into(),
+            },
+        );
+        for c in crds() {
+            let o: DynamicObject = serde_json::from_value(c).unwrap();
+            crd_api.create(&PostParams::default(), &o).await.unwrap();
+        }
+        Some(Env {
+            dir,
+            nb,
+            api,
+            client,
+            kubeconfig,
+            controller: None,
+        })
+    }
+
+    pub async fn start_controller(&mut self, config: Config) {
+        let nb = OvsdbNorthbound::connect(&self.nb.remote()).await.unwrap();
+        let c = Controller::new(self.client.clone(), Arc::new(nb), config);
+        let ipam = c.ipam();
+        let metrics = c.metrics();
+        let (tx, rx) = oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            let r = c
+                .run(async {
+                    let _ = rx.await;
+                })
+                .await;
+            if let Err(e) = r {
+                eprintln!("controller stopped: {e}");
+            }
+        });
+        self.controller = Some(Running {
+            stop: Some(tx),
+            task,
+            ipam,
+            metrics,
+        });
+    }
+
+    pub async fn kill_controller(&mut self) {
+        if let Some(c) = self.controller.take() {
+            c.kill().await;
+        }
+    }
+
+    /// `ovn-nbctl --db=unix:... args`, stdout trimmed.
+    pub async fn nbctl(&self, args: &[&str]) -> String {
+        let db = format!("--db={}", self.nb.remote());
+        let args: Vec<String> = std::iter::once(db)
+            .chain(args.iter().map(|s| s.to_string()))
+            .collect();
+        tokio::task::spawn_blocking(move || {
+            let out = Command::new("ovn-nbctl").args(&args).output().unwrap();
+            assert!(
+                out.status.success(),
+                "ovn-nbctl {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            String::from_utf8_lossy(&out.stdout).trim().to_owned()
+        })
+        .await
+        .unwrap()
+    }
+
+    /// kubectl with this cluster's kubeconfig: (success, stdout, stderr).
+    pub async fn kubectl_io(&self, args: &[&str], stdin: Option<String>) -> (bool, String, String) {
+        let kc = self.kubeconfig.clone();
+        let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        tokio::task::spawn_blocking(move || {
+            use std::io::Write;
+            let mut child = Command::new("kubectl")
+                .arg("--kubeconfig")
+                .arg(&kc)
+                .args(&args)
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap();
+            if let Some(s) = stdin {
+                child.stdin.take().unwrap().write_all(s.as_bytes()).unwrap();
+            }
+            drop(child.stdin.take());
+            let out = child.wait_with_output().unwrap();
+            (
+                out.status.success(),
+                String::from_utf8_lossy(&out.stdout).into_owned(),
+                String::from_utf8_lossy(&out.stderr).into_owned(),
+            )
+        })
+        .await
+        .unwrap()
+    }
+
+    pub async fn kubectl(&self, args: &[&str]) -> String {
+        let (ok, out, err) = self.kubectl_io(args, None).await;
+        assert!(ok, "kubectl {args:?}: {err}");
+        out
+    }
+
+    /// `kubectl apply -f -` of a YAML/JSON text.
+    pub async fn apply(&self, doc: &str) {
+        let (ok, _, err) = self
+            .kubectl_io(
+                &["apply", "--validate=false", "-f", "-"],
+                Some(doc.to_owned()),
+            )
+            .await;
+        assert!(ok, "kubectl apply: {err}\n{doc}");
+    }
+
+    /// `kubectl get KIND NAME -o json`, None if absent.
+    pub async fn get_json(&self, args: &[&str]) -> Option<Value> {
+        let mut a = vec!["get"];
+        a.extend_from_slice(args);
+        a.extend_from_slice(&["-o", "json"]);
+        let (ok, out, _) = self.kubectl_io(&a, None).await;
+        ok.then(|| serde_json::from_str(&out).unwrap())
+    }
+}
+
+/// Polls `f` until it returns Some, for up to `secs` seconds.
+pub async fn wait_for<T, F, Fut>(what: &str, secs: u64, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A pod manifest.
+pub fn pod(ns: &str, name: &str, node: &str, annotations: &[(&str, &str)]) -> String {
+    let anns: serde_json::Map<String, Value> = annotations
+        .iter()
+        .map(|(k, v)| (k.to_string(), Value::String(v.to_string())))
+        .collect();
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": ns, "annotations": anns},
+        "spec": {"nodeName": node, "containers": [{"name": "c", "image": "pause"}]}
+    })
+    .to_string()
+}

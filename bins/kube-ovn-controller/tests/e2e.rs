@@ -1,0 +1,526 @@
+//! The controller against the test API server and a real NB ovsdb-server, checked with kubectl and
+//! ovn-nbctl: start sequence, subnets, nodes, pods (dynamic, static IP and MAC, IPPool, address list),
+//! conflicts as events, a kill and restart with pods deleted meanwhile, and a clean NB after deleting all.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::collections::{BTreeMap, HashSet};
+
+use common::{pod, wait_for, Env};
+use serde_json::Value;
+
+fn ann<'a>(o: &'a Value, k: &str) -> Option<&'a str> {
+    o.pointer("/metadata/annotations")?.get(k)?.as_str()
+}
+
+async fn annotated(env: &Env, ns: &str, name: &str) -> Value {
+    wait_for(&format!("pod {ns}/{name} annotated"), 20, || async {
+        let p = env.get_json(&["pod", "-n", ns, name]).await?;
+        (ann(&p, "ovn.kubernetes.io/allocated") == Some("true")
+            && ann(&p, "ovn.kubernetes.io/routed") == Some("true"))
+        .then_some(p)
+    })
+    .await
+}
+
+async fn warning_for(env: &Env, ns: &str, name: &str, reason: &str) -> String {
+    wait_for(&format!("{reason} event on {ns}/{name}"), 20, || async {
+        let evs = env.get_json(&["events.events.k8s.io", "-n", ns]).await?;
+        evs["items"].as_array()?.iter().find_map(|e| {
+            (e.pointer("/regarding/name")?.as_str()? == name
+                && e["type"] == "Warning"
+                && e["reason"] == reason)
+                .then(|| e["note"].as_str().unwrap_or_default().to_owned())
+        })
+    })
+    .await
+}
+
+async fn lsp_addresses(env: &Env, port: &str) -> String {
+    env.nbctl(&["lsp-get-addresses", port]).await
+}
+
+/// Every pod's (ip, mac), checking that no address is used twice.
+async fn pod_addresses(env: &Env) -> BTreeMap<String, (String, String)> {
+    let pods = env.get_json(&["pods", "-A"]).await.unwrap();
+    let mut out = BTreeMap::new();
+    let mut seen = HashSet::new();
+    for p in pods["items"].as_array().unwrap() {
+        let (Some(ip), Some(mac)) = (
+            ann(p, "ovn.kubernetes.io/ip_address"),
+            ann(p, "ovn.kubernetes.io/mac_address"),
+        ) else {
+            continue;
+        };
+        assert!(seen.insert(ip.to_owned()), "address {ip} used twice");
+        assert!(seen.insert(mac.to_owned()), "mac {mac} used twice");
+        let key = format!(
+            "{}/{}",
+            p["metadata"]["namespace"].as_str().unwrap(),
+            p["metadata"]["name"].as_str().unwrap()
+        );
+        out.insert(key, (ip.to_owned(), mac.to_owned()));
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subnets_nodes_pods_restart_and_cleanup() {
+    let Some(mut env) = Env::start().await else {
+        return;
+    };
+    env.start_controller(common::test_config()).await;
+
+    // Start: router, join and default switches with their patch ports, policies, default route, Subnet CRs.
+    for s in ["ovn-default", "join"] {
+        wait_for(&format!("subnet {s} ready"), 20, || async {
+            let o = env.get_json(&["subnets.kubeovn.io", s]).await?;
+            let conds = o.pointer("/status/conditions")?.as_array()?.clone();
+            conds
+                .iter()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True")
+                .then_some(())
+        })
+        .await;
+    }
+    let sub = env
+        .get_json(&["subnets.kubeovn.io", "ovn-default"])
+        .await
+        .unwrap();
+    assert_eq!(sub["spec"]["cidrBlock"], "10.16.0.0/16");
+    assert_eq!(sub["spec"]["gateway"], "10.16.0.1");
+    assert_eq!(sub["spec"]["default"], true);
+    assert_eq!(
+        env.nbctl(&["get", "logical_router", "ovn-cluster", "name"])
+            .await,
+        "ovn-cluster"
+    );
+    assert_eq!(
+        env.nbctl(&[
+            "get",
+            "logical_switch",
+            "ovn-default",
+            "other_config:subnet"
+        ])
+        .await,
+        "\"10.16.0.0/16\""
+    );
+    assert_eq!(
+        env.nbctl(&[
+            "get",
+            "logical_router_port",
+            "ovn-cluster-ovn-default",
+            "networks"
+        ])
+        .await,
+        "[\"10.16.0.1/16\"]"
+    );
+    assert_eq!(
+        env.nbctl(&["get", "logical_switch_port", "join-ovn-cluster", "type"])
+            .await,
+        "router"
+    );
+    let policies = env.nbctl(&["lr-policy-list", "ovn-cluster"]).await;
+    assert!(
+        policies.contains("31000") && policies.contains("ip4.dst == 10.16.0.0/16"),
+        "{policies}"
+    );
+    assert!(policies.contains("ip4.dst == 100.64.0.0/16"), "{policies}");
+    let routes = env.nbctl(&["lr-route-list", "ovn-cluster"]).await;
+    assert!(
+        routes.contains("0.0.0.0/0") && routes.contains("100.64.0.1"),
+        "{routes}"
+    );
+    let nb_global = env
+        .nbctl(&["get", "nb_global", ".", "options:use_logical_dp_groups"])
+        .await;
+    assert_eq!(nb_global, "\"true\"");
+
+    // A node: join address, port node-n1, its port group and the 30000 policy.
+    env.apply(
+        r#"{"apiVersion":"v1","kind":"Node","metadata":{"name":"n1"},
+        "status":{"addresses":[{"type":"InternalIP","address":"172.18.0.2"}]}}"#,
+    )
+    .await;
+    let node = wait_for("node annotated", 20, || async {
+        let n = env.get_json(&["node", "n1"]).await?;
+        (ann(&n, "ovn.kubernetes.io/allocated") == Some("true")).then_some(n)
+    })
+    .await;
+    let join_ip = ann(&node, "ovn.kubernetes.io/ip_address")
+        .unwrap()
+        .to_owned();
+    assert!(join_ip.starts_with("100.64."), "{join_ip}");
+    assert_eq!(ann(&node, "ovn.kubernetes.io/logical_switch"), Some("join"));
+    assert_eq!(ann(&node, "ovn.kubernetes.io/port_name"), Some("node-n1"));
+    let mac = ann(&node, "ovn.kubernetes.io/mac_address").unwrap();
+    assert_eq!(
+        lsp_addresses(&env, "node-n1").await,
+        format!("{mac} {join_ip}")
+    );
+    wait_for("node policy", 20, || async {
+        let p = env.nbctl(&["lr-policy-list", "ovn-cluster"]).await;
+        (p.contains("ip4.dst == 172.18.0.2") && p.contains(&join_ip)).then_some(())
+    })
+    .await;
+    wait_for("distributed gateway policy", 20, || async {
+        let p = env.nbctl(&["lr-policy-list", "ovn-cluster"]).await;
+        p.contains("ip4.src == $ovn.default.n1_ip4").then_some(())
+    })
+    .await;
+
+    // A subnet bound to ns1, an IPPool in it.
+    env.apply(r#"{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"ns1"}}"#)
+        .await;
+    env.apply(
+        r#"{"apiVersion":"kubeovn.io/v1","kind":"Subnet","metadata":{"name":"s1"},
+        "spec":{"cidrBlock":"10.66.0.0/24","excludeIps":["10.66.0.2..10.66.0.9"],"namespaces":["ns1"],"protocol":"IPv4","provider":"ovn","vpc":"ovn-cluster"}}"#,
+    )
+    .await;
+    env.apply(
+        r#"{"apiVersion":"kubeovn.io/v1","kind":"IPPool","metadata":{"name":"pool1"},
+        "spec":{"subnet":"s1","ips":["10.66.0.200..10.66.0.210"]}}"#,
+    )
+    .await;
+    wait_for("s1 switch", 20, || async {
+        let o = env
+            .nbctl(&[
+                "--if-exists",
+                "get",
+                "logical_switch",
+                "s1",
+                "other_config:exclude_ips",
+            ])
+            .await;
+        (o == "\"10.66.0.1 10.66.0.2..10.66.0.9\"").then_some(())
+    })
+    .await;
+    wait_for("ns1 bound to s1", 20, || async {
+        let n = env.get_json(&["namespace", "ns1"]).await?;
+        (ann(&n, "ovn.kubernetes.io/logical_switch") == Some("s1")
+            && ann(&n, "ovn.kubernetes.io/cidr") == Some("10.66.0.0/24"))
+        .then_some(())
+    })
+    .await;
+
+    // Pods: namespace subnet, default subnet, static IP + MAC, IPPool, address list, explicit switch.
+    env.apply(&pod("ns1", "a", "n1", &[])).await;
+    env.apply(&pod("default", "b", "n1", &[])).await;
+    env.apply(&pod(
+        "default",
+        "static",
+        "n1",
+        &[
+            ("ovn.kubernetes.io/ip_address", "10.16.0.100"),
+            ("ovn.kubernetes.io/mac_address", "00:00:00:53:6b:01"),
+            ("ovn.kubernetes.io/port_security", "true"),
+        ],
+    ))
+    .await;
+    env.apply(&pod(
+        "default",
+        "pooled",
+        "n1",
+        &[("ovn.kubernetes.io/ip_pool", "pool1")],
+    ))
+    .await;
+    env.apply(&pod(
+        "default",
+        "listed",
+        "n1",
+        &[
+            ("ovn.kubernetes.io/logical_switch", "s1"),
+            ("ovn.kubernetes.io/ip_pool", "10.66.0.50,10.66.0.51"),
+        ],
+    ))
+    .await;
+
+    let a = annotated(&env, "ns1", "a").await;
+    assert_eq!(ann(&a, "ovn.kubernetes.io/logical_switch"), Some("s1"));
+    assert_eq!(ann(&a, "ovn.kubernetes.io/cidr"), Some("10.66.0.0/24"));
+    assert_eq!(ann(&a, "ovn.kubernetes.io/gateway"), Some("10.66.0.1"));
+    assert_eq!(ann(&a, "ovn.kubernetes.io/ip_address"), Some("10.66.0.10"));
+    let b = annotated(&env, "default", "b").await;
+    assert_eq!(
+        ann(&b, "ovn.kubernetes.io/logical_switch"),
+        Some("ovn-default")
+    );
+    assert_eq!(
+        ann(&b, "ovn.kubernetes.io/logical_router"),
+        Some("ovn-cluster")
+    );
+    let st = annotated(&env, "default", "static").await;
+    assert_eq!(
+        ann(&st, "ovn.kubernetes.io/ip_address"),
+        Some("10.16.0.100")
+    );
+    assert_eq!(
+        ann(&st, "ovn.kubernetes.io/mac_address"),
+        Some("00:00:00:53:6b:01")
+    );
+    let pooled = annotated(&env, "default", "pooled").await;
+    assert_eq!(ann(&pooled, "ovn.kubernetes.io/logical_switch"), Some("s1"));
+    assert_eq!(
+        ann(&pooled, "ovn.kubernetes.io/ip_address"),
+        Some("10.66.0.200")
+    );
+    let listed = annotated(&env, "default", "listed").await;
+    assert_eq!(
+        ann(&listed, "ovn.kubernetes.io/ip_address"),
+        Some("10.66.0.50")
+    );
+
+    // NB rows as Kube-OVN writes them.
+    let b_ip = ann(&b, "ovn.kubernetes.io/ip_address").unwrap().to_owned();
+    let b_mac = ann(&b, "ovn.kubernetes.io/mac_address").unwrap().to_owned();
+    assert_eq!(
+        lsp_addresses(&env, "b.default").await,
+        format!("{b_mac} {b_ip}")
+    );
+    assert_eq!(env.nbctl(&["lsp-get-port-security", "b.default"]).await, "");
+    assert_eq!(
+        env.nbctl(&["lsp-get-port-security", "static.default"])
+            .await,
+        "00:00:00:53:6b:01 10.16.0.100"
+    );
+    assert!(env.nbctl(&["lsp-get-ls", "a.ns1"]).await.ends_with("(s1)"));
+    let ext = env
+        .nbctl(&["get", "logical_switch_port", "b.default", "external_ids"])
+        .await;
+    assert!(
+        ext.contains("ls=ovn-default")
+            && ext.contains("pod=\"default/b\"")
+            && ext.contains("vendor=kube-ovn"),
+        "{ext}"
+    );
+    let pg = env
+        .nbctl(&[
+            "--bare",
+            "--columns=ports",
+            "find",
+            "port_group",
+            "name=node.n1",
+        ])
+        .await;
+    let pg_b = env
+        .nbctl(&[
+            "--bare",
+            "--columns=_uuid",
+            "find",
+            "logical_switch_port",
+            "name=b.default",
+        ])
+        .await;
+    assert!(pg.contains(&pg_b), "b.default not in node.n1: {pg}");
+    let pg = env
+        .nbctl(&[
+            "--bare",
+            "--columns=ports",
+            "find",
+            "port_group",
+            "name=ovn.default.n1",
+        ])
+        .await;
+    assert!(pg.contains(&pg_b), "b.default not in ovn.default.n1: {pg}");
+
+    // IP records.
+    let ipr = env
+        .get_json(&["ips.kubeovn.io", "b.default"])
+        .await
+        .unwrap();
+    assert_eq!(ipr["spec"]["podName"], "b");
+    assert_eq!(ipr["spec"]["namespace"], "default");
+    assert_eq!(ipr["spec"]["subnet"], "ovn-default");
+    assert_eq!(ipr["spec"]["nodeName"], "n1");
+    assert_eq!(ipr["spec"]["ipAddress"], b_ip.as_str());
+    assert_eq!(ipr["spec"]["v4IpAddress"], b_ip.as_str());
+    assert_eq!(ipr["spec"]["macAddress"], b_mac.as_str());
+    assert_eq!(
+        ipr["metadata"]["labels"]["ovn.kubernetes.io/subnet"],
+        "ovn-default"
+    );
+
+    // Subnet status counters.
+    wait_for("s1 status", 20, || async {
+        let o = env.get_json(&["subnets.kubeovn.io", "s1"]).await?;
+        (o.pointer("/status/v4usingIPs")?.as_f64()? == 3.0
+            && o.pointer("/status/v4usingIPrange")?.as_str()?
+                == "10.66.0.10,10.66.0.50,10.66.0.200")
+            .then_some(())
+    })
+    .await;
+
+    // Conflicts and bad annotations: Warning events, no crash, no address taken.
+    env.apply(&pod(
+        "default",
+        "clash",
+        "n1",
+        &[("ovn.kubernetes.io/ip_address", "10.16.0.100")],
+    ))
+    .await;
+    let note = warning_for(&env, "default", "clash", "AcquireAddressFailed").await;
+    assert!(note.contains("10.16.0.100"), "{note}");
+    env.apply(&pod(
+        "default",
+        "bad",
+        "n1",
+        &[("ovn.kubernetes.io/ip_address", "not-an-ip")],
+    ))
+    .await;
+    let note = warning_for(&env, "default", "bad", "InvalidAnnotation").await;
+    assert!(note.contains("ovn.kubernetes.io/ip_address"), "{note}");
+    env.kubectl(&["delete", "pod", "-n", "default", "clash", "bad"])
+        .await;
+
+    // Kill the controller; delete a pod and add one while it is down.
+    let before = pod_addresses(&env).await;
+    env.kill_controller().await;
+    env.kubectl(&["delete", "pod", "-n", "default", "b"]).await;
+    env.apply(&pod("default", "late", "n1", &[])).await;
+    env.start_controller(common::test_config()).await;
+    let late = annotated(&env, "default", "late").await;
+    let late_ip = ann(&late, "ovn.kubernetes.io/ip_address").unwrap();
+    assert_ne!(
+        late_ip, b_ip,
+        "the address of a port left behind was handed out again"
+    );
+    // The port of the pod deleted while down is collected (two passes), then its record too.
+    wait_for("orphan port collected", 20, || async {
+        let p = env
+            .nbctl(&[
+                "--bare",
+                "--columns=name",
+                "find",
+                "logical_switch_port",
+                "name=b.default",
+            ])
+            .await;
+        p.is_empty().then_some(())
+    })
+    .await;
+    wait_for("orphan IP collected", 20, || async {
+        env.get_json(&["ips.kubeovn.io", "b.default"])
+            .await
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    let after = pod_addresses(&env).await;
+    for (k, v) in &before {
+        if k != "default/b" {
+            assert_eq!(
+                after.get(k),
+                Some(v),
+                "{k} changed address across the restart"
+            );
+        }
+    }
+
+    // Delete everything: no kube-ovn port, group or policy of s1/n1 is left.
+    env.kubectl(&["delete", "pods", "--all", "-n", "default"])
+        .await;
+    env.kubectl(&["delete", "pods", "--all", "-n", "ns1"]).await;
+    env.kubectl(&["delete", "ippools.kubeovn.io", "pool1"])
+        .await;
+    env.kubectl(&["delete", "subnets.kubeovn.io", "s1"]).await;
+    env.kubectl(&["delete", "node", "n1"]).await;
+    wait_for("NB clean", 20, || async {
+        let ports = env
+            .nbctl(&[
+                "--bare",
+                "--columns=name",
+                "find",
+                "logical_switch_port",
+                "external_ids:vendor=kube-ovn",
+            ])
+            .await;
+        let mut names: Vec<&str> = ports.split_whitespace().collect();
+        names.sort();
+        let pgs = env
+            .nbctl(&["--bare", "--columns=name", "list", "port_group"])
+            .await;
+        let pols = env.nbctl(&["lr-policy-list", "ovn-cluster"]).await;
+        let switches = env
+            .nbctl(&["--bare", "--columns=name", "list", "logical_switch"])
+            .await;
+        (names == ["join-ovn-cluster", "ovn-default-ovn-cluster"]
+            && pgs.is_empty()
+            && !pols.contains("10.66.0.0/24")
+            && !pols.contains("172.18.0.2")
+            && !pols.contains("n1")
+            && !switches.contains("s1"))
+        .then_some(())
+    })
+    .await;
+    wait_for("IP records gone", 20, || async {
+        let l = env.get_json(&["ips.kubeovn.io"]).await?;
+        l["items"].as_array()?.is_empty().then_some(())
+    })
+    .await;
+    env.kill_controller().await;
+}
+
+/// The binary itself: flags, kubeconfig, metrics endpoint; killed with SIGKILL at the end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn binary_serves_pods_and_metrics() {
+    let Some(env) = Env::start().await else {
+        return;
+    };
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_kube-ovn-controller"))
+        .arg("--kubeconfig")
+        .arg(&env.kubeconfig)
+        .arg("--ovn-nb-addr")
+        .arg(env.nb.remote())
+        .args([
+            "--default-cidr",
+            "10.17.0.0/16",
+            "--node-switch-cidr",
+            "100.65.0.0/16",
+        ])
+        .args([
+            "--metrics-addr",
+            &format!("127.0.0.1:{port}"),
+            "--leader-elect",
+        ])
+        .args(["--lease-namespace", "default", "--pod-name", "ctl-0"])
+        .stdin(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    env.apply(&pod("default", "p", "n9", &[])).await;
+    let p = annotated(&env, "default", "p").await;
+    assert_eq!(ann(&p, "ovn.kubernetes.io/cidr"), Some("10.17.0.0/16"));
+    assert_eq!(ann(&p, "ovn.kubernetes.io/ip_address"), Some("10.17.0.2"));
+    let lease = env
+        .get_json(&["lease", "-n", "default", "kube-ovn-controller"])
+        .await
+        .unwrap();
+    assert_eq!(lease["spec"]["holderIdentity"], "ctl-0");
+    let text = tokio::task::spawn_blocking(move || {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            .unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        out
+    })
+    .await
+    .unwrap();
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    assert!(
+        text.contains("kube_ovn_controller_pod_add_seconds_count 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("kube_ovn_controller_nb_transaction_seconds"),
+        "{text}"
+    );
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
