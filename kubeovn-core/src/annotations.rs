@@ -414,7 +414,7 @@ impl NamespaceAnnotations {
         let r = Reader::new(annotations, DEFAULT_PROVIDER);
         let logical_switches = r.names(suffix::LOGICAL_SWITCH)?;
         let mut cidrs = Vec::new();
-        if let Some((k, v)) = r.get_raw(suffix::CIDR) {
+        if let Some((k, v)) = r.get(suffix::CIDR) {
             for block in v.split(';') {
                 cidrs.push(parse_cidr_block(&k, v, block)?);
             }
