@@ -96,7 +96,6 @@ impl<'de, S: DeserializeSeed<'de> + Copy> DeserializeSeed<'de> for ListSeed<S> {
     }
 }
 
-
 /// Any datum form, untyped (as [`Datum::from_json`]); with `untyped_atom` only atoms are accepted (a tagged
 /// `set` or `map` is then an error, as inside a set).
 struct DatumVisitor {

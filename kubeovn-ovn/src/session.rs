@@ -459,7 +459,11 @@ mod tests {
             .await;
         assert!(matches!(s, Err(Error::Io { .. })), "{s:?}");
         assert_eq!(start.elapsed(), Duration::from_secs(7));
-        assert!(wall.elapsed() < Duration::from_secs(2), "{:?}", wall.elapsed());
+        assert!(
+            wall.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            wall.elapsed()
+        );
     }
 
     /// A server that appears at 5 s is reached by the pass at 7 s (0, 1, 3, 7), on a paused clock.
@@ -487,7 +491,11 @@ mod tests {
         assert_eq!(s.connects(), 1);
         let (bound, _conn) = server.await.unwrap();
         assert_eq!(bound - start, Duration::from_secs(5));
-        assert!(wall.elapsed() < Duration::from_secs(2), "{:?}", wall.elapsed());
+        assert!(
+            wall.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            wall.elapsed()
+        );
     }
 }
 
