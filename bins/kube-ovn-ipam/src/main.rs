@@ -17,7 +17,9 @@
 //! - State: `dataDir/<network>/`: `state` (`kubeovn-ipam`'s subnet snapshot, one line per allocation,
 //!   replaced atomically: temporary file, rename) and `journal` (one line per allocation or release since,
 //!   appended in one write), behind an flock on `lock`. Each call reads both, appends one line; every 64
-//!   changes the journal is folded into a new state.
+//!   changes the journal is folded into a new state. A new attachment's `ADD` (and a `DEL`) does not
+//!   rebuild the allocator: the state's first line keeps the free and released address sets, the journal
+//!   says what changed since, and one pass over the allocation lines finds the few entries that matter.
 //! - Durability: `"fsync": false` (the default) does not wait for the disk, like `host-local`: a crash or
 //!   kill of the plugin at any point still leaves a consistent state (the rename is atomic, a torn last
 //!   journal line is ignored and cut off), but a power loss or kernel crash may lose the latest changes,

@@ -4,7 +4,7 @@
 //!
 //! `state` (replaced atomically at compaction):
 //! ```text
-//! {"v":1,"gen":7,"snapshot":{"spec":{..},"released":"..","rng":..,"allocations":[]}}
+//! {"v":1,"gen":7,"snapshot":{"spec":{..},"released":"..","rng":..,"allocations":[]},"free":".."}
 //! <container id> <ifname> <IPv4 or -> <IPv6 or -> <MAC, 12 hex digits> [s: shared on purpose]
 //! ...
 //! ```
@@ -36,6 +36,21 @@ struct Header {
     v: u32,
     gen: u64,
     snapshot: SubnetSnapshot,
+    /// The never-used addresses when the state was written (`IpRangeList` text), so an `ADD` can pick the
+    /// next free address from the header and the journal without reading every allocation. Absent in
+    /// older states: the full path serves them until the next compaction writes it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    free: Option<String>,
+}
+
+/// A state file's first line: what an `ADD` needs besides the allocations.
+pub struct Head {
+    /// The state's generation.
+    pub gen: u64,
+    /// The snapshot, without its allocations.
+    pub snapshot: SubnetSnapshot,
+    /// The never-used addresses, when the writer recorded them.
+    pub free: Option<String>,
 }
 
 /// Why a state or journal could not be read.
@@ -144,13 +159,14 @@ fn parse_entry<'a>(mut f: impl Iterator<Item = &'a str>) -> Option<SnapshotEntry
     })
 }
 
-/// Writes a subnet's snapshot in the state format.
-pub fn encode_state(gen: u64, mut snapshot: SubnetSnapshot) -> String {
+/// Writes a subnet's snapshot in the state format; `free`: its never-used addresses.
+pub fn encode_state(gen: u64, mut snapshot: SubnetSnapshot, free: Option<String>) -> String {
     let allocations = std::mem::take(&mut snapshot.allocations);
     let header = Header {
         v: FORMAT,
         gen,
         snapshot,
+        free,
     };
     // Strings, numbers and lists always serialise.
     let mut out = serde_json::to_string(&header).unwrap_or_default();
@@ -184,6 +200,62 @@ pub fn decode_state(bytes: &[u8]) -> Result<(u64, SubnetSnapshot), FormatError> 
     Ok((h.gen, h.snapshot))
 }
 
+/// A state file's first line, decoded (the allocations are not read).
+pub fn decode_head(bytes: &[u8]) -> Result<Head, FormatError> {
+    let head = bytes.split(|&b| b == b'\n').next().unwrap_or_default();
+    let h: Header = serde_json::from_slice(head)?;
+    if h.v != FORMAT {
+        return Err(FormatError::Version(h.v));
+    }
+    Ok(Head {
+        gen: h.gen,
+        snapshot: h.snapshot,
+        free: h.free,
+    })
+}
+
+/// What one pass over a state file's allocation lines found for a fast `ADD`.
+#[derive(Default)]
+pub struct Scan<'a> {
+    /// The entries of the attachments asked for that the list holds.
+    pub entries: std::collections::HashMap<(&'a str, &'a str), SnapshotEntry>,
+    /// Some entry holds the MAC asked for.
+    pub mac_used: bool,
+    /// Some entry shares its address or MAC on purpose.
+    pub shared: bool,
+}
+
+/// Reads a state file's allocation lines once, parsing only those of `keys`; `None` if the file is not
+/// UTF-8 or a line of `keys` does not parse.
+pub fn scan<'a>(
+    bytes: &'a [u8],
+    keys: &std::collections::HashSet<(&str, &str)>,
+    mac: &Mac,
+) -> Option<Scan<'a>> {
+    let text = std::str::from_utf8(bytes).ok()?;
+    let body = text.split_once('\n').map_or("", |(_, b)| b);
+    let mut hex = String::with_capacity(12);
+    hex_mac(mac, &mut hex);
+    let mut out = Scan::default();
+    for line in body.lines() {
+        let mut f = line.splitn(3, ' ');
+        let (Some(pod), Some(nic), Some(rest)) = (f.next(), f.next(), f.next()) else {
+            return None;
+        };
+        let (rest, shared) = match rest.strip_suffix(" s") {
+            Some(r) => (r, true),
+            None => (rest, false),
+        };
+        out.shared |= shared;
+        out.mac_used |= rest.ends_with(hex.as_str());
+        if keys.contains(&(pod, nic)) {
+            out.entries
+                .insert((pod, nic), parse_entry(line.split(' '))?);
+        }
+    }
+    Some(out)
+}
+
 /// The generation of a state file, from its first line only.
 pub fn state_generation(bytes: &[u8]) -> Result<u64, FormatError> {
     #[derive(Deserialize)]
@@ -201,8 +273,17 @@ pub fn state_generation(bytes: &[u8]) -> Result<u64, FormatError> {
 
 /// Whether the allocation list of a state file holds (`container`, `ifname`), without decoding it.
 pub fn state_has(bytes: &[u8], container: &str, ifname: &str) -> bool {
-    let needle = format!("\n{container} {ifname} ");
-    bytes.windows(needle.len()).any(|w| w == needle.as_bytes())
+    let Ok(text) = std::str::from_utf8(bytes) else {
+        return false;
+    };
+    text.split_once('\n').is_some_and(|(_, body)| {
+        body.lines().any(|l| {
+            l.strip_prefix(container)
+                .and_then(|r| r.strip_prefix(' '))
+                .and_then(|r| r.strip_prefix(ifname))
+                .is_some_and(|r| r.starts_with(' '))
+        })
+    })
 }
 
 /// The journal's first line.
@@ -324,7 +405,7 @@ mod tests {
                 .unwrap();
         }
         s.release("c1", "eth0");
-        let text = encode_state(3, s.snapshot());
+        let text = encode_state(3, s.snapshot(), None);
         let (gen, snap) = decode_state(text.as_bytes()).unwrap();
         assert_eq!((gen, &snap), (3, &s.snapshot()));
 
@@ -396,7 +477,7 @@ mod tests {
         for bad in ["", "{}", "{\"v\":2,\"gen\":0,\"snapshot\":{}}"] {
             assert!(decode_state(bad.as_bytes()).is_err(), "{bad:?}");
         }
-        let good = encode_state(0, subnet().snapshot());
+        let good = encode_state(0, subnet().snapshot(), None);
         assert!(
             decode_state(format!("{good}c1 eth0 10.0.0.300 - 000000000000\n").as_bytes()).is_err()
         );
