@@ -1,0 +1,501 @@
+//! A single-node OVN in one directory: NB and SB ovsdb-servers, ovn-northd, an Open_vSwitch ovsdb-server,
+//! ovs-vswitchd on the userspace datapath and ovn-controller, each with its own socket, pid file, log and
+//! control socket under the directory, so several stacks can run side by side.
+//!
+//! The processes are children of this process, stopped by pid (SIGTERM, then SIGKILL) by [`OvnStack::stop`]
+//! or on drop; the tap devices the userspace datapath leaves behind (the bridge's own port, internal ports)
+//! are deleted afterwards. Chassis settings and the integration bridge go through kubeovn-ovn's
+//! [`OvsdbOpenVSwitch`], not `ovs-vsctl`.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), kube_ovn_sandbox::SandboxError> {
+//! use kube_ovn_sandbox::ovn::{OvnOptions, OvnStack};
+//! let dir = std::path::Path::new("/tmp/ovn-demo");
+//! let stack = OvnStack::start(dir, OvnOptions::new("br-demo")).await?;
+//! println!("NB at {}, OVS at {}", stack.nb_remote(), stack.ovs_remote());
+//! stack.stop();
+//! # Ok(()) }
+//! ```
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use kubeovn_ovn::ops::{Operation, Transaction};
+use kubeovn_ovn::vswitch::{BridgeSpec, GlobalSpec, OpenVSwitch, OvsBatch, OvsdbOpenVSwitch};
+use kubeovn_ovn::Client;
+
+use crate::SandboxError;
+
+/// The Open_vSwitch schema Debian installs.
+pub const VSWITCH_SCHEMA: &str = "/usr/share/openvswitch/vswitch.ovsschema";
+/// The OVN northbound schema.
+pub const NB_SCHEMA: &str = "/usr/share/ovn/ovn-nb.ovsschema";
+/// The OVN southbound schema.
+pub const SB_SCHEMA: &str = "/usr/share/ovn/ovn-sb.ovsschema";
+
+/// What to start and how.
+#[derive(Debug, Clone)]
+pub struct OvnOptions {
+    /// The integration bridge (`external_ids:ovn-bridge`); unique per stack when stacks run side by side.
+    pub bridge: String,
+    /// The chassis name (`external_ids:system-id`).
+    pub system_id: String,
+    /// `ovn-encap-ip`.
+    pub encap_ip: String,
+    /// `ovn-encap-type`.
+    pub encap_type: String,
+    /// Bridge datapath type: `netdev` (userspace) where there is no OVS kernel module.
+    pub datapath_type: String,
+    /// Start ovs-vswitchd and ovn-controller (false: only NB, SB and northd, for control-plane tests).
+    pub chassis: bool,
+    /// Write the chassis settings and create the bridge (false leaves that to the caller, e.g. the daemon).
+    pub configure_chassis: bool,
+    /// How long to wait for each process to come up.
+    pub start_timeout: Duration,
+}
+
+impl OvnOptions {
+    /// A full stack with integration bridge `bridge`, chassis `sandbox-<bridge>`, geneve on 127.0.0.1.
+    pub fn new(bridge: impl Into<String>) -> Self {
+        let bridge = bridge.into();
+        OvnOptions {
+            system_id: format!("sandbox-{bridge}"),
+            bridge,
+            encap_ip: "127.0.0.1".into(),
+            encap_type: "geneve".into(),
+            datapath_type: "netdev".into(),
+            chassis: true,
+            configure_chassis: true,
+            start_timeout: Duration::from_secs(15),
+        }
+    }
+
+    /// NB, SB and ovn-northd only.
+    pub fn central_only(mut self) -> Self {
+        self.chassis = false;
+        self.configure_chassis = false;
+        self
+    }
+
+    /// Leaves the chassis settings and bridge to the caller (ovn-controller still starts).
+    pub fn without_chassis_config(mut self) -> Self {
+        self.configure_chassis = false;
+        self
+    }
+}
+
+struct Proc {
+    name: &'static str,
+    stem: String,
+    child: Child,
+}
+
+/// A running stack; [`OvnStack::stop`] (or drop) stops its processes.
+pub struct OvnStack {
+    dir: PathBuf,
+    opts: OvnOptions,
+    procs: Mutex<Vec<Proc>>,
+    taps: Mutex<Vec<String>>,
+}
+
+impl std::fmt::Debug for OvnStack {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OvnStack")
+            .field("dir", &self.dir)
+            .field("bridge", &self.opts.bridge)
+            .finish()
+    }
+}
+
+fn have(prog: &str) -> bool {
+    Command::new(prog)
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false)
+}
+
+/// Whether the OVN/OVS programs this module starts are installed (`None`), or which one is missing.
+pub fn missing_programs() -> Option<&'static str> {
+    [
+        "ovsdb-tool",
+        "ovsdb-server",
+        "ovs-vswitchd",
+        "ovn-northd",
+        "ovn-controller",
+    ]
+    .into_iter()
+    .find(|p| !have(p))
+}
+
+impl OvnStack {
+    /// Creates the databases in `dir` (created if needed; existing databases are recreated) and starts the
+    /// processes, waiting until each answers. On failure, whatever was started is stopped.
+    pub async fn start(dir: &Path, opts: OvnOptions) -> Result<OvnStack, SandboxError> {
+        if let Some(p) = missing_programs() {
+            return Err(SandboxError::Missing(p));
+        }
+        std::fs::create_dir_all(dir).map_err(|e| SandboxError::io("create state dir", dir, e))?;
+        let stack = OvnStack {
+            dir: dir.to_owned(),
+            opts,
+            procs: Mutex::new(Vec::new()),
+            taps: Mutex::new(Vec::new()),
+        };
+        // Drop stops what was started if a later step fails.
+        stack.start_all().await?;
+        Ok(stack)
+    }
+
+    async fn start_all(&self) -> Result<(), SandboxError> {
+        let mut dbs = vec![("nb", NB_SCHEMA), ("sb", SB_SCHEMA)];
+        if self.opts.chassis {
+            dbs.push(("ovs", VSWITCH_SCHEMA));
+        }
+        for (stem, schema) in &dbs {
+            let db = self.dir.join(format!("{stem}.db"));
+            let _ = std::fs::remove_file(&db);
+            self.run_tool(
+                Command::new("ovsdb-tool")
+                    .arg("create")
+                    .arg(&db)
+                    .arg(schema),
+                "ovsdb-tool create",
+            )?;
+            let mut cmd = Command::new("ovsdb-server");
+            cmd.arg(format!("--remote=punix:{}", self.sock(stem).display()))
+                .arg(&db);
+            self.spawn(
+                match *stem {
+                    "nb" => "ovsdb-server-nb",
+                    "sb" => "ovsdb-server-sb",
+                    _ => "ovsdb-server-ovs",
+                },
+                stem,
+                cmd,
+            )?;
+        }
+        for (stem, _) in &dbs {
+            self.wait_socket(&self.sock(stem)).await?;
+        }
+        let mut northd = Command::new("ovn-northd");
+        northd
+            .arg(format!("--ovnnb-db={}", self.nb_remote()))
+            .arg(format!("--ovnsb-db={}", self.sb_remote()));
+        self.spawn("ovn-northd", "northd", northd)?;
+        if !self.opts.chassis {
+            return Ok(());
+        }
+        // The Open_vSwitch root row, as `ovs-vsctl init` makes it.
+        let client = Client::connect(&self.ovs_remote()).await?;
+        client
+            .transact(&Transaction::new("Open_vSwitch").op(Operation::insert("Open_vSwitch")))
+            .await?;
+        let mut vswitchd = Command::new("ovs-vswitchd");
+        vswitchd.arg(self.ovs_remote());
+        self.spawn("ovs-vswitchd", "vswitchd", vswitchd)?;
+        if self.opts.configure_chassis {
+            let ovs = OvsdbOpenVSwitch::with_client(client).await?;
+            self.configure(&ovs).await?;
+        }
+        let mut controller = Command::new("ovn-controller");
+        controller.arg(self.ovs_remote());
+        self.spawn("ovn-controller", "controller", controller)?;
+        if self.opts.configure_chassis {
+            self.wait_chassis().await?;
+        }
+        Ok(())
+    }
+
+    /// Writes the chassis settings (`system-id`, `ovn-remote`, encap, `ovn-bridge`, its datapath type) and
+    /// creates the integration bridge (fail mode secure).
+    pub async fn configure(&self, ovs: &dyn OpenVSwitch) -> Result<(), SandboxError> {
+        let o = &self.opts;
+        let mut b = OvsBatch::new();
+        b.add(
+            GlobalSpec::new()
+                .external_id("system-id", &o.system_id)
+                .external_id("ovn-remote", self.sb_remote())
+                .external_id("ovn-encap-type", &o.encap_type)
+                .external_id("ovn-encap-ip", &o.encap_ip)
+                .external_id("ovn-bridge", &o.bridge)
+                .external_id("ovn-bridge-datapath-type", &o.datapath_type),
+        );
+        b.add(
+            BridgeSpec::new(&o.bridge)
+                .datapath_type(&o.datapath_type)
+                .fail_mode("secure"),
+        );
+        ovs.commit(b).await?;
+        Ok(())
+    }
+
+    /// Waits until ovn-controller has registered the chassis in the southbound database.
+    pub async fn wait_chassis(&self) -> Result<(), SandboxError> {
+        let sb = Client::connect(&self.sb_remote()).await?;
+        let t0 = Instant::now();
+        loop {
+            let txn = Transaction::new("OVN_Southbound").op(Operation::select("Chassis"));
+            let res = sb.transact(&txn).await?;
+            let found = match res.first() {
+                Some(kubeovn_ovn::ops::OperationResult::Select(rows)) => rows.iter().any(|r| {
+                    r.get("name").and_then(|d| d.as_str()) == Some(self.opts.system_id.as_str())
+                }),
+                _ => false,
+            };
+            if found {
+                return Ok(());
+            }
+            self.check_alive()?;
+            if t0.elapsed() > self.opts.start_timeout {
+                return Err(SandboxError::Timeout {
+                    what: format!("chassis {} in the southbound database", self.opts.system_id),
+                    log: self.log_tail("controller"),
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    fn run_tool(&self, cmd: &mut Command, what: &'static str) -> Result<(), SandboxError> {
+        let out = cmd
+            .env("OVS_RUNDIR", &self.dir)
+            .env("OVS_DBDIR", &self.dir)
+            .output()
+            .map_err(|e| SandboxError::io(what, &self.dir, e))?;
+        if !out.status.success() {
+            return Err(SandboxError::Failed {
+                what,
+                detail: String::from_utf8_lossy(&out.stderr).into_owned(),
+            });
+        }
+        Ok(())
+    }
+
+    fn spawn(&self, name: &'static str, stem: &str, mut cmd: Command) -> Result<(), SandboxError> {
+        let d = &self.dir;
+        // ovn-controller 23.03 refuses --unixctl (its help lists it): OVN_RUNDIR places its control socket.
+        if !name.starts_with("ovn-") {
+            cmd.arg(format!(
+                "--unixctl={}",
+                d.join(format!("{stem}.ctl")).display()
+            ));
+        }
+        cmd.arg(format!(
+            "--pidfile={}",
+            d.join(format!("{stem}.pid")).display()
+        ))
+        .arg(format!(
+            "--log-file={}",
+            d.join(format!("{stem}.log")).display()
+        ))
+        .arg("-vconsole:off")
+        .env("OVS_RUNDIR", d)
+        .env("OVS_LOGDIR", d)
+        .env("OVS_DBDIR", d)
+        .env("OVN_RUNDIR", d)
+        .env("OVN_LOGDIR", d)
+        .env("OVN_DBDIR", d)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+        let child = cmd
+            .spawn()
+            .map_err(|e| SandboxError::io("spawn", Path::new(name), e))?;
+        self.procs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(Proc {
+                name,
+                stem: stem.to_owned(),
+                child,
+            });
+        Ok(())
+    }
+
+    async fn wait_socket(&self, sock: &Path) -> Result<(), SandboxError> {
+        let t0 = Instant::now();
+        while std::os::unix::net::UnixStream::connect(sock).is_err() {
+            self.check_alive()?;
+            if t0.elapsed() > self.opts.start_timeout {
+                return Err(SandboxError::Timeout {
+                    what: format!("socket {}", sock.display()),
+                    log: String::new(),
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        Ok(())
+    }
+
+    /// An error if one of the processes has exited.
+    pub fn check_alive(&self) -> Result<(), SandboxError> {
+        let mut procs = self.procs.lock().unwrap_or_else(|e| e.into_inner());
+        for p in procs.iter_mut() {
+            if let Ok(Some(st)) = p.child.try_wait() {
+                return Err(SandboxError::Exited {
+                    name: p.name,
+                    status: format!("{st}\n{}", self.log_tail(&p.stem)),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn log_tail(&self, stem: &str) -> String {
+        let s = std::fs::read_to_string(self.dir.join(format!("{stem}.log"))).unwrap_or_default();
+        let lines: Vec<&str> = s.lines().collect();
+        lines[lines.len().saturating_sub(20)..].join("\n")
+    }
+
+    fn sock(&self, stem: &str) -> PathBuf {
+        self.dir.join(format!("{stem}.sock"))
+    }
+
+    /// The state directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The options the stack was started with.
+    pub fn options(&self) -> &OvnOptions {
+        &self.opts
+    }
+
+    /// The integration bridge.
+    pub fn bridge(&self) -> &str {
+        &self.opts.bridge
+    }
+
+    /// `unix:<dir>/nb.sock`.
+    pub fn nb_remote(&self) -> String {
+        format!("unix:{}", self.sock("nb").display())
+    }
+
+    /// `unix:<dir>/sb.sock`.
+    pub fn sb_remote(&self) -> String {
+        format!("unix:{}", self.sock("sb").display())
+    }
+
+    /// `unix:<dir>/ovs.sock` (the Open_vSwitch database).
+    pub fn ovs_remote(&self) -> String {
+        format!("unix:{}", self.sock("ovs").display())
+    }
+
+    /// The pids of the running processes, by name.
+    pub fn pids(&self) -> Vec<(&'static str, u32)> {
+        self.procs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|p| (p.name, p.child.id()))
+            .collect()
+    }
+
+    /// Stops the processes (newest first: ovn-controller and ovs-vswitchd before the databases) by pid, then
+    /// deletes the tap devices the userspace datapath leaves. Idempotent.
+    pub fn stop(&self) {
+        let procs: Vec<Proc> =
+            std::mem::take(&mut *self.procs.lock().unwrap_or_else(|e| e.into_inner()));
+        let had_vswitchd = procs.iter().any(|p| p.name == "ovs-vswitchd");
+        for mut p in procs.into_iter().rev() {
+            stop_child(&mut p.child);
+        }
+        if had_vswitchd {
+            let mut names = vec![self.opts.bridge.clone()];
+            names.append(&mut self.taps.lock().unwrap_or_else(|e| e.into_inner()));
+            cleanup_taps(names);
+        }
+    }
+
+    /// Leaves the processes running (they outlive this process: the sandbox's `up` returns while they run)
+    /// and returns their pids; the stack no longer stops them, whoever has the pids does.
+    pub fn detach(self) -> Vec<(&'static str, u32)> {
+        let procs: Vec<Proc> =
+            std::mem::take(&mut *self.procs.lock().unwrap_or_else(|e| e.into_inner()));
+        procs.iter().map(|p| (p.name, p.child.id())).collect()
+    }
+
+    /// Also deletes tap `name` on [`OvnStack::stop`]: an internal port (like `ovn0`) added to the bridge.
+    pub fn cleanup_on_stop(&self, name: impl Into<String>) {
+        self.taps
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(name.into());
+    }
+}
+
+impl Drop for OvnStack {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn stop_child(child: &mut Child) {
+    use nix::sys::signal::{kill, Signal};
+    use nix::unistd::Pid;
+    if let Ok(Some(_)) = child.try_wait() {
+        return;
+    }
+    let Ok(raw) = i32::try_from(child.id()) else {
+        return;
+    };
+    let _ = kill(Pid::from_raw(raw), Signal::SIGTERM);
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(3) {
+        if let Ok(Some(_)) = child.try_wait() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// Whether another ovs-vswitchd runs on the machine (then the shared `ovs-netdev` tap is its too).
+fn other_vswitchd_running() -> bool {
+    let Ok(rd) = std::fs::read_dir("/proc") else {
+        return true;
+    };
+    rd.flatten().any(|e| {
+        e.file_name()
+            .to_string_lossy()
+            .bytes()
+            .all(|b| b.is_ascii_digit())
+            && std::fs::read_to_string(e.path().join("comm"))
+                .map(|c| c.trim() == "ovs-vswitchd")
+                .unwrap_or(false)
+    })
+}
+
+/// Deletes the taps ovs-vswitchd's userspace datapath left (`names`: bridges, internal ports), and
+/// `ovs-netdev` when no other ovs-vswitchd uses it.
+pub fn cleanup_taps(mut names: Vec<String>) {
+    if !other_vswitchd_running() {
+        names.push("ovs-netdev".into());
+    }
+    let Ok(rt) = tokio::runtime::Builder::new_current_thread().build() else {
+        return;
+    };
+    // A thread of its own: stop() may run inside a tokio runtime (a test's drop), where block_on panics.
+    let _ = std::thread::spawn(move || {
+        rt.block_on(async {
+            use kubeovn_netdev::Netdev;
+            let Ok(host) = kubeovn_netdev::NetlinkNetdev::current() else {
+                return;
+            };
+            for n in names {
+                if let Ok(Some(l)) = host.link(&n).await {
+                    if l.kind.as_deref() == Some("tun") {
+                        let _ = host.delete_link(&n).await;
+                    }
+                }
+            }
+        })
+    })
+    .join();
+}
