@@ -44,7 +44,7 @@ pub fn validate_ifname(name: &str) -> Result<()> {
 /// For `eth0` they are the first 12 characters of the container id with `_h` / `_c`; for other interfaces the id is
 /// shortened so that `<id>_<ifname>_h` stays within 15 bytes (Kube-OVN's `generateNicName`, including the KubeVirt
 /// `podXXXXXXXXXXX` form). The pod end is created under the CNI `CNI_IFNAME` instead of the `_c` name here, as the
-/// peer is made directly inside the pod's namespace.
+/// peer is made directly inside the pod's namespace. An id shorter than 12 characters is used whole.
 pub fn host_nic_name(container_id: &str, ifname: &str) -> Result<(String, String)> {
     validate_ifname(ifname)?;
     let bad = |reason| {
@@ -56,12 +56,17 @@ pub fn host_nic_name(container_id: &str, ifname: &str) -> Result<(String, String
     if !container_id.is_ascii() {
         return bad("not ASCII");
     }
-    if container_id.len() < 12 {
-        return bad("shorter than 12 characters");
+    if container_id.is_empty() {
+        return bad("empty");
     }
+    // Runtimes' ids are 64 hex digits; a shorter id (test runtimes, benchmarks) is used whole.
+    let checked = |h: String, c: String| match validate_ifname(&h) {
+        Ok(()) => Ok((h, c)),
+        Err(_) => bad("holds characters an interface name cannot"),
+    };
     if ifname == "eth0" {
-        let id = &container_id[..12];
-        return Ok((format!("{id}_h"), format!("{id}_c")));
+        let id = &container_id[..12.min(container_id.len())];
+        return checked(format!("{id}_h"), format!("{id}_c"));
     }
     let mut short = ifname;
     if ifname.starts_with("pod") && ifname.len() == 14 {
@@ -73,8 +78,8 @@ pub fn host_nic_name(container_id: &str, ifname: &str) -> Result<(String, String
             reason: "too long to derive a host interface name from",
         });
     }
-    let id = &container_id[..12 - short.len()];
-    Ok((format!("{id}_{short}_h"), format!("{id}_{short}_c")))
+    let id = &container_id[..(12 - short.len()).min(container_id.len())];
+    checked(format!("{id}_{short}_h"), format!("{id}_{short}_c"))
 }
 
 /// A 48-bit Ethernet address. Parses from and prints as `aa:bb:cc:dd:ee:ff`.
@@ -400,10 +405,17 @@ mod tests {
             host_nic_name(id, "pod1234567890a").unwrap().0,
             "01234_1234567_h"
         );
-        assert!(matches!(
-            host_nic_name("short", "eth0"),
-            Err(Error::InvalidContainerId { .. })
-        ));
+        assert_eq!(host_nic_name("short", "eth0").unwrap().0, "short_h");
+        assert_eq!(host_nic_name("ab", "net1").unwrap().0, "ab_net1_h");
+        for bad in ["", "a/b", "a b"] {
+            assert!(
+                matches!(
+                    host_nic_name(bad, "eth0"),
+                    Err(Error::InvalidContainerId { .. })
+                ),
+                "{bad:?}"
+            );
+        }
         for ifname in ["eth0", "net1", "eth12"] {
             assert!(host_nic_name(id, ifname).unwrap().0.len() <= MAX_IFNAME_LEN);
         }

@@ -130,6 +130,16 @@ fn default_dst(v4: bool) -> IpCidr {
     }
 }
 
+/// The gateways that get a default route: those of families without an explicit default route in
+/// `net.routes` (the `routes` annotation may replace the default route).
+fn default_gateways(net: &PodNetwork) -> impl Iterator<Item = IpAddr> + '_ {
+    net.gateways.iter().copied().filter(|gw| {
+        !net.routes
+            .iter()
+            .any(|r| r.dst.prefix() == 0 && r.dst.is_ipv4() == gw.is_ipv4())
+    })
+}
+
 impl CniHandler {
     /// A handler over the given seams.
     pub fn new(
@@ -199,7 +209,7 @@ impl CniHandler {
             kubeovn_netdev::Error::InvalidContainerId { .. } => Error::InvalidEnv {
                 var: "CNI_CONTAINERID",
                 value: container_id.to_owned(),
-                reason: "needs at least 12 ASCII characters",
+                reason: "not usable in an interface name",
             },
             _ => Error::InvalidEnv {
                 var: "CNI_IFNAME",
@@ -453,8 +463,8 @@ impl CniHandler {
         pod.set_link_up(ifname, true)
             .await
             .map_err(netdev("set pod interface up"))?;
-        for gw in &net.gateways {
-            pod.add_route(&RouteSpec::default_via(*gw))
+        for gw in default_gateways(net) {
+            pod.add_route(&RouteSpec::default_via(gw))
                 .await
                 .map_err(netdev("add default route"))?;
         }
@@ -511,9 +521,9 @@ impl CniHandler {
                 interface: Some(1),
             });
         }
-        for gw in &net.gateways {
+        for gw in default_gateways(net) {
             let mut route = Route::to(default_dst(gw.is_ipv4()));
-            route.gw = Some(*gw);
+            route.gw = Some(gw);
             r.routes.push(route);
         }
         for pr in &net.routes {
@@ -629,10 +639,10 @@ impl CniHandler {
             }
         }
         let routes = pod_dev.routes().await.map_err(netdev("list pod routes"))?;
-        for gw in &net.gateways {
+        for gw in default_gateways(&net) {
             if !routes
                 .iter()
-                .any(|r| r.dst.prefix() == 0 && r.gateway == Some(*gw))
+                .any(|r| r.dst.prefix() == 0 && r.gateway == Some(gw))
             {
                 return Err(fail(format!("no default route via {gw}")));
             }
@@ -692,5 +702,312 @@ impl CniHandler {
             }
         }
         first_err.map_or(Ok(()), Err)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::node::probe::MockGatewayProbe;
+    use crate::node::source::MockPodNetworkSource;
+    use crate::spec::NetConf;
+    use kubeovn_netdev::{Link, MockNamespaces, MockNetdev, OperState};
+    use kubeovn_ovn::vswitch::{MockOpenVSwitch, OvsOp};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    const CID: &str = "0123456789abcdef";
+    const HOST_IF: &str = "0123456789ab_h";
+
+    fn request(command: Command, netns: &str) -> Request {
+        Request {
+            protocol: crate::daemon::PROTOCOL_VERSION,
+            command,
+            cni_version: "1.0.0".into(),
+            container_id: Some(CID.into()),
+            netns: Some(netns.into()),
+            ifname: Some("eth0".into()),
+            pod: Some(PodRef {
+                name: "web".into(),
+                namespace: "ns".into(),
+                ..Default::default()
+            }),
+            provider: "ovn".into(),
+            network: "kube-ovn".into(),
+            vf_driver: String::new(),
+            device_id: String::new(),
+            args: Default::default(),
+            config: NetConf::from_slice(
+                br#"{"cniVersion":"1.0.0","name":"kube-ovn","type":"kube-ovn"}"#,
+            )
+            .unwrap(),
+            runtime_config: None,
+            prev_result: None,
+            valid_attachments: None,
+        }
+    }
+
+    fn pod_net() -> PodNetwork {
+        PodNetwork {
+            ips: vec!["10.16.0.5/16".parse().unwrap()],
+            mac: Some("00:00:00:01:02:03".parse().unwrap()),
+            gateways: vec!["10.16.0.1".parse().unwrap()],
+            logical_switch: "ovn-default".into(),
+            provider: "ovn".into(),
+            egress_rate_mbps: Some(2),
+            ..Default::default()
+        }
+    }
+
+    fn link(name: &str, mac: &str) -> Link {
+        Link {
+            index: 7,
+            name: name.into(),
+            mac: Some(mac.parse().unwrap()),
+            mtu: 1400,
+            admin_up: true,
+            oper_state: OperState::Up,
+            kind: Some("veth".into()),
+        }
+    }
+
+    fn source_ok() -> MockPodNetworkSource {
+        let mut s = MockPodNetworkSource::new();
+        s.expect_pod_network().returning(|_, _, _| Ok(pod_net()));
+        s
+    }
+
+    fn pod_side() -> MockNamespaces {
+        let mut ns = MockNamespaces::new();
+        ns.expect_open().returning(|_| {
+            let mut pod = MockNetdev::new();
+            pod.expect_add_address()
+                .withf(|l, a| l == "eth0" && a.to_string() == "10.16.0.5/16")
+                .times(1)
+                .returning(|_, _| Ok(()));
+            pod.expect_set_link_up().times(2).returning(|_, _| Ok(()));
+            pod.expect_add_route()
+                .withf(|r| r.dst.prefix() == 0 && r.gateway == Some("10.16.0.1".parse().unwrap()))
+                .times(1)
+                .returning(|_| Ok(()));
+            Ok(Arc::new(pod))
+        });
+        ns
+    }
+
+    fn handler(
+        source: MockPodNetworkSource,
+        ovs: MockOpenVSwitch,
+        host: MockNetdev,
+        ns: MockNamespaces,
+        probe: MockGatewayProbe,
+    ) -> CniHandler {
+        CniHandler::new(
+            HandlerConfig::default(),
+            Arc::new(source),
+            Arc::new(ovs),
+            Arc::new(host),
+            Arc::new(ns),
+            Arc::new(probe),
+        )
+    }
+
+    #[tokio::test]
+    async fn add_plugs_port_and_configures_pod() {
+        let netns = std::env::temp_dir();
+        let mut host = MockNetdev::new();
+        let looked = Arc::new(AtomicUsize::new(0));
+        let l2 = looked.clone();
+        host.expect_link().returning(move |n| {
+            assert_eq!(n, HOST_IF);
+            // Absent before the ADD, present after the veth is created.
+            Ok((l2.fetch_add(1, Ordering::SeqCst) > 0).then(|| link(HOST_IF, "02:00:00:00:00:01")))
+        });
+        host.expect_create_veth()
+            .withf(|s| {
+                s.host_name == HOST_IF
+                    && s.peer_name == "eth0"
+                    && s.mtu == Some(1400)
+                    && s.peer_mac.map(|m| m.to_string()) == Some("00:00:00:01:02:03".into())
+            })
+            .times(1)
+            .returning(|_| Ok(()));
+        host.expect_set_link_up().times(1).returning(|_, _| Ok(()));
+        let mut ovs = MockOpenVSwitch::new();
+        ovs.expect_port().returning(|_| None);
+        ovs.expect_qos().returning(|_| None);
+        ovs.expect_commit()
+            .withf(|b| {
+                let OvsOp::Port(p) = &b.ops[0] else {
+                    return false;
+                };
+                let ext = |k: &str| p.external_ids.get(k).cloned().flatten();
+                b.ops.len() == 1
+                    && p.bridge == "br-int"
+                    && p.name == HOST_IF
+                    && ext("iface-id").as_deref() == Some("web.ns")
+                    && ext("pod_name").as_deref() == Some("web")
+                    && ext("pod_namespace").as_deref() == Some("ns")
+                    && ext("ip_address").as_deref() == Some("10.16.0.5")
+                    && ext(EXT_CONTAINER_ID).as_deref() == Some(CID)
+                    && p.ingress_policing_rate == Some(2000)
+                    && p.ingress_policing_burst == Some(1600)
+            })
+            .times(1)
+            .returning(|_| Ok(()));
+        ovs.expect_wait_ovn_installed()
+            .withf(|i, _| i == HOST_IF)
+            .times(1)
+            .returning(|_, _| Ok(()));
+        let mut probe = MockGatewayProbe::new();
+        probe
+            .expect_probe()
+            .withf(|_, gw, _| gw.to_string() == "10.16.0.1")
+            .times(1)
+            .returning(|_, _, _| Ok(Duration::from_millis(1)));
+        let h = handler(source_ok(), ovs, host, pod_side(), probe);
+        let req = request(Command::Add, netns.to_str().unwrap());
+        let resp = h.handle(&req).await;
+        let r = resp.into_outcome().unwrap().unwrap();
+        assert_eq!(r.interfaces[0].name, HOST_IF);
+        assert_eq!(r.interfaces[0].mac, "02:00:00:00:00:01");
+        assert_eq!(r.interfaces[1].mac, "00:00:00:01:02:03");
+        assert_eq!(r.ips[0].address.to_string(), "10.16.0.5/16");
+        assert_eq!(r.ips[0].gateway, Some("10.16.0.1".parse().unwrap()));
+        assert_eq!(r.routes[0].dst.to_string(), "0.0.0.0/0");
+    }
+
+    #[tokio::test]
+    async fn failed_add_rolls_back_what_it_created() {
+        let netns = std::env::temp_dir();
+        let mut host = MockNetdev::new();
+        host.expect_link().returning(|_| Ok(None));
+        host.expect_create_veth().times(1).returning(|_| Ok(()));
+        host.expect_set_link_up().returning(|_, _| Ok(()));
+        host.expect_delete_link()
+            .withf(|n| n == HOST_IF)
+            .times(1)
+            .returning(|_| Ok(()));
+        let mut ovs = MockOpenVSwitch::new();
+        ovs.expect_port().returning(|_| None);
+        ovs.expect_qos().returning(|_| None);
+        let commits = Arc::new(Mutex::new(Vec::new()));
+        let c2 = commits.clone();
+        ovs.expect_commit().returning(move |b| {
+            c2.lock().unwrap().push(b);
+            Ok(())
+        });
+        ovs.expect_wait_ovn_installed().returning(|i, t| {
+            Err(kubeovn_ovn::vswitch::OvsError::Timeout(t, format!("ovn-installed of {i}")).into())
+        });
+        let h = handler(source_ok(), ovs, host, pod_side(), MockGatewayProbe::new());
+        let resp = h
+            .handle(&request(Command::Add, netns.to_str().unwrap()))
+            .await;
+        let e = resp.into_outcome().unwrap_err();
+        assert_eq!(e.code, ErrorCode::TRY_AGAIN_LATER, "{e:?}");
+        let commits = commits.lock().unwrap();
+        assert_eq!(commits.len(), 2);
+        assert_eq!(commits[1].ops, vec![OvsOp::DeletePort(HOST_IF.into())]);
+    }
+
+    #[tokio::test]
+    async fn repeated_add_failure_keeps_what_existed() {
+        let netns = std::env::temp_dir();
+        let mut host = MockNetdev::new();
+        host.expect_link()
+            .returning(|_| Ok(Some(link(HOST_IF, "02:00:00:00:00:01"))));
+        host.expect_create_veth().returning(|_| Ok(()));
+        host.expect_set_link_up().returning(|_, _| Ok(()));
+        host.expect_delete_link().times(0);
+        let mut ovs = MockOpenVSwitch::new();
+        ovs.expect_port().returning(|_| Some(Default::default()));
+        ovs.expect_qos().returning(|_| None);
+        ovs.expect_commit().times(1).returning(|_| {
+            Err(kubeovn_ovn::Error::Protocol {
+                method: "transact",
+                what: "refused".into(),
+            })
+        });
+        let mut ns = MockNamespaces::new();
+        ns.expect_open().returning(|_| {
+            let mut pod = MockNetdev::new();
+            pod.expect_set_link_mac().returning(|_, _| Ok(()));
+            pod.expect_set_link_mtu().returning(|_, _| Ok(()));
+            pod.expect_add_address().returning(|_, _| Ok(()));
+            pod.expect_set_link_up().returning(|_, _| Ok(()));
+            pod.expect_add_route().returning(|_| Ok(()));
+            Ok(Arc::new(pod))
+        });
+        let h = handler(source_ok(), ovs, host, ns, MockGatewayProbe::new());
+        let e = h
+            .handle(&request(Command::Add, netns.to_str().unwrap()))
+            .await
+            .into_outcome()
+            .unwrap_err();
+        assert_eq!(e.code, crate::node::CODE_OVS, "{e:?}");
+    }
+
+    #[tokio::test]
+    async fn del_is_idempotent_and_handles_half_gone() {
+        let mut host = MockNetdev::new();
+        host.expect_delete_link()
+            .withf(|n| n == HOST_IF)
+            .times(2)
+            .returning(|_| Ok(()));
+        let mut ovs = MockOpenVSwitch::new();
+        let calls = Arc::new(AtomicUsize::new(0));
+        let c2 = calls.clone();
+        // The port is there for the first DEL only.
+        ovs.expect_port()
+            .returning(move |_| (c2.fetch_add(1, Ordering::SeqCst) == 0).then(Default::default));
+        ovs.expect_commit()
+            .withf(|b| b.ops == vec![OvsOp::DeletePort(HOST_IF.into())])
+            .times(1)
+            .returning(|_| Ok(()));
+        let h = handler(
+            MockPodNetworkSource::new(),
+            ovs,
+            host,
+            MockNamespaces::new(),
+            MockGatewayProbe::new(),
+        );
+        let mut req = request(Command::Del, "/var/run/netns/gone");
+        req.pod = None;
+        assert!(h.handle(&req).await.error.is_none());
+        assert!(h.handle(&req).await.error.is_none());
+    }
+
+    #[tokio::test]
+    async fn bad_requests_get_codes_and_touch_nothing() {
+        let h = handler(
+            MockPodNetworkSource::new(),
+            MockOpenVSwitch::new(),
+            MockNetdev::new(),
+            MockNamespaces::new(),
+            MockGatewayProbe::new(),
+        );
+        let mut r = request(Command::Add, "/var/run/netns/does-not-exist");
+        assert_eq!(h.handle(&r).await.error.unwrap().code.0, 4);
+        r.container_id = None;
+        assert_eq!(h.handle(&r).await.error.unwrap().code.0, 4);
+        let mut r = request(Command::Add, "/tmp");
+        r.pod = None;
+        assert_eq!(h.handle(&r).await.error.unwrap().code.0, 4);
+        let mut r = request(Command::Add, "/tmp");
+        r.ifname = Some("way-too-long-interface".into());
+        assert_eq!(h.handle(&r).await.error.unwrap().code.0, 4);
+        let mut r = request(Command::Add, "/tmp");
+        r.protocol = 9;
+        assert_eq!(
+            h.handle(&r).await.error.unwrap().code,
+            crate::daemon::CODE_PROTOCOL_MISMATCH
+        );
+    }
+
+    #[test]
+    fn iface_ids() {
+        assert_eq!(iface_id("p", "ns", "ovn"), "p.ns");
+        assert_eq!(iface_id("p", "ns", ""), "p.ns");
+        assert_eq!(iface_id("p", "ns", "net1.ns.ovn"), "p.ns.net1.ns.ovn");
     }
 }
