@@ -20,6 +20,7 @@
 
 pub mod annotations;
 pub mod controller;
+pub mod crd;
 pub mod error;
 pub mod naming;
 
