@@ -22,6 +22,7 @@ pub mod annotations;
 pub mod controller;
 pub mod crd;
 pub mod error;
+pub mod events;
 pub mod naming;
 
 pub use error::{AnnotationError, Error, Problem, Result};
