@@ -606,7 +606,16 @@ pub fn parse_networks(
     value: &str,
     default_namespace: &str,
 ) -> Result<Vec<NetworkSelection>, AnnotationError> {
-    let err = |p| AnnotationError::new(NETWORKS, value, p);
+    parse_network_annotation(NETWORKS, value, default_namespace)
+}
+
+/// [`parse_networks`] for another key with the same format (e.g. [`DEFAULT_NETWORK`]); errors name `key`.
+pub fn parse_network_annotation(
+    key: &str,
+    value: &str,
+    default_namespace: &str,
+) -> Result<Vec<NetworkSelection>, AnnotationError> {
+    let err = |p| AnnotationError::new(key, value, p);
     let mut nets: Vec<NetworkSelection> = if value.contains(['[', '{', '"']) {
         serde_json::from_str(value).map_err(|e| err(Problem::Json(e.to_string())))?
     } else {
@@ -1237,6 +1246,14 @@ mod tests {
 
     #[test]
     fn multus_list_forms() {
+        let dflt = parse_network_annotation(DEFAULT_NETWORK, "kube-system/calico", "default")
+            .expect("valid");
+        assert_eq!(
+            (dflt[0].namespace.as_str(), dflt[0].name.as_str()),
+            ("kube-system", "calico")
+        );
+        let err = parse_network_annotation(DEFAULT_NETWORK, "a/b/c", "d").expect_err("bad");
+        assert_eq!(err.key, DEFAULT_NETWORK);
         let nets = parse_networks("macvlan, kube-system/attachnet@eth1 ,other@net2", "default")
             .expect("valid");
         assert_eq!(nets.len(), 3);

@@ -15,6 +15,13 @@
 //! assert!(pod.allocated);
 //! assert_eq!(pod.ipv4(), Some("10.16.0.5".parse()?));
 //! assert_eq!(kubeovn_core::naming::pod_port("web-0", "default", DEFAULT_PROVIDER), "web-0.default");
+//!
+//! // Kube-OVN manifests deserialize into the CRD types; `crd::crds_yaml()` is what `kubectl apply` takes.
+//! let subnet: kubeovn_core::crd::Subnet = serde_json::from_str(
+//!     r#"{"apiVersion":"kubeovn.io/v1","kind":"Subnet","metadata":{"name":"ls1"},
+//!         "spec":{"cidrBlock":"10.66.0.0/16","gateway":"10.66.0.1","natOutgoing":true}}"#,
+//! )?;
+//! assert!(subnet.spec.nat_outgoing);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 

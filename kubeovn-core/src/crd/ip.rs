@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use super::common::null_default;
 
-/// Spec of an [`IP`] record, with Kube-OVN's field names; named `<pod>.<namespace>[.<provider>]` or
+/// Spec of an `IP` record, with Kube-OVN's field names; named `<pod>.<namespace>[.<provider>]` or
 /// `node-<node>`.
 #[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[kube(

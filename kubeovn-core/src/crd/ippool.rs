@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use super::common::{is_false, null_default, Condition, IpCount};
 
-/// Spec of an [`IPPool`], with Kube-OVN's field names.
+/// Spec of an `IPPool`, with Kube-OVN's field names.
 #[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[kube(
     group = "kubeovn.io",
@@ -49,7 +49,7 @@ pub struct IPPoolSpec {
     pub enable_address_set: bool,
 }
 
-/// Status of an [`IPPool`] (note `v4AvailableIPs`, upper-case `A`, unlike Subnet).
+/// Status of an `IPPool` (note `v4AvailableIPs`, upper-case `A`, unlike Subnet).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct IPPoolStatus {
     /// Free IPv4 addresses.

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use super::common::{is_false, label_selector_schema, null_default, Condition};
 
-/// Spec of a [`ProviderNetwork`], with Kube-OVN's field names.
+/// Spec of a `ProviderNetwork`, with Kube-OVN's field names.
 #[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[kube(
     group = "kubeovn.io",
@@ -102,7 +102,7 @@ pub struct ProviderNetworkCondition {
     pub condition: Condition,
 }
 
-/// Status of a [`ProviderNetwork`].
+/// Status of a `ProviderNetwork`.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ProviderNetworkStatus {

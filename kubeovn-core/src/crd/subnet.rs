@@ -34,7 +34,7 @@ pub enum GatewayType {
     Centralized,
 }
 
-/// Spec of a [`Subnet`], with Kube-OVN's field names.
+/// Spec of a `Subnet`, with Kube-OVN's field names.
 #[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[kube(
     group = "kubeovn.io",
@@ -398,7 +398,7 @@ pub struct NatOutgoingPolicyRule {
     pub action: String,
 }
 
-/// Sources and destinations of a [`NatOutgoingPolicyRule`].
+/// Sources and destinations of a `NatOutgoingPolicyRule`.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct NatOutgoingPolicyMatch {
@@ -431,7 +431,7 @@ pub struct NatOutgoingPolicyRuleStatus {
     pub rule: NatOutgoingPolicyRule,
 }
 
-/// Status of a [`Subnet`], with Kube-OVN's field names (note `v4availableIPs`, lower-case `a`).
+/// Status of a `Subnet`, with Kube-OVN's field names (note `v4availableIPs`, lower-case `a`).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct SubnetStatus {
     /// Ready / Validated / Error conditions.

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use super::common::{is_false, null_default, Condition};
 
-/// Spec of a [`Vlan`], with Kube-OVN's field names.
+/// Spec of a `Vlan`, with Kube-OVN's field names.
 #[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[kube(
     group = "kubeovn.io",
@@ -48,7 +48,7 @@ pub struct VlanSpec {
     pub provider_interface_name: String,
 }
 
-/// Status of a [`Vlan`].
+/// Status of a `Vlan`.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct VlanStatus {

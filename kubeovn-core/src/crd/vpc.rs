@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use super::common::{is_false, label_selector_schema, null_default, Condition};
 
-/// Spec of a [`Vpc`], with Kube-OVN's field names.
+/// Spec of a `Vpc`, with Kube-OVN's field names.
 #[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[kube(
     group = "kubeovn.io",
@@ -220,7 +220,7 @@ pub struct BfdPortStatus {
     pub nodes: Vec<String>,
 }
 
-/// Status of a [`Vpc`].
+/// Status of a `Vpc`.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct VpcStatus {
