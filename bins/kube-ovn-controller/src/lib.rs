@@ -17,7 +17,7 @@ use kubeovn_core::controller::{Config, LeaseConfig, Metrics};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// Usage text.
-pub const USAGE: &str = "usage: kube-ovn-controller [--kubeconfig FILE] [--ovn-nb-addr unix:PATH|tcp:IP:PORT|ssl:IP:PORT]
+pub const USAGE: &str = "usage: kube-ovn-controller [crd] [--kubeconfig FILE] [--ovn-nb-addr unix:PATH|tcp:IP:PORT|ssl:IP:PORT]
   [--default-ls NAME] [--default-cidr CIDR] [--default-gateway IP] [--default-exclude-ips IPS]
   [--node-switch NAME] [--node-switch-cidr CIDR] [--node-switch-gateway IP] [--cluster-router NAME]
   [--metrics-addr IP:PORT] [--leader-elect] [--lease-namespace NS] [--pod-name NAME]
@@ -28,6 +28,8 @@ pub const USAGE: &str = "usage: kube-ovn-controller [--kubeconfig FILE] [--ovn-n
 pub enum Command {
     /// Run the controller.
     Run,
+    /// Print the CRD YAML (`kube-ovn-controller crd | kubectl apply -f -`).
+    Crd,
 }
 
 /// Parsed flags.
@@ -66,7 +68,11 @@ impl Args {
         let mut lease_ns = std::env::var("KUBE_NAMESPACE").unwrap_or_else(|_| "kube-system".into());
         let mut pod_name =
             std::env::var("POD_NAME").unwrap_or_else(|_| "kube-ovn-controller".into());
-        let mut it = args.into_iter().map(Into::into);
+        let mut it = args.into_iter().map(Into::into).peekable();
+        if it.peek().map(String::as_str) == Some("crd") {
+            it.next();
+            a.command = Command::Crd;
+        }
         while let Some(arg) = it.next() {
             let (flag, inline) = match arg.split_once('=') {
                 Some((f, v)) => (f.to_owned(), Some(v.to_owned())),
@@ -318,6 +324,7 @@ mod tests {
             ["10.16.0.2", "10.16.0.3..10.16.0.9"]
         );
         assert_eq!(a.config.lease.expect("lease").identity, "c-1");
+        assert_eq!(Args::parse(["crd"]).expect("crd").command, Command::Crd);
         assert!(Args::parse(["--bogus"]).is_err());
         assert!(Args::parse(["--metrics-addr", "x"]).is_err());
     }

@@ -2,7 +2,7 @@
 
 use std::process::ExitCode;
 
-use kube_ovn_controller::{Args, StderrLog};
+use kube_ovn_controller::{Args, Command, StderrLog};
 
 fn main() -> ExitCode {
     let args = match Args::parse(std::env::args().skip(1)) {
@@ -12,6 +12,10 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if args.command == Command::Crd {
+        print!("{}", kubeovn_core::crd::crds_yaml());
+        return ExitCode::SUCCESS;
+    }
     StderrLog::install(args.log_level);
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -352,6 +352,47 @@ async fn subnets_nodes_pods_restart_and_cleanup() {
     })
     .await;
 
+    // A custom VPC with its own router and subnet.
+    env.apply(
+        r#"{"apiVersion":"kubeovn.io/v1","kind":"Vpc","metadata":{"name":"vpc1"},"spec":{}}"#,
+    )
+    .await;
+    env.apply(
+        r#"{"apiVersion":"kubeovn.io/v1","kind":"Subnet","metadata":{"name":"s2"},
+        "spec":{"cidrBlock":"10.77.0.0/24","vpc":"vpc1","protocol":"IPv4"}}"#,
+    )
+    .await;
+    env.apply(&pod(
+        "default",
+        "in-vpc",
+        "n1",
+        &[("ovn.kubernetes.io/logical_switch", "s2")],
+    ))
+    .await;
+    let v = annotated(&env, "default", "in-vpc").await;
+    assert_eq!(ann(&v, "ovn.kubernetes.io/logical_router"), Some("vpc1"));
+    assert_eq!(ann(&v, "ovn.kubernetes.io/gateway"), Some("10.77.0.1"));
+    assert_eq!(
+        env.nbctl(&["get", "logical_router_port", "vpc1-s2", "networks"])
+            .await,
+        "[\"10.77.0.1/24\"]"
+    );
+    wait_for("vpc statuses", 20, || async {
+        let d = env.get_json(&["vpcs.kubeovn.io", "ovn-cluster"]).await?;
+        let v = env.get_json(&["vpcs.kubeovn.io", "vpc1"]).await?;
+        let subs = |o: &Value| {
+            o.pointer("/status/subnets")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default()
+        };
+        (d.pointer("/status/default") == Some(&Value::Bool(true))
+            && subs(&d).contains(&Value::from("ovn-default"))
+            && subs(&v) == vec![Value::from("s2")])
+        .then_some(())
+    })
+    .await;
+
     // Conflicts and bad annotations: Warning events, no crash, no address taken.
     env.apply(&pod(
         "default",
@@ -424,7 +465,16 @@ async fn subnets_nodes_pods_restart_and_cleanup() {
     env.kubectl(&["delete", "pods", "--all", "-n", "ns1"]).await;
     env.kubectl(&["delete", "ippools.kubeovn.io", "pool1"])
         .await;
-    env.kubectl(&["delete", "subnets.kubeovn.io", "s1"]).await;
+    env.kubectl(&["delete", "subnets.kubeovn.io", "s1", "s2"])
+        .await;
+    wait_for("s2 gone", 20, || async {
+        let s = env
+            .nbctl(&["--bare", "--columns=name", "list", "logical_switch"])
+            .await;
+        (!s.contains("s2")).then_some(())
+    })
+    .await;
+    env.kubectl(&["delete", "vpcs.kubeovn.io", "vpc1"]).await;
     env.kubectl(&["delete", "node", "n1"]).await;
     wait_for("NB clean", 20, || async {
         let ports = env
@@ -450,8 +500,16 @@ async fn subnets_nodes_pods_restart_and_cleanup() {
             && !pols.contains("10.66.0.0/24")
             && !pols.contains("172.18.0.2")
             && !pols.contains("n1")
-            && !switches.contains("s1"))
+            && !switches.contains("s1")
+            && !switches.contains("s2"))
         .then_some(())
+    })
+    .await;
+    wait_for("vpc1 router gone", 20, || async {
+        let r = env
+            .nbctl(&["--bare", "--columns=name", "list", "logical_router"])
+            .await;
+        (r == "ovn-cluster").then_some(())
     })
     .await;
     wait_for("IP records gone", 20, || async {

@@ -36,8 +36,10 @@ mod ip;
 mod namespace;
 mod node;
 mod pod;
+pub mod podinfo;
 mod rebuild;
 mod subnet;
+mod vpc;
 
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
@@ -45,7 +47,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Node};
 use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::watcher::{self, Event as WatchEvent};
@@ -53,6 +55,7 @@ use kube::runtime::WatchStreamExt;
 use kube::{Api, Resource};
 use kubeovn_ipam::SharedIpam;
 use kubeovn_ovn::northbound::{NbGlobal, Northbound};
+pub use podinfo::PodInfo;
 use serde::de::DeserializeOwned;
 
 use crate::naming;
@@ -168,13 +171,14 @@ pub(crate) struct Ctx {
     pub subnets: RwLock<HashMap<String, Arc<SubnetInfo>>>,
     /// IPPools by name: (subnet, addresses).
     pub pools: RwLock<HashMap<String, (String, Vec<String>)>>,
-    pub pods: Store<Pod>,
+    pub pods: Store<PodInfo>,
     pub nodes: Store<Node>,
     pub namespaces: Store<Namespace>,
     pub subnet_store: Store<DynamicObject>,
     pub pool_store: Store<DynamicObject>,
+    pub vpcs: Store<crate::crd::Vpc>,
     /// Last state of deleted objects, until their delete is handled.
-    pub pod_tombstones: Mutex<HashMap<String, Arc<Pod>>>,
+    pub pod_tombstones: Mutex<HashMap<String, Arc<PodInfo>>>,
     pub node_tombstones: Mutex<HashMap<String, Arc<Node>>>,
     pub subnet_tombstones: Mutex<HashMap<String, Arc<DynamicObject>>>,
     pub pool_tombstones: Mutex<HashMap<String, Arc<DynamicObject>>>,
@@ -188,6 +192,7 @@ pub(crate) struct Queues {
     pub node: Arc<WorkQueue<String>>,
     pub namespace: Arc<WorkQueue<String>>,
     pub pool: Arc<WorkQueue<String>>,
+    pub vpc: Arc<WorkQueue<String>>,
 }
 
 impl Ctx {
@@ -215,7 +220,7 @@ impl Ctx {
         self.subnet(&self.config.join_subnet.name)
     }
 
-    pub fn pod(&self, namespace: &str, name: &str) -> Option<Arc<Pod>> {
+    pub fn pod(&self, namespace: &str, name: &str) -> Option<Arc<PodInfo>> {
         self.pods.get(&ObjectRef::new(name).within(namespace))
     }
 
@@ -344,6 +349,7 @@ impl Controller {
         self.nb
             .commit(plan::vpc_batch(&c.default_vpc, &join))
             .await?;
+        vpc::ensure_default(&self.client, &c.default_vpc).await?;
         subnet::ensure_subnet_object(&self.client, &join, false).await?;
         subnet::ensure_subnet_object(&self.client, &default, true).await?;
 
@@ -362,16 +368,18 @@ impl Controller {
             node: WorkQueue::new("node"),
             namespace: WorkQueue::new("namespace"),
             pool: WorkQueue::new("ippool"),
+            vpc: WorkQueue::new("vpc"),
         };
 
         // Informers: stores filled now, keys queued; workers start after the rebuild.
-        let (pods, pods_w) = reflector::store::<Pod>();
+        let (pods, pods_w) = reflector::store::<PodInfo>();
         let (nodes, nodes_w) = reflector::store::<Node>();
         let (namespaces, ns_w) = reflector::store::<Namespace>();
         let subnet_w = reflector::store::Writer::<DynamicObject>::new(subnet::resource());
         let subnet_store = subnet_w.as_reader();
         let pool_w = reflector::store::Writer::<DynamicObject>::new(subnet::pool_resource());
         let pool_store = pool_w.as_reader();
+        let (vpcs, vpc_w) = reflector::store::<crate::crd::Vpc>();
 
         let ctx = Arc::new(Ctx {
             client: self.client.clone(),
@@ -388,6 +396,7 @@ impl Controller {
             namespaces,
             subnet_store,
             pool_store,
+            vpcs,
             pod_tombstones: Mutex::new(HashMap::new()),
             node_tombstones: Mutex::new(HashMap::new()),
             subnet_tombstones: Mutex::new(HashMap::new()),
@@ -396,7 +405,7 @@ impl Controller {
         });
         let client = &self.client;
         spawn(informer(
-            Api::<Pod>::all(client.clone()),
+            Api::<PodInfo>::all(client.clone()),
             pods_w,
             ctx.queues.pod.clone(),
             Some(Tomb(ctx.clone(), |c| &c.pod_tombstones)),
@@ -425,6 +434,12 @@ impl Controller {
             ctx.queues.pool.clone(),
             Some(Tomb(ctx.clone(), |c| &c.pool_tombstones)),
         ));
+        spawn(informer(
+            Api::<crate::crd::Vpc>::all(client.clone()),
+            vpc_w,
+            ctx.queues.vpc.clone(),
+            None,
+        ));
         let ready = |e: reflector::store::WriterDropped| {
             ControllerError::NotReady(format!("informer stopped: {e}"))
         };
@@ -433,6 +448,7 @@ impl Controller {
         ctx.namespaces.wait_until_ready().await.map_err(ready)?;
         ctx.subnet_store.wait_until_ready().await.map_err(ready)?;
         ctx.pool_store.wait_until_ready().await.map_err(ready)?;
+        ctx.vpcs.wait_until_ready().await.map_err(ready)?;
 
         let t = std::time::Instant::now();
         let report = rebuild::rebuild(&ctx, &[join.clone(), default.clone()]).await?;
@@ -457,6 +473,13 @@ impl Controller {
             w,
             "subnet",
             |ctx, k| Box::pin(async move { subnet::reconcile(&ctx, &k).await }),
+        )));
+        spawn(Box::pin(run_queue(
+            ctx.clone(),
+            q.vpc.clone(),
+            w,
+            "vpc",
+            |ctx, k| Box::pin(async move { vpc::reconcile(&ctx, &k).await }),
         )));
         spawn(Box::pin(run_queue(
             ctx.clone(),
@@ -536,7 +559,7 @@ async fn run_queue(
 async fn queue_metrics(ctx: Arc<Ctx>) {
     loop {
         let q = &ctx.queues;
-        for w in [&q.pod, &q.subnet, &q.node, &q.namespace, &q.pool] {
+        for w in [&q.pod, &q.subnet, &q.node, &q.namespace, &q.pool, &q.vpc] {
             ctx.metrics.queue_depth(w.name(), w.len());
         }
         tokio::time::sleep(Duration::from_secs(1)).await;

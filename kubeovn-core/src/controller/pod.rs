@@ -4,7 +4,6 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
-use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::events::EventType;
 use kube::ResourceExt;
@@ -13,7 +12,7 @@ use kubeovn_ipam::{Addresses, AllocRequest, IpamError};
 use super::error::{ControllerError, Result};
 use super::ip::{self, IpRecord};
 use super::plan::{self, PodPort};
-use super::{split_key, take_tomb, Ctx};
+use super::{split_key, take_tomb, Ctx, PodInfo as Pod};
 use crate::annotations::{
     self, merge_patch, IpPoolRequest, PodNetworkAnnotations, DEFAULT_PROVIDER,
 };
@@ -37,10 +36,7 @@ pub(crate) async fn reconcile(ctx: &Arc<Ctx>, key: &str) -> Result<()> {
 }
 
 fn host_network(pod: &Pod) -> bool {
-    pod.spec
-        .as_ref()
-        .and_then(|s| s.host_network)
-        .unwrap_or(false)
+    pod.spec.host_network.unwrap_or(false)
 }
 
 /// The subnet a pod belongs to: its `logical_switch` annotation, the subnet of its `ip_pool`, its
@@ -127,7 +123,7 @@ async fn add(ctx: &Ctx, pod: &Pod) -> Result<()> {
             return Err(e);
         }
     };
-    let node = pod.spec.as_ref().and_then(|s| s.node_name.clone());
+    let node = pod.spec.node_name.clone();
     let port = naming::pod_port(&name, &ns, DEFAULT_PROVIDER);
     // Done before (restart, resync): nothing to write.
     if a.allocated && (a.routed || node.is_none()) && same_port(ctx, &port, &a) {

@@ -16,6 +16,7 @@ use serde_json::{json, Value};
 use super::error::{ControllerError, Result};
 use super::{plan, take_tomb, Ctx, SubnetConfig, SubnetInfo};
 use crate::annotations::DEFAULT_PROVIDER;
+use crate::crd::IpCount;
 use crate::naming;
 
 /// The IPPool resource.
@@ -342,7 +343,12 @@ pub(crate) async fn reconcile(ctx: &Arc<Ctx>, name: &str) -> Result<()> {
         .await;
         return Err(e);
     }
+    if ctx.nb.router(&info.vpc).is_none() {
+        // The Vpc's handler creates its router; retried until then.
+        return Err(ControllerError::NotReady(format!("vpc {}", info.vpc)));
+    }
     reconcile_info(ctx, &info).await?;
+    ctx.queues.vpc.add(info.vpc.clone());
     let ready = json!({ "conditions": [
         condition("Validated", true, "ValidatedSubnet", ""),
         condition("Ready", true, "SetPrivateLogicalSwitchSuccess", ""),
@@ -387,6 +393,7 @@ async fn delete(ctx: &Ctx, name: &str, _last: Option<&DynamicObject>) -> Result<
         .write()
         .unwrap_or_else(|e| e.into_inner())
         .remove(name);
+    ctx.queues.vpc.add(info.vpc.clone());
     for ns in ctx.namespaces.state() {
         ctx.queues.namespace.add(ns.name_any());
     }
@@ -449,14 +456,14 @@ pub(crate) async fn reconcile_pool(ctx: &Arc<Ctx>, name: &str) -> Result<()> {
 }
 
 fn status_of(stats: &kubeovn_ipam::SubnetStats) -> Value {
-    // Kube-OVN's counters are JSON numbers (float64 in Go).
+    let n = |v: u128| serde_json::to_value(IpCount(v)).unwrap_or(Value::Null);
     json!({
-        "v4availableIPs": stats.v4.available as f64,
-        "v4usingIPs": stats.v4.using as f64,
+        "v4availableIPs": n(stats.v4.available),
+        "v4usingIPs": n(stats.v4.using),
         "v4availableIPrange": stats.v4.available_range,
         "v4usingIPrange": stats.v4.using_range,
-        "v6availableIPs": stats.v6.available as f64,
-        "v6usingIPs": stats.v6.using as f64,
+        "v6availableIPs": n(stats.v6.available),
+        "v6usingIPs": n(stats.v6.using),
         "v6availableIPrange": stats.v6.available_range,
         "v6usingIPrange": stats.v6.using_range,
     })

@@ -8,7 +8,6 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use kube::api::{Api, ApiResource, DynamicObject, PostParams};
 use kube_ovn_testapi::{Config as ApiConfig, TestApiServer};
 use kubeovn_core::controller::{Config, Controller};
 use kubeovn_ovn::northbound::OvsdbNorthbound;
@@ -89,31 +88,12 @@ impl Drop for Nb {
     }
 }
 
-/// The Kube-OVN CRDs the controller uses, as the test API server needs them.
+/// Kube-OVN's CRDs (kubeovn-core), as JSON objects.
 pub fn crds() -> Vec<Value> {
-    [
-        ("subnets", "Subnet", "subnet"),
-        ("ips", "IP", "ip"),
-        ("ippools", "IPPool", "ippool"),
-        ("vpcs", "Vpc", "vpc"),
-    ]
-    .iter()
-    .map(|(plural, kind, singular)| {
-        json!({
-            "apiVersion": "apiextensions.k8s.io/v1",
-            "kind": "CustomResourceDefinition",
-            "metadata": {"name": format!("{plural}.kubeovn.io")},
-            "spec": {
-                "group": "kubeovn.io",
-                "scope": "Cluster",
-                "names": {"plural": plural, "singular": singular, "kind": kind},
-                "versions": [{"name": "v1", "served": true, "storage": true,
-                              "subresources": {"status": {}},
-                              "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]
-            }
-        })
-    })
-    .collect()
+    kubeovn_core::crd::crds()
+        .iter()
+        .map(|c| serde_json::to_value(c).unwrap())
+        .collect()
 }
 
 /// Test API server + NB + a controller that can be stopped and started again.
@@ -165,28 +145,22 @@ impl Env {
         let kubeconfig = dir.path().join("kubeconfig");
         api.write_kubeconfig(&kubeconfig).unwrap();
         let client = kube::Client::try_from(kube::Config::new(api.url().parse().unwrap())).unwrap();
-        let crd_api: Api<DynamicObject> = Api::all_with(
-            client.clone(),
-            &ApiResource {
-                group: "apiextensions.k8s.io".into(),
-                version: "v1".into(),
-                api_version: "apiextensions.k8s.io/v1".into(),
-                kind: "CustomResourceDefinition".into(),
-                plural: "customresourcedefinitions".into(),
-            },
-        );
-        for c in crds() {
-            let o: DynamicObject = serde_json::from_value(c).unwrap();
-            crd_api.create(&PostParams::default(), &o).await.unwrap();
-        }
-        Some(Env {
+        let env = Env {
             dir,
             nb,
             api,
             client,
             kubeconfig,
             controller: None,
-        })
+        };
+        // The CRDs as a user installs them: the binary's `crd` output through kubectl.
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_kube-ovn-controller"))
+            .arg("crd")
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        env.apply(&String::from_utf8(out.stdout).unwrap()).await;
+        Some(env)
     }
 
     pub async fn start_controller(&mut self, config: Config) {

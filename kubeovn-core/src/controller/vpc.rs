@@ -1,0 +1,90 @@
+//! VPCs: one logical router per Vpc (`ovn-cluster` is the default one, created at start), and the Vpc status
+//! (router, default, subnets).
+
+use std::sync::Arc;
+
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::runtime::reflector::ObjectRef;
+use kube::ResourceExt;
+use kubeovn_ovn::northbound::{Batch, Router};
+use serde_json::json;
+
+use super::error::{ControllerError, Result};
+use super::Ctx;
+use crate::crd::Vpc;
+use crate::naming::{self, external_ids as ext};
+
+/// Creates the default Vpc object if it is missing.
+pub(crate) async fn ensure_default(client: &kube::Client, name: &str) -> Result<()> {
+    let api: Api<Vpc> = Api::all(client.clone());
+    let vpc: Vpc = serde_json::from_value(json!({
+        "apiVersion": "kubeovn.io/v1", "kind": "Vpc",
+        "metadata": {"name": name}, "spec": {}
+    }))
+    .map_err(|e| ControllerError::invalid(format!("vpc {name}"), e.to_string()))?;
+    match api.create(&PostParams::default(), &vpc).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+        Err(e) => Err(ControllerError::kube(format!("create vpc {name}"), e)),
+    }
+}
+
+pub(crate) async fn reconcile(ctx: &Arc<Ctx>, name: &str) -> Result<()> {
+    let default = name == ctx.config.default_vpc;
+    let Some(vpc) = ctx.vpcs.get(&ObjectRef::new(name)) else {
+        if default {
+            return Ok(());
+        }
+        let mut b = Batch::new();
+        b.delete_router(name);
+        return ctx.writer.commit(b).await;
+    };
+    ctx.writer
+        .commit({
+            let mut b = Batch::new();
+            b.add(
+                Router::new(name)
+                    .external_id(ext::VENDOR, naming::VENDOR)
+                    .external_id("vpc", name),
+            );
+            b
+        })
+        .await?;
+    let subnets: Vec<String> = ctx
+        .subnet_list()
+        .iter()
+        .filter(|s| s.vpc == name)
+        .map(|s| s.name.clone())
+        .collect();
+    let status = json!({
+        "standby": true,
+        "default": default,
+        "defaultLogicalSwitch": if default { ctx.config.default_subnet.name.clone() } else { String::new() },
+        "router": name,
+        "subnets": subnets,
+    });
+    let current = vpc
+        .status
+        .as_ref()
+        .and_then(|s| serde_json::to_value(s).ok())
+        .unwrap_or_default();
+    let same = status
+        .as_object()
+        .is_some_and(|m| m.iter().all(|(k, v)| current.get(k) == Some(v)));
+    if same {
+        return Ok(());
+    }
+    let api: Api<Vpc> = Api::all(ctx.client.clone());
+    match api
+        .patch_status(
+            &vpc.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "status": status })),
+        )
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Err(e) => Err(ControllerError::kube(format!("patch vpc {name} status"), e)),
+    }
+}
