@@ -5,7 +5,7 @@
 //! [`kubeovn_cni::node::CniHandler`], many at once, and exposes Prometheus metrics ([`metrics::Metrics`]) on a
 //! loopback TCP address. [`node::init_node`] writes the chassis settings, creates the integration bridge and
 //! the node's join port. Pods' network data comes from a [`kubeovn_cni::node::PodNetworkSource`]: the
-//! Kubernetes API (`kube_source::KubePodNetworks`, a watch-based cache of this node's pods) or an in-memory
+//! Kubernetes API ([`kube_source::KubePodNetworks`], a watch-based cache of this node's pods) or an in-memory
 //! table ([`kubeovn_cni::node::StaticPodNetworks`]).
 //!
 //! ```no_run
@@ -35,6 +35,7 @@
 //! # server.shutdown().await; Ok(()) }
 //! ```
 
+pub mod kube_source;
 pub mod metrics;
 pub mod node;
 pub mod server;

@@ -1,3 +1,353 @@
-//! `kube-ovn-daemon`: the node daemon binary.
+//! `kube-ovn-daemon`: the node daemon binary. Connects to the Open_vSwitch database, runs node start, and
+//! serves the CNI shim on its unix socket until SIGTERM/SIGINT.
 
-fn main() {}
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kube_ovn_daemon::kube_source::{node_join_network, KubePodNetworks};
+use kube_ovn_daemon::metrics::Metrics;
+use kube_ovn_daemon::node::{init_node, NodeConfig};
+use kube_ovn_daemon::server::Server;
+use kube_ovn_daemon::DaemonError;
+use kubeovn_cni::node::{
+    CniHandler, GatewayProbe, HandlerConfig, IcmpGatewayProbe, NoGatewayProbe, PodNetwork,
+    PodNetworkSource, PodRoute, StaticPodNetworks,
+};
+use kubeovn_netdev::{NamedNetns, NetlinkNetdev};
+use kubeovn_ovn::vswitch::OvsdbOpenVSwitch;
+use serde_json::Value;
+
+const USAGE: &str = "usage: kube-ovn-daemon --node-name NAME [options]
+  --socket PATH                  CNI socket (default /run/openvswitch/kube-ovn-daemon.sock)
+  --metrics-addr ADDR|none       Prometheus endpoint (default 127.0.0.1:10665)
+  --ovs-remote REMOTE            Open_vSwitch database (default unix:/run/openvswitch/db.sock)
+  --ovn-remote REMOTE            southbound database for ovn-controller (external_ids:ovn-remote)
+  --bridge NAME                  integration bridge (default br-int)
+  --datapath-type TYPE           system or netdev (default system)
+  --encap-type TYPE              geneve, vxlan or stt (default geneve)
+  --encap-ip IP                  tunnel endpoint (default 127.0.0.1)
+  --mtu N                        pod and join interface MTU (default 1400)
+  --node-nic NAME                join interface (default ovn0)
+  --pod-cidrs CIDR[,CIDR]        pod subnets routed through the join gateway
+  --pod-source kube|static:FILE  pods' network data (default kube: this node's pods' annotations)
+  --kubeconfig PATH              kubeconfig (default: KUBECONFIG, ~/.kube/config or in-cluster)
+  --pod-network-timeout SECS     wait for allocated/routed (default 30)
+  --ovn-installed-timeout SECS   wait for ovn-installed, 0 = no wait (default 20)
+  --gateway-check-timeout SECS   wait for the gateway to answer, 0 = no check (default 10)
+  --no-node-init                 leave chassis settings, bridge and join port alone";
+
+struct Opts {
+    node: String,
+    socket: PathBuf,
+    metrics: Option<SocketAddr>,
+    ovs_remote: String,
+    ovn_remote: Option<String>,
+    bridge: String,
+    datapath_type: String,
+    encap_type: String,
+    encap_ip: String,
+    mtu: u32,
+    nic: String,
+    pod_cidrs: Vec<ipnetwork::IpNetwork>,
+    pod_source: String,
+    kubeconfig: Option<PathBuf>,
+    pod_network_timeout: Duration,
+    ovn_installed_timeout: Option<Duration>,
+    gateway_timeout: Option<Duration>,
+    node_init: bool,
+}
+
+fn parse_args(args: impl Iterator<Item = String>) -> Result<Opts, DaemonError> {
+    let bad = |m: String| DaemonError::Args(m);
+    let mut o = Opts {
+        node: std::env::var("KUBE_NODE_NAME")
+            .or_else(|_| std::env::var("NODE_NAME"))
+            .unwrap_or_default(),
+        socket: kubeovn_cni::daemon::DEFAULT_SOCKET.into(),
+        metrics: Some(SocketAddr::from(([127, 0, 0, 1], 10665))),
+        ovs_remote: "unix:/run/openvswitch/db.sock".into(),
+        ovn_remote: None,
+        bridge: "br-int".into(),
+        datapath_type: "system".into(),
+        encap_type: "geneve".into(),
+        encap_ip: "127.0.0.1".into(),
+        mtu: 1400,
+        nic: kube_ovn_daemon::node::DEFAULT_NODE_NIC.into(),
+        pod_cidrs: Vec::new(),
+        pod_source: "kube".into(),
+        kubeconfig: None,
+        pod_network_timeout: Duration::from_secs(30),
+        ovn_installed_timeout: Some(Duration::from_secs(20)),
+        gateway_timeout: Some(Duration::from_secs(10)),
+        node_init: true,
+    };
+    let mut it = args;
+    while let Some(flag) = it.next() {
+        if flag == "--no-node-init" {
+            o.node_init = false;
+            continue;
+        }
+        if flag == "-h" || flag == "--help" {
+            return Err(bad(USAGE.into()));
+        }
+        let v = it
+            .next()
+            .ok_or_else(|| bad(format!("{flag} needs a value")))?;
+        let secs = |v: &str| -> Result<Option<Duration>, DaemonError> {
+            let s: f64 = v
+                .parse()
+                .map_err(|_| bad(format!("{flag}: not a number of seconds: {v}")))?;
+            if !(0.0..=3600.0).contains(&s) {
+                return Err(bad(format!("{flag}: {v} out of [0, 3600]")));
+            }
+            Ok((s > 0.0).then(|| Duration::from_secs_f64(s)))
+        };
+        match flag.as_str() {
+            "--node-name" => o.node = v,
+            "--socket" => o.socket = v.into(),
+            "--metrics-addr" => {
+                o.metrics = if v == "none" {
+                    None
+                } else {
+                    Some(v.parse().map_err(|_| bad(format!("bad address {v}")))?)
+                }
+            }
+            "--ovs-remote" => o.ovs_remote = v,
+            "--ovn-remote" => o.ovn_remote = Some(v),
+            "--bridge" => o.bridge = v,
+            "--datapath-type" => o.datapath_type = v,
+            "--encap-type" => o.encap_type = v,
+            "--encap-ip" => o.encap_ip = v,
+            "--mtu" => {
+                o.mtu = v
+                    .parse()
+                    .ok()
+                    .filter(|m| (68..=65535).contains(m))
+                    .ok_or_else(|| bad(format!("bad MTU {v}")))?
+            }
+            "--node-nic" => o.nic = v,
+            "--pod-cidrs" => {
+                o.pod_cidrs = v
+                    .split(',')
+                    .filter(|s| !s.is_empty())
+                    .map(|s| s.parse().map_err(|_| bad(format!("bad CIDR {s}"))))
+                    .collect::<Result<_, _>>()?
+            }
+            "--pod-source" => o.pod_source = v,
+            "--kubeconfig" => o.kubeconfig = Some(v.into()),
+            "--pod-network-timeout" => {
+                o.pod_network_timeout = secs(&v)?.unwrap_or(Duration::from_millis(1))
+            }
+            "--ovn-installed-timeout" => o.ovn_installed_timeout = secs(&v)?,
+            "--gateway-check-timeout" => o.gateway_timeout = secs(&v)?,
+            _ => return Err(bad(format!("unknown flag {flag}\n{USAGE}"))),
+        }
+    }
+    if o.node.is_empty() {
+        return Err(bad(format!(
+            "--node-name (or KUBE_NODE_NAME) is required\n{USAGE}"
+        )));
+    }
+    if o.pod_source != "kube" && !o.pod_source.starts_with("static:") {
+        return Err(bad(format!(
+            "--pod-source must be kube or static:FILE, not {}",
+            o.pod_source
+        )));
+    }
+    if o.node_init && o.ovn_remote.is_none() {
+        return Err(bad(
+            "--ovn-remote is required for node start (or --no-node-init)".into(),
+        ));
+    }
+    Ok(o)
+}
+
+/// Loads a static pod table: a JSON array of `{"namespace", "name", "provider"?, "ips": ["10.0.0.2/24"],
+/// "mac"?, "gateways"?, "logical_switch"?, "routes"?: [{"dst", "gw"?}], "mtu"?, "ingress_rate"?,
+/// "egress_rate"?}`.
+fn load_static(path: &str) -> Result<StaticPodNetworks, DaemonError> {
+    let bad = |m: String| DaemonError::Args(format!("{path}: {m}"));
+    let text = std::fs::read_to_string(path).map_err(|e| DaemonError::Io {
+        what: "read pod table",
+        path: path.into(),
+        source: e,
+    })?;
+    let v: Value = serde_json::from_str(&text).map_err(|e| bad(e.to_string()))?;
+    let table = StaticPodNetworks::new();
+    let strs = |p: &Value, k: &str| -> Vec<String> {
+        p[k].as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|s| s.as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    for p in v.as_array().ok_or_else(|| bad("not a JSON array".into()))? {
+        let s = |k: &str| p[k].as_str().unwrap_or_default().to_owned();
+        let parse_err =
+            |k: &str, x: &str| bad(format!("pod {}/{}: bad {k} {x}", s("namespace"), s("name")));
+        let net = PodNetwork {
+            ips: strs(p, "ips")
+                .iter()
+                .map(|x| x.parse().map_err(|_| parse_err("ip", x)))
+                .collect::<Result<_, _>>()?,
+            mac: match p["mac"].as_str() {
+                Some(m) => Some(m.parse().map_err(|_| parse_err("mac", m))?),
+                None => None,
+            },
+            gateways: strs(p, "gateways")
+                .iter()
+                .map(|x| x.parse().map_err(|_| parse_err("gateway", x)))
+                .collect::<Result<_, _>>()?,
+            logical_switch: s("logical_switch"),
+            provider: p["provider"].as_str().unwrap_or("ovn").to_owned(),
+            routes: p["routes"]
+                .as_array()
+                .map(|a| a.as_slice())
+                .unwrap_or_default()
+                .iter()
+                .map(|r| {
+                    let dst = r["dst"].as_str().unwrap_or_default();
+                    Ok(PodRoute {
+                        dst: dst.parse().map_err(|_| parse_err("route", dst))?,
+                        gw: match r["gw"].as_str() {
+                            Some(g) => Some(g.parse().map_err(|_| parse_err("route gw", g))?),
+                            None => None,
+                        },
+                    })
+                })
+                .collect::<Result<_, DaemonError>>()?,
+            mtu: p["mtu"].as_u64().and_then(|m| u32::try_from(m).ok()),
+            ingress_rate_mbps: p["ingress_rate"].as_u64(),
+            egress_rate_mbps: p["egress_rate"].as_u64(),
+        };
+        net.validate()
+            .map_err(|e| bad(format!("pod {}/{}: {e}", s("namespace"), s("name"))))?;
+        table.insert(&s("namespace"), &s("name"), net);
+    }
+    Ok(table)
+}
+
+async fn kube_client(o: &Opts) -> Result<kube::Client, DaemonError> {
+    let kerr = |e: String| DaemonError::Kube(e);
+    let cfg = match &o.kubeconfig {
+        Some(p) => {
+            let kc = kube::config::Kubeconfig::read_from(p).map_err(|e| kerr(e.to_string()))?;
+            kube::Config::from_custom_kubeconfig(kc, &Default::default())
+                .await
+                .map_err(|e| kerr(e.to_string()))?
+        }
+        None => kube::Config::infer()
+            .await
+            .map_err(|e| kerr(e.to_string()))?,
+    };
+    kube::Client::try_from(cfg).map_err(|e| kerr(e.to_string()))
+}
+
+async fn run(o: Opts) -> Result<(), DaemonError> {
+    let ovs = Arc::new(OvsdbOpenVSwitch::connect(&o.ovs_remote).await?);
+    let host = Arc::new(NetlinkNetdev::current()?);
+    let mut client = None;
+    let source: Arc<dyn PodNetworkSource> = if o.pod_source == "kube" {
+        let c = kube_client(&o).await?;
+        let s = KubePodNetworks::start(c.clone(), &o.node);
+        if !s.wait_ready(Duration::from_secs(30)).await {
+            eprintln!("kube-ovn-daemon: pod cache not synced yet; STATUS answers 50 until it is");
+        }
+        client = Some(c);
+        Arc::new(s)
+    } else {
+        Arc::new(load_static(o.pod_source.trim_start_matches("static:"))?)
+    };
+    if o.node_init {
+        let join = match &client {
+            Some(c) => node_join_network(c.clone(), &o.node, o.pod_cidrs.clone()).await?,
+            None => None,
+        };
+        let mut cfg = NodeConfig::new(&o.node, o.ovn_remote.clone().unwrap_or_default());
+        cfg.bridge = o.bridge.clone();
+        cfg.datapath_type = o.datapath_type.clone();
+        cfg.encap_type = o.encap_type.clone();
+        cfg.encap_ip = o.encap_ip.clone();
+        cfg.mtu = o.mtu;
+        cfg.nic = o.nic.clone();
+        if join.is_none() {
+            eprintln!(
+                "kube-ovn-daemon: no join network for node {} yet: no {} port",
+                o.node, o.nic
+            );
+        }
+        cfg.join = join;
+        init_node(ovs.as_ref(), host.as_ref(), &cfg).await?;
+    }
+    let probe: Arc<dyn GatewayProbe> = if o.gateway_timeout.is_some() {
+        Arc::new(IcmpGatewayProbe::default())
+    } else {
+        Arc::new(NoGatewayProbe)
+    };
+    let handler = CniHandler::new(
+        HandlerConfig {
+            bridge: o.bridge.clone(),
+            mtu: o.mtu,
+            pod_network_timeout: o.pod_network_timeout,
+            ovn_installed_timeout: o.ovn_installed_timeout,
+            gateway_timeout: o.gateway_timeout,
+        },
+        source,
+        ovs,
+        host,
+        Arc::new(NamedNetns::default()),
+        probe,
+    );
+    let metrics = Arc::new(Metrics::new());
+    let server = Server::start(&o.socket, o.metrics, Arc::new(handler), metrics).await?;
+    eprintln!(
+        "kube-ovn-daemon: node {} serving {} (metrics {:?})",
+        o.node,
+        o.socket.display(),
+        server.metrics_addr()
+    );
+    let sig = |k| {
+        tokio::signal::unix::signal(k).map_err(|e| DaemonError::Io {
+            what: "install signal handler",
+            path: PathBuf::new(),
+            source: e,
+        })
+    };
+    let mut term = sig(tokio::signal::unix::SignalKind::terminate())?;
+    let mut int = sig(tokio::signal::unix::SignalKind::interrupt())?;
+    tokio::select! {
+        _ = term.recv() => {},
+        _ = int.recv() => {},
+    }
+    server.shutdown().await;
+    Ok(())
+}
+
+fn main() {
+    let opts = match parse_args(std::env::args().skip(1)) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("kube-ovn-daemon: {e}");
+            std::process::exit(2);
+        }
+    };
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("kube-ovn-daemon: tokio runtime: {e}");
+            std::process::exit(1);
+        }
+    };
+    if let Err(e) = rt.block_on(run(opts)) {
+        eprintln!("kube-ovn-daemon: {e}");
+        std::process::exit(1);
+    }
+}

@@ -176,8 +176,8 @@ fn bad_inputs_give_codes_and_leave_nothing() {
     assert_eq!((code != 0, &out["code"]), (true, &Value::from(4)), "{out}");
     nothing_left(&h);
 
-    // A container id too short for the interface name, a missing CNI_IFNAME: 4.
-    let (_, out) = h.shim_env("ADD", &p, &conf, &[("CNI_CONTAINERID", "abc")]);
+    // A container id unusable in an interface name, a missing CNI_IFNAME: 4.
+    let (_, out) = h.shim_env("ADD", &p, &conf, &[("CNI_CONTAINERID", "bad id")]);
     assert_eq!(out["code"], 4, "{out}");
     let (_, out) = h.shim_env("ADD", &p, &conf, &[("CNI_IFNAME", "")]);
     assert_eq!(out["code"], 4, "{out}");

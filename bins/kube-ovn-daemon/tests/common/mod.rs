@@ -110,12 +110,13 @@ impl Harness {
     /// `cfg` with the static pod-network source.
     pub fn start(tweak: impl FnOnce(&mut HandlerConfig)) -> Harness {
         let source = Arc::new(StaticPodNetworks::new());
-        Self::start_with(tweak, source.clone(), source)
+        Self::start_with(tweak, runtime(), source.clone(), source)
     }
 
-    /// Like [`Harness::start`] with another pod-network source for the daemon.
+    /// Like [`Harness::start`] on runtime `rt` (where `source` runs) with another pod-network source.
     pub fn start_with(
         tweak: impl FnOnce(&mut HandlerConfig),
+        rt: tokio::runtime::Runtime,
         static_source: Arc<StaticPodNetworks>,
         source: Arc<dyn PodNetworkSource>,
     ) -> Harness {
@@ -123,11 +124,6 @@ impl Harness {
         let n = COUNTER.fetch_add(1, Ordering::Relaxed);
         let tag = format!("{:05}{n:x}", std::process::id() % 100_000);
         let bridge = format!("br-e{tag}");
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
         let dir = tempfile::Builder::new()
             .prefix("kovn-e2e")
             .tempdir()
@@ -369,6 +365,16 @@ impl Harness {
         s.read_to_string(&mut out).unwrap();
         out
     }
+}
+
+/// A runtime for a harness: the daemon and the OVSDB clients run on its two workers while the test
+/// thread execs the shim.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
 }
 
 /// Runs the shim with exactly `env` (plus PATH) and `conf` on stdin.

@@ -1,0 +1,430 @@
+//! CNI benchmark (as root): our shim `kube-ovn` exec'd as kubelet does against the daemon on a real single-node
+//! OVN, pods one at a time and in a burst, and optionally Debian's bridge + host-local in the same run.
+//!
+//! ```text
+//! cargo build --release -p kube-ovn-cni -p kube-ovn-daemon --example cni_bench
+//! target/release/examples/cni_bench [-n 200] [--burst 100] [--grow 500] [--peers]
+//! ```
+//!
+//! Two daemons share one Open_vSwitch connection: `fast` answers without waiting for ovn-controller or the
+//! gateway (the logical switch ports are created and the pods' networks published beforehand, so nothing
+//! waits for the controller either): shim + daemon cost; `full` waits for `ovn-installed` and an ICMP answer
+//! from the gateway (a logical router port): the pod is ready when ADD returns.
+//! Phases: fast ADD/DEL of N pods one at a time; the bridge growing to `--grow` ports (fast ADD latency per
+//! 100 ports); full ADD/DEL of N pods one at a time; a burst of `--burst` full ADDs at once (wall time until
+//! all returned). `--peers` then runs ../shared/peer-bench/cni-peers.sh (bridge + host-local, and our shim
+//! on the fast daemon as section `ko`).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use kube_ovn_daemon::metrics::Metrics;
+use kube_ovn_daemon::node::{init_node, NodeConfig};
+use kube_ovn_daemon::server::Server;
+use kube_ovn_sandbox::ovn::{OvnOptions, OvnStack};
+use kubeovn_cni::node::{
+    CniHandler, HandlerConfig, IcmpGatewayProbe, PodNetwork, StaticPodNetworks,
+};
+use kubeovn_netdev::{NamedNetns, Namespaces, NetlinkNetdev};
+use kubeovn_ovn::northbound::{
+    Batch, LogicalSwitch, Northbound, OvsdbNorthbound, Patch, Router, SwitchPort,
+};
+use kubeovn_ovn::vswitch::OvsdbOpenVSwitch;
+
+struct Args {
+    n: usize,
+    burst: usize,
+    grow: usize,
+    peers: bool,
+}
+
+fn args() -> Args {
+    let mut a = Args {
+        n: 200,
+        burst: 100,
+        grow: 500,
+        peers: false,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(k) = it.next() {
+        let mut num = || {
+            it.next()
+                .and_then(|v| v.parse().ok())
+                .expect("a number after the flag")
+        };
+        match k.as_str() {
+            "-n" => a.n = num(),
+            "--burst" => a.burst = num(),
+            "--grow" => a.grow = num(),
+            "--peers" => a.peers = true,
+            _ => panic!("usage: cni_bench [-n N] [--burst B] [--grow G] [--peers]"),
+        }
+    }
+    a
+}
+
+fn shim_path() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let dir = exe.parent().unwrap().parent().unwrap().to_owned();
+    let shim = dir.join("kube-ovn");
+    assert!(
+        shim.exists(),
+        "{} missing: cargo build --release -p kube-ovn-cni",
+        shim.display()
+    );
+    shim
+}
+
+fn pod_ip(i: usize) -> String {
+    format!("10.240.{}.{}", i / 250, i % 250 + 2)
+}
+
+fn pod_mac(i: usize) -> String {
+    format!("0a:00:00:00:{:02x}:{:02x}", i / 256, i % 256)
+}
+
+/// Runs the shim once; returns its wall time (exec to exit) and whether it succeeded.
+fn shim(
+    shim: &Path,
+    cmd: &str,
+    sock: &Path,
+    id: &str,
+    netns: &Path,
+    pod: usize,
+) -> (Duration, bool) {
+    let conf = format!(
+        r#"{{"cniVersion":"1.0.0","name":"kube-ovn","type":"kube-ovn","server_socket":"{}"}}"#,
+        sock.display()
+    );
+    let t0 = Instant::now();
+    let mut child = Command::new(shim)
+        .env_clear()
+        .env("CNI_COMMAND", cmd)
+        .env("CNI_CONTAINERID", id)
+        .env("CNI_NETNS", netns)
+        .env("CNI_IFNAME", "eth0")
+        .env("CNI_PATH", "/opt/cni/bin")
+        .env(
+            "CNI_ARGS",
+            format!("IgnoreUnknown=1;K8S_POD_NAMESPACE=bench;K8S_POD_NAME=pod-{pod}"),
+        )
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(conf.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let took = t0.elapsed();
+    if !out.status.success() {
+        eprintln!(
+            "{cmd} pod-{pod} failed: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+    }
+    (took, out.status.success())
+}
+
+fn pct(v: &mut [Duration], p: f64) -> f64 {
+    v.sort();
+    if v.is_empty() {
+        return 0.0;
+    }
+    let i = ((v.len() as f64 * p).ceil() as usize).clamp(1, v.len()) - 1;
+    v[i].as_secs_f64() * 1000.0
+}
+
+fn report(what: &str, v: &mut [Duration], fails: usize) {
+    println!(
+        "  {what:<44} n={:<4} p50={:>7.2} ms  p90={:>7.2} ms  p99={:>7.2} ms  max={:>7.2} ms  fails={fails}",
+        v.len(),
+        pct(v, 0.5),
+        pct(v, 0.9),
+        pct(v, 0.99),
+        pct(v, 1.0),
+    );
+}
+
+struct Bench {
+    shim: PathBuf,
+    netns: Vec<PathBuf>,
+}
+
+impl Bench {
+    fn id(&self, phase: &str, i: usize) -> String {
+        format!("{phase}{i:05}{:06}", std::process::id() % 1_000_000)
+    }
+
+    /// ADD (or DEL) pods `range` one at a time through `sock`.
+    fn seq(
+        &self,
+        cmd: &str,
+        phase: &str,
+        sock: &Path,
+        range: std::ops::Range<usize>,
+    ) -> (Vec<Duration>, usize) {
+        let mut lat = Vec::new();
+        let mut fails = 0;
+        for i in range {
+            let (t, ok) = shim(&self.shim, cmd, sock, &self.id(phase, i), &self.netns[i], i);
+            lat.push(t);
+            fails += usize::from(!ok);
+        }
+        (lat, fails)
+    }
+}
+
+fn main() {
+    let a = args();
+    let max = a.n.max(a.grow).max(a.burst);
+    let shim_bin = shim_path();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let dir = tempfile::Builder::new()
+        .prefix("kovn-bench")
+        .tempdir()
+        .unwrap();
+    let bridge = format!("br-kb{}", std::process::id() % 10000);
+    let source = Arc::new(StaticPodNetworks::new());
+    let (stack, fast, full) = rt.block_on(async {
+        let stack = OvnStack::start(
+            dir.path(),
+            OvnOptions::new(&bridge).without_chassis_config(),
+        )
+        .await
+        .unwrap();
+        let ovs = Arc::new(
+            OvsdbOpenVSwitch::connect(&stack.ovs_remote())
+                .await
+                .unwrap(),
+        );
+        let host = Arc::new(NetlinkNetdev::current().unwrap());
+        let mut node = NodeConfig::new(stack.options().system_id.clone(), stack.sb_remote());
+        node.bridge = bridge.clone();
+        node.datapath_type = "netdev".into();
+        init_node(ovs.as_ref(), host.as_ref(), &node).await.unwrap();
+        stack.wait_chassis().await.unwrap();
+        let nb = OvsdbNorthbound::connect(&stack.nb_remote()).await.unwrap();
+        let mut b = Batch::new();
+        b.add(LogicalSwitch::new("ls-bench"));
+        b.add(Router::new("lr-bench"));
+        b.patch(Patch::new(
+            "ls-bench",
+            "lr-bench",
+            "0a:00:00:ff:00:01",
+            ["10.240.0.1/16"],
+        ));
+        for i in 0..max {
+            let addr = format!("{} {}", pod_mac(i), pod_ip(i));
+            b.add(SwitchPort::new("ls-bench", format!("pod-{i}.bench")).addresses([addr]));
+            source.insert(
+                "bench",
+                &format!("pod-{i}"),
+                PodNetwork {
+                    ips: vec![format!("{}/16", pod_ip(i)).parse().unwrap()],
+                    mac: Some(pod_mac(i).parse().unwrap()),
+                    gateways: vec!["10.240.0.1".parse().unwrap()],
+                    logical_switch: "ls-bench".into(),
+                    provider: "ovn".into(),
+                    ..Default::default()
+                },
+            );
+        }
+        nb.commit(b).await.unwrap();
+        let metrics = Arc::new(Metrics::new());
+        let mut servers = Vec::new();
+        for (name, waits) in [("fast", false), ("full", true)] {
+            let cfg = HandlerConfig {
+                bridge: bridge.clone(),
+                ovn_installed_timeout: waits.then_some(Duration::from_secs(20)),
+                gateway_timeout: waits.then_some(Duration::from_secs(10)),
+                ..Default::default()
+            };
+            let h = CniHandler::new(
+                cfg,
+                source.clone(),
+                ovs.clone(),
+                host.clone(),
+                Arc::new(NamedNetns::default()),
+                Arc::new(IcmpGatewayProbe::default()),
+            );
+            let sock = dir.path().join(format!("{name}.sock"));
+            servers.push(
+                Server::start(&sock, None, Arc::new(h), metrics.clone())
+                    .await
+                    .unwrap(),
+            );
+        }
+        let full = servers.pop().unwrap();
+        let fast = servers.pop().unwrap();
+        (stack, fast, full)
+    });
+    let (fast_sock, full_sock) = (fast.socket().to_owned(), full.socket().to_owned());
+    let names = NamedNetns::default();
+    let tag = std::process::id() % 100_000;
+    let netns: Vec<PathBuf> = (0..max)
+        .map(|i| names.create(&format!("kb{tag}-{i}")).unwrap())
+        .collect();
+    let bench = Bench {
+        shim: shim_bin.clone(),
+        netns,
+    };
+    println!(
+        "== kube-ovn shim + daemon, single-node OVN (userspace datapath), {} ==",
+        bridge
+    );
+
+    // Warm-up (page cache, first connections).
+    let _ = bench.seq("ADD", "w", &fast_sock, 0..5);
+    let _ = bench.seq("DEL", "w", &fast_sock, 0..5);
+
+    let (mut add, f1) = bench.seq("ADD", "a", &fast_sock, 0..a.n);
+    report("ADD shim+daemon, no waits (one at a time)", &mut add, f1);
+    let (mut del, f2) = bench.seq("DEL", "a", &fast_sock, 0..a.n);
+    report("DEL (one at a time)", &mut del, f2);
+
+    println!(
+        "  bridge growing to {} ports (ADD shim+daemon, no waits):",
+        a.grow
+    );
+    let mut grow_fails = 0;
+    for start in (0..a.grow).step_by(100) {
+        let end = (start + 100).min(a.grow);
+        let (mut v, f) = bench.seq("ADD", "g", &fast_sock, start..end);
+        grow_fails += f;
+        report(&format!("  ports {start}..{end}"), &mut v, f);
+    }
+    let t0 = Instant::now();
+    let ok = rt.block_on(async {
+        let ovs = OvsdbOpenVSwitch::connect(&stack.ovs_remote())
+            .await
+            .unwrap();
+        let mut n = 0;
+        for i in 0..a.grow {
+            let host_if = format!("{}_h", &bench.id("g", i)[..12]);
+            if kubeovn_ovn::vswitch::OpenVSwitch::wait_ovn_installed(
+                &ovs,
+                &host_if,
+                Duration::from_secs(30),
+            )
+            .await
+            .is_ok()
+            {
+                n += 1;
+            }
+        }
+        n
+    });
+    println!(
+        "  {} of {} ports ovn-installed {:.0} ms after the last ADD returned (fails {grow_fails})",
+        ok,
+        a.grow,
+        t0.elapsed().as_secs_f64() * 1000.0
+    );
+    let (mut del, f) = bench.seq("DEL", "g", &fast_sock, 0..a.grow);
+    report(
+        &format!("DEL from {} ports (one at a time)", a.grow),
+        &mut del,
+        f,
+    );
+
+    let (mut add, f) = bench.seq("ADD", "f", &full_sock, 0..a.n);
+    report("full ADD: + ovn-installed + gateway ICMP", &mut add, f);
+    let (mut del, f) = bench.seq("DEL", "f", &full_sock, 0..a.n);
+    report("DEL (one at a time)", &mut del, f);
+
+    let t0 = Instant::now();
+    let threads: Vec<_> = (0..a.burst)
+        .map(|i| {
+            let (s, sock, id, ns) = (
+                shim_bin.clone(),
+                full_sock.clone(),
+                bench.id("b", i),
+                bench.netns[i].clone(),
+            );
+            std::thread::spawn(move || shim(&s, "ADD", &sock, &id, &ns, i))
+        })
+        .collect();
+    let mut lat = Vec::new();
+    let mut fails = 0;
+    for t in threads {
+        let (d, ok) = t.join().unwrap();
+        lat.push(d);
+        fails += usize::from(!ok);
+    }
+    let wall = t0.elapsed();
+    report(
+        &format!("burst of {} full ADDs at once", a.burst),
+        &mut lat,
+        fails,
+    );
+    println!(
+        "  burst: all {} pods ready (ovn-installed, gateway answers) {:.0} ms after the first exec",
+        a.burst,
+        wall.as_secs_f64() * 1000.0
+    );
+    let t0 = Instant::now();
+    let threads: Vec<_> = (0..a.burst)
+        .map(|i| {
+            let (s, sock, id, ns) = (
+                shim_bin.clone(),
+                full_sock.clone(),
+                bench.id("b", i),
+                bench.netns[i].clone(),
+            );
+            std::thread::spawn(move || shim(&s, "DEL", &sock, &id, &ns, i))
+        })
+        .collect();
+    let mut lat: Vec<Duration> = threads.into_iter().map(|t| t.join().unwrap().0).collect();
+    report(&format!("burst of {} DELs at once", a.burst), &mut lat, 0);
+    println!(
+        "  (burst DEL wall {:.0} ms)",
+        t0.elapsed().as_secs_f64() * 1000.0
+    );
+
+    if a.peers {
+        let conf = dir.path().join("ko.json");
+        std::fs::write(
+            &conf,
+            format!(
+                r#"{{"cniVersion":"1.0.0","name":"kube-ovn","type":"kube-ovn","server_socket":"{}"}}"#,
+                fast_sock.display()
+            ),
+        )
+        .unwrap();
+        let script =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/peer-bench/cni-peers.sh");
+        println!("== peers, same run: {} ==", script.display());
+        let st = Command::new("bash")
+            .arg(&script)
+            .args(["-n", &a.n.to_string(), "-s", "bridge,ptp"])
+            .arg("--cni")
+            .arg(format!("ko={}", conf.display()))
+            .arg("--cni-path")
+            .arg(shim_bin.parent().unwrap())
+            .status();
+        println!("cni-peers.sh: {st:?}");
+    }
+
+    for (i, _) in bench.netns.iter().enumerate() {
+        let _ = names.delete(&format!("kb{tag}-{i}"));
+    }
+    rt.block_on(async {
+        fast.shutdown().await;
+        full.shutdown().await;
+    });
+    stack.stop();
+}
