@@ -5,10 +5,17 @@
 
 use std::collections::BTreeMap;
 
-use kubeovn_core::annotations::{
+use libfuzzer_sys::fuzz_target;
+
+// kubeovn-core's annotation parsers, compiled alone: the file uses no other module of the crate, and depending
+// on kubeovn-core would build the controller's whole Kubernetes client stack for every fuzz run.
+#[allow(dead_code, unused_imports)]
+#[path = "../../kubeovn-core/src/annotations.rs"]
+mod annotations;
+
+use annotations::{
     self as a, IpPoolRequest, NamespaceAnnotations, NodeAnnotations, PodNetworkAnnotations,
 };
-use libfuzzer_sys::fuzz_target;
 
 const POD_KEYS: &[&str] = &[
     a::IP_ADDRESS,
