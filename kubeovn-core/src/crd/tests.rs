@@ -324,3 +324,18 @@ fn subnet_conditions_like_kube_ovn() {
     assert!(st.condition("Error").is_none());
     assert_eq!(round_trip(&st), st);
 }
+
+proptest::proptest! {
+    #[test]
+    fn ip_counts_round_trip(n in proptest::prelude::any::<u128>()) {
+        let text = serde_json::to_string(&IpCount(n)).expect("serialises");
+        let back: IpCount = serde_json::from_str(&text).expect("reads back");
+        if n <= u128::from(u64::MAX) {
+            proptest::prop_assert_eq!(back, IpCount(n));
+        } else {
+            // Beyond 64 bits the count travels as an f64: relative error below 2^-52.
+            let err = back.0.abs_diff(n) as f64 / n as f64;
+            proptest::prop_assert!(err < 1e-15, "{} -> {}", n, back.0);
+        }
+    }
+}

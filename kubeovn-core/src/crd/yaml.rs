@@ -135,7 +135,29 @@ fn is_plain_safe(s: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
     use serde_json::json;
+
+    proptest! {
+        /// Every string is either plain-safe or written as a JSON string that reads back to itself.
+        #[test]
+        fn strings_are_plain_or_exactly_quoted(s in ".{0,24}|[a-z][a-z .:#-]{0,12}|true|no|~|[0-9.e+-]{1,8}") {
+            let t = string_text(&s);
+            if t == s {
+                let first = s.chars().next().unwrap_or('0');
+                prop_assert!(first.is_ascii_alphabetic() || "_/.".contains(first));
+                prop_assert!(!s.contains(": ") && !s.contains(" #") && !s.ends_with(' '));
+                // YAML numbers start with a digit, a sign or ".<digit>", ".inf", ".nan".
+                let dot_num = s.starts_with('.')
+                    && s[1..].starts_with(|c: char| c.is_ascii_digit() || "iInN".contains(c));
+                prop_assert!(!dot_num);
+                let lower = s.to_ascii_lowercase();
+                prop_assert!(!["true", "false", "null", "yes", "no", "on", "off", "y", "n"].contains(&lower.as_str()));
+            } else {
+                prop_assert_eq!(serde_json::from_str::<String>(&t).expect("valid JSON string"), s);
+            }
+        }
+    }
 
     #[test]
     fn emits_block_yaml() {
