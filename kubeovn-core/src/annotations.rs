@@ -973,7 +973,7 @@ fn parse_ip(
 }
 
 /// `v4`, `v6` or `v4,v6` (either order): at most one address per family.
-fn parse_dual(
+pub(crate) fn parse_dual(
     key: &str,
     whole: &str,
     list: &str,
@@ -991,7 +991,11 @@ fn parse_dual(
 }
 
 /// A subnet CIDR block `v4cidr`, `v6cidr` or `v4cidr,v6cidr`.
-fn parse_cidr_block(key: &str, whole: &str, list: &str) -> Result<Vec<IpNetwork>, AnnotationError> {
+pub(crate) fn parse_cidr_block(
+    key: &str,
+    whole: &str,
+    list: &str,
+) -> Result<Vec<IpNetwork>, AnnotationError> {
     let mut out: Vec<IpNetwork> = Vec::with_capacity(2);
     for item in list.split(',').map(str::trim) {
         let net = parse_cidr(item)

@@ -1,5 +1,8 @@
 //! The `Subnet` CRD: a logical switch with its CIDR block, gateway and policies.
 
+use std::net::IpAddr;
+
+use ipnetwork::IpNetwork;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::CustomResource;
 use schemars::JsonSchema;
@@ -525,4 +528,55 @@ pub struct SubnetStatus {
     /// Multicast querier MAC.
     #[serde(rename = "mcastQuerierMAC", default, deserialize_with = "null_default")]
     pub mcast_querier_mac: String,
+}
+
+impl Subnet {
+    fn field_error(&self, field: &'static str, e: crate::error::AnnotationError) -> crate::Error {
+        crate::Error::InvalidField {
+            kind: "Subnet",
+            name: self.metadata.name.clone().unwrap_or_default(),
+            field,
+            value: e.value,
+            problem: e.problem,
+        }
+    }
+
+    /// `spec.cidrBlock` parsed: one CIDR, or an IPv4 and an IPv6 one.
+    pub fn cidrs(&self) -> crate::Result<Vec<IpNetwork>> {
+        let v = self.spec.cidr_block.trim();
+        crate::annotations::parse_cidr_block("spec.cidrBlock", v, v)
+            .map_err(|e| self.field_error("spec.cidrBlock", e))
+    }
+
+    /// The address family `spec.cidrBlock` implies (Kube-OVN derives `spec.protocol` from it).
+    pub fn derived_protocol(&self) -> crate::Result<Protocol> {
+        let cidrs = self.cidrs()?;
+        Ok(
+            match (
+                cidrs.iter().any(IpNetwork::is_ipv4),
+                cidrs.iter().any(IpNetwork::is_ipv6),
+            ) {
+                (true, true) => Protocol::Dual,
+                (false, true) => Protocol::IPv6,
+                _ => Protocol::IPv4,
+            },
+        )
+    }
+
+    /// `spec.gateway` parsed, or, when empty, Kube-OVN's default: the first address after each network address.
+    pub fn gateways(&self) -> crate::Result<Vec<IpAddr>> {
+        let v = self.spec.gateway.trim();
+        if !v.is_empty() {
+            return crate::annotations::parse_dual("spec.gateway", v, v, false)
+                .map_err(|e| self.field_error("spec.gateway", e));
+        }
+        Ok(self
+            .cidrs()?
+            .iter()
+            .map(|n| match n.network() {
+                IpAddr::V4(a) => IpAddr::from((u32::from(a).wrapping_add(1)).to_be_bytes()),
+                IpAddr::V6(a) => IpAddr::from((u128::from(a).wrapping_add(1)).to_be_bytes()),
+            })
+            .collect())
+    }
 }

@@ -339,3 +339,41 @@ proptest::proptest! {
         }
     }
 }
+
+#[test]
+fn subnet_edge_parsing() {
+    let mut s = Subnet::new(
+        "ls1",
+        SubnetSpec {
+            cidr_block: "10.66.0.0/16,fd00:66::/64".into(),
+            ..Default::default()
+        },
+    );
+    assert_eq!(s.cidrs().expect("valid").len(), 2);
+    assert_eq!(s.derived_protocol().expect("valid"), Protocol::Dual);
+    let gws: Vec<String> = s
+        .gateways()
+        .expect("default")
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(gws, ["10.66.0.1", "fd00:66::1"]);
+    s.spec.gateway = "10.66.0.254".into();
+    assert_eq!(s.gateways().expect("given")[0].to_string(), "10.66.0.254");
+    s.spec.gateway = "10.66.0.1,10.66.0.2".into();
+    let err = s.gateways().expect_err("two v4 gateways");
+    assert!(
+        err.to_string().contains("Subnet ls1: spec.gateway"),
+        "{err}"
+    );
+    s.spec.cidr_block = "10.66.0.0".into();
+    assert!(matches!(
+        s.cidrs(),
+        Err(crate::Error::InvalidField {
+            field: "spec.cidrBlock",
+            ..
+        })
+    ));
+    s.spec.cidr_block = "fd00::/120".into();
+    assert_eq!(s.derived_protocol().expect("v6"), Protocol::IPv6);
+}
