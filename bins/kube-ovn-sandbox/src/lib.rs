@@ -1,5 +1,11 @@
 //! A single-machine Kube-OVN: starts OVN/OVS, the test API server and our binaries in one state directory.
 //!
+//! The `kube-ovn-sandbox` binary (`up`, `down`, `status`, `exec`) is built from these modules:
+//! [`sandbox`] starts and stops everything, each process in the background with its pid recorded in the
+//! [`state`] directory ([`procs`]); [`kubelet`] is the node agent that gives every pod a network namespace
+//! through our CNI shim ([`cni`] runs a conflist as a container runtime does); [`report`] prints the pods and
+//! a ping matrix; [`exec`] enters a pod's namespace.
+//!
 //! [`ovn`] starts a single-node OVN (NB, SB, ovn-northd, ovs-vswitchd on the userspace datapath,
 //! ovn-controller) in a directory, each process with its own sockets, and stops it by pid; the end-to-end
 //! tests of the daemon and the controller use it.
@@ -15,7 +21,14 @@
 //! # Ok(()) }
 //! ```
 
+pub mod cni;
+pub mod exec;
+pub mod kubelet;
 pub mod ovn;
+pub mod procs;
+pub mod report;
+pub mod sandbox;
+pub mod state;
 
 use std::path::{Path, PathBuf};
 

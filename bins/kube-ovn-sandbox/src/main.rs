@@ -1,0 +1,212 @@
+//! `kube-ovn-sandbox`: a whole Kube-OVN on this machine. See `--help`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use kube_ovn_sandbox::sandbox::{self, UpOptions};
+use kube_ovn_sandbox::state::{StateDir, DEFAULT_STATE_DIR};
+
+const USAGE: &str = "usage: kube-ovn-sandbox [--state-dir DIR] COMMAND
+  up        start OVN/OVS, the API server, kube-ovn-controller, kube-ovn-daemon and a kubelet; create a
+            second subnet and demo pods; print their addresses and a ping matrix
+  down      stop everything `up` started and remove its network namespaces and links
+  status    the processes and the pods' sandboxes
+  exec NAMESPACE/POD -- COMMAND...   run a command in a pod's network namespace
+
+  --state-dir DIR       default $KUBE_OVN_SANDBOX_DIR or /var/lib/kube-ovn-sandbox
+up options:
+  --bin-dir DIR         where kube-ovn-testapi, kube-ovn-controller, kube-ovn-daemon and kube-ovn are
+                        (default $KUBE_OVN_SANDBOX_BIN_DIR, else next to this program)
+  --no-install          do not apt-get install missing OVN/OVS packages
+  --no-demo             no demo namespace, subnet and pods
+  --node-name NAME      (sandbox)         --bridge NAME        (br-int)
+  --node-nic NAME       (ovn0)            --api-port PORT      (16443, another if taken)
+  --default-cidr CIDR   (10.16.0.0/16)    --join-cidr CIDR     (100.64.0.0/16)
+  --demo-cidr CIDR      (10.66.0.0/24)    --demo-namespace NS  (demo)
+  --demo-pods N         (3 per namespace) --netns-prefix P     (sbx)
+  --pod-timeout SECS    (90)";
+
+enum Cmd {
+    Up(Box<UpOptions>),
+    Down,
+    Status,
+    Exec(String, Vec<String>),
+    Kubelet,
+}
+
+fn parse(args: Vec<String>) -> Result<(StateDir, Cmd), String> {
+    let mut dir = std::env::var_os("KUBE_OVN_SANDBOX_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_STATE_DIR));
+    let mut up = UpOptions {
+        install: true,
+        ..UpOptions::default()
+    };
+    let mut command: Option<String> = None;
+    let mut positional = Vec::new();
+    let mut rest = Vec::new();
+    let mut it = args.into_iter();
+    while let Some(a) = it.next() {
+        if a == "--" {
+            rest.extend(it.by_ref());
+            break;
+        }
+        let (flag, inline) = match a.split_once('=') {
+            Some((f, v)) if f.starts_with("--") => (f.to_owned(), Some(v.to_owned())),
+            _ => (a.clone(), None),
+        };
+        let mut value = || {
+            inline
+                .clone()
+                .or_else(|| it.next())
+                .ok_or_else(|| format!("{flag} needs a value"))
+        };
+        let s = &mut up.settings;
+        match flag.as_str() {
+            "--state-dir" => dir = PathBuf::from(value()?),
+            "--bin-dir" => up.bin_dir = Some(PathBuf::from(value()?)),
+            "--no-install" => up.install = false,
+            "--no-demo" => up.no_demo = true,
+            "--node-name" => s.node_name = value()?,
+            "--bridge" => s.bridge = value()?,
+            "--node-nic" => s.node_nic = value()?,
+            "--api-port" => {
+                let p: u16 = value()?.parse().map_err(|e| format!("--api-port: {e}"))?;
+                s.api_addr = format!("127.0.0.1:{p}");
+            }
+            "--default-cidr" => s.default_cidr = value()?,
+            "--join-cidr" => s.join_cidr = value()?,
+            "--demo-cidr" => s.demo_cidr = value()?,
+            "--demo-namespace" => s.demo_namespace = value()?,
+            "--demo-pods" => {
+                s.demo_pods = value()?.parse().map_err(|e| format!("--demo-pods: {e}"))?
+            }
+            "--netns-prefix" => s.netns_prefix = value()?,
+            "--pod-timeout" => {
+                let secs: u64 = value()?
+                    .parse()
+                    .map_err(|e| format!("--pod-timeout: {e}"))?;
+                up.pod_timeout = Some(Duration::from_secs(secs));
+            }
+            "-h" | "--help" | "help" => return Err(USAGE.to_owned()),
+            f if f.starts_with('-') => return Err(format!("unknown flag {f:?}\n{USAGE}")),
+            _ if command.is_none() => command = Some(a),
+            _ => positional.push(a),
+        }
+    }
+    let dir = StateDir::new(dir);
+    let cmd = match command.as_deref() {
+        Some("up") => Cmd::Up(Box::new(up)),
+        Some("down") => Cmd::Down,
+        Some("status") => Cmd::Status,
+        Some("kubelet") => Cmd::Kubelet,
+        Some("exec") => {
+            let [target] = positional.as_slice() else {
+                return Err(format!("exec takes NAMESPACE/POD -- COMMAND...\n{USAGE}"));
+            };
+            if rest.is_empty() {
+                return Err("exec: no command after --".into());
+            }
+            Cmd::Exec(target.clone(), rest)
+        }
+        Some(other) => return Err(format!("unknown command {other:?}\n{USAGE}")),
+        None => return Err(USAGE.to_owned()),
+    };
+    Ok((dir, cmd))
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| {
+            eprintln!("kube-ovn-sandbox: tokio runtime: {e}");
+            ExitCode::FAILURE
+        })
+}
+
+fn main() -> ExitCode {
+    let (dir, cmd) = match parse(std::env::args().skip(1).collect()) {
+        Ok(x) => x,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(2);
+        }
+    };
+    match cmd {
+        Cmd::Exec(target, argv) => {
+            // Before any thread exists: setns then exec.
+            let e = kube_ovn_sandbox::exec::exec(&dir, &target, &argv);
+            eprintln!("kube-ovn-sandbox: {e}");
+            ExitCode::from(127)
+        }
+        Cmd::Down => match sandbox::down(&dir) {
+            Ok(()) => {
+                println!("sandbox in {} is down", dir.root().display());
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("kube-ovn-sandbox down: {e}");
+                ExitCode::FAILURE
+            }
+        },
+        Cmd::Status => match sandbox::status(&dir) {
+            Ok(true) => ExitCode::SUCCESS,
+            Ok(false) => ExitCode::from(3),
+            Err(e) => {
+                eprintln!("kube-ovn-sandbox status: {e}");
+                ExitCode::FAILURE
+            }
+        },
+        Cmd::Up(opts) => {
+            let rt = match runtime() {
+                Ok(rt) => rt,
+                Err(c) => return c,
+            };
+            match rt.block_on(sandbox::up(&dir, &opts)) {
+                Ok(m) if m.all_ok() => ExitCode::SUCCESS,
+                Ok(_) => ExitCode::from(4),
+                Err(e) => {
+                    eprintln!("kube-ovn-sandbox up: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Cmd::Kubelet => {
+            let rt = match runtime() {
+                Ok(rt) => rt,
+                Err(c) => return c,
+            };
+            rt.block_on(async {
+                let k = match kube_ovn_sandbox::kubelet::Kubelet::new(dir).await {
+                    Ok(k) => k,
+                    Err(e) => {
+                        eprintln!("kubelet: {e}");
+                        return ExitCode::FAILURE;
+                    }
+                };
+                let shutdown = async {
+                    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+                    {
+                        Ok(mut t) => {
+                            tokio::select! {
+                                _ = t.recv() => {}
+                                _ = tokio::signal::ctrl_c() => {}
+                            }
+                        }
+                        Err(_) => std::future::pending().await,
+                    }
+                };
+                match k.run(shutdown).await {
+                    Ok(()) => ExitCode::SUCCESS,
+                    Err(e) => {
+                        eprintln!("kubelet: {e}");
+                        ExitCode::FAILURE
+                    }
+                }
+            })
+        }
+    }
+}

@@ -1,0 +1,244 @@
+//! What `up` and `status` print: the pods with their subnets, addresses and MACs, and a ping matrix measured
+//! from inside each pod's network namespace (ICMP echo through the OVN logical switches and the
+//! `ovn-cluster` router), plus the node through its join interface.
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{Api, ListParams};
+use kube::ResourceExt;
+use kubeovn_cni::node::{GatewayProbe, IcmpGatewayProbe};
+
+use crate::kubelet::{pod_annotation, records};
+use crate::state::{Settings, StateDir};
+use crate::SandboxError;
+
+/// One endpoint of the matrix: a pod (or the node).
+#[derive(Debug, Clone)]
+pub struct Endpoint {
+    /// `namespace/name`, or `node/<name>`.
+    pub label: String,
+    /// Logical switch.
+    pub subnet: String,
+    /// First address.
+    pub ip: Option<IpAddr>,
+    /// MAC address.
+    pub mac: String,
+    /// The network namespace to ping from.
+    pub netns: PathBuf,
+}
+
+/// The sandbox's pods (those with a sandbox from the kubelet), in namespace/name order.
+pub async fn endpoints(
+    client: &kube::Client,
+    dir: &StateDir,
+    settings: &Settings,
+) -> Result<Vec<Endpoint>, SandboxError> {
+    let pods: Api<Pod> = Api::all(client.clone());
+    let list = pods
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| SandboxError::Failed {
+            what: "list pods",
+            detail: e.to_string(),
+        })?;
+    let recs = records(dir);
+    let mut out = Vec::new();
+    for p in list.items {
+        let uid = p.uid().unwrap_or_default();
+        let Some(rec) = recs.iter().find(|r| r.uid == uid) else {
+            continue;
+        };
+        let ann = p.annotations();
+        let ip = p
+            .status
+            .as_ref()
+            .and_then(|s| s.pod_ip.as_deref())
+            .and_then(|s| s.parse().ok());
+        out.push(Endpoint {
+            label: format!("{}/{}", p.namespace().unwrap_or_default(), p.name_any()),
+            subnet: pod_annotation(ann, "logical_switch")
+                .unwrap_or("-")
+                .to_owned(),
+            ip,
+            mac: pod_annotation(ann, "mac_address").unwrap_or("-").to_owned(),
+            netns: rec.netns.clone(),
+        });
+    }
+    out.sort_by(|a, b| a.label.cmp(&b.label));
+    let nodes: Api<Node> = Api::all(client.clone());
+    if let Ok(n) = nodes.get(&settings.node_name).await {
+        let ann = n.annotations();
+        out.push(Endpoint {
+            label: format!("node/{}", settings.node_name),
+            subnet: format!("join ({})", settings.node_nic),
+            ip: pod_annotation(ann, "ip_address")
+                .and_then(|s| s.split(',').next())
+                .and_then(|s| s.parse().ok()),
+            mac: pod_annotation(ann, "mac_address").unwrap_or("-").to_owned(),
+            netns: PathBuf::from("/proc/self/ns/net"),
+        });
+    }
+    Ok(out)
+}
+
+/// The endpoints as a table.
+pub fn table(eps: &[Endpoint]) -> String {
+    let mut rows = vec![[
+        "POD".to_owned(),
+        "SUBNET".to_owned(),
+        "IP".to_owned(),
+        "MAC".to_owned(),
+    ]];
+    for e in eps {
+        rows.push([
+            e.label.clone(),
+            e.subnet.clone(),
+            e.ip.map(|i| i.to_string()).unwrap_or_else(|| "-".into()),
+            e.mac.clone(),
+        ]);
+    }
+    let widths: Vec<usize> = (0..4)
+        .map(|i| rows.iter().map(|r| r[i].len()).max().unwrap_or(0))
+        .collect();
+    let mut s = String::new();
+    for r in rows {
+        for (i, c) in r.iter().enumerate() {
+            s.push_str(&format!("{c:<w$}  ", w = widths[i]));
+        }
+        s.truncate(s.trim_end().len());
+        s.push('\n');
+    }
+    s
+}
+
+/// The result of the matrix: `rtt[i][j]` from endpoint i to endpoint j (`None`: no reply).
+#[derive(Debug, Clone)]
+pub struct PingMatrix {
+    /// The endpoints' labels.
+    pub labels: Vec<String>,
+    /// Round trips (the second echo of each pair, after ARP warmed up).
+    pub rtt: Vec<Vec<Option<Duration>>>,
+}
+
+impl PingMatrix {
+    /// Whether every pair answered.
+    pub fn all_ok(&self) -> bool {
+        self.rtt
+            .iter()
+            .enumerate()
+            .all(|(i, row)| row.iter().enumerate().all(|(j, c)| i == j || c.is_some()))
+    }
+
+    /// How many pairs failed.
+    pub fn failures(&self) -> usize {
+        self.rtt
+            .iter()
+            .enumerate()
+            .map(|(i, row)| {
+                row.iter()
+                    .enumerate()
+                    .filter(|(j, c)| *j != i && c.is_none())
+                    .count()
+            })
+            .sum()
+    }
+
+    /// The matrix as text (milliseconds, `FAIL` for no reply).
+    pub fn render(&self) -> String {
+        let short: Vec<String> = self
+            .labels
+            .iter()
+            .map(|l| l.rsplit('/').next().unwrap_or(l).to_owned())
+            .collect();
+        let w = short.iter().map(String::len).max().unwrap_or(4).max(7);
+        let mut s = format!("{:<w$}", "from\\to");
+        for l in &short {
+            s.push_str(&format!(" {l:>w$}"));
+        }
+        s.push('\n');
+        for (i, row) in self.rtt.iter().enumerate() {
+            s.push_str(&format!("{:<w$}", short[i]));
+            for (j, c) in row.iter().enumerate() {
+                let cell = if i == j {
+                    "-".to_owned()
+                } else {
+                    match c {
+                        Some(d) => format!("{:.2}ms", d.as_secs_f64() * 1e3),
+                        None => "FAIL".to_owned(),
+                    }
+                };
+                s.push_str(&format!(" {cell:>w$}"));
+            }
+            s.push('\n');
+        }
+        s
+    }
+}
+
+/// Pings every endpoint from every other one (ICMP echo from inside the source's namespace), `timeout`
+/// per pair.
+pub async fn ping_matrix(eps: &[Endpoint], timeout: Duration) -> PingMatrix {
+    let probe = IcmpGatewayProbe::default();
+    let mut rtt = Vec::new();
+    for src in eps {
+        let mut row = Vec::new();
+        for dst in eps {
+            if std::ptr::eq(src, dst) {
+                row.push(None);
+                continue;
+            }
+            let Some(ip) = dst.ip else {
+                row.push(None);
+                continue;
+            };
+            // The first echo also resolves the neighbour; the second one is the round trip.
+            let r = match probe.probe(&src.netns, ip, timeout).await {
+                Ok(_) => probe.probe(&src.netns, ip, timeout).await.ok(),
+                Err(_) => None,
+            };
+            row.push(r);
+        }
+        rtt.push(row);
+    }
+    PingMatrix {
+        labels: eps.iter().map(|e| e.label.clone()).collect(),
+        rtt,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn matrix_counts_failures_off_the_diagonal() {
+        let m = PingMatrix {
+            labels: vec!["default/a".into(), "demo/b".into()],
+            rtt: vec![
+                vec![None, Some(Duration::from_micros(300))],
+                vec![None, None],
+            ],
+        };
+        assert!(!m.all_ok());
+        assert_eq!(m.failures(), 1);
+        let text = m.render();
+        assert!(text.contains("0.30ms"), "{text}");
+        assert!(text.contains("FAIL"), "{text}");
+    }
+
+    #[test]
+    fn table_aligns() {
+        let t = table(&[Endpoint {
+            label: "default/web-1".into(),
+            subnet: "ovn-default".into(),
+            ip: Some("10.16.0.2".parse().expect("ip")),
+            mac: "0a:00:00:10:00:03".into(),
+            netns: PathBuf::new(),
+        }]);
+        assert!(t.starts_with("POD"));
+        assert!(t.contains("default/web-1  ovn-default  10.16.0.2  0a:00:00:10:00:03"));
+    }
+}

@@ -1,0 +1,876 @@
+//! `up`, `down` and `status`: one Kube-OVN node on this machine, every process in the background with its
+//! pid recorded in the state directory.
+
+use std::io::Write;
+use std::net::{Ipv4Addr, SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use kube::api::{Api, ApiResource, DynamicObject, PostParams};
+use kube::ResourceExt;
+use serde_json::{json, Value};
+
+use crate::kubelet::{self, records, PodRecord};
+use crate::ovn::{missing_programs, OvnOptions, OvnStack};
+use crate::procs::{log_tail, spawn_detached, ProcRecord};
+use crate::report;
+use crate::state::{read_json, write_json, Settings, StateDir};
+use crate::SandboxError;
+
+/// The Debian packages the sandbox needs.
+pub const PACKAGES: &[&str] = &[
+    "openvswitch-switch",
+    "ovn-central",
+    "ovn-host",
+    "iputils-ping",
+];
+
+/// The environment variable naming the directory of our binaries (default: the running executable's).
+pub const BIN_DIR_ENV: &str = "KUBE_OVN_SANDBOX_BIN_DIR";
+
+/// Where our binaries are.
+#[derive(Debug, Clone)]
+pub struct Binaries {
+    /// `kube-ovn-testapi`.
+    pub testapi: PathBuf,
+    /// `kube-ovn-controller`.
+    pub controller: PathBuf,
+    /// `kube-ovn-daemon`.
+    pub daemon: PathBuf,
+    /// The CNI shim `kube-ovn`.
+    pub shim: PathBuf,
+    /// `kube-ovn-sandbox` itself (runs the kubelet).
+    pub sandbox: PathBuf,
+}
+
+impl Binaries {
+    /// Looks in `dir`, else `$KUBE_OVN_SANDBOX_BIN_DIR`, else next to the running executable (the same
+    /// cargo target directory).
+    pub fn locate(dir: Option<&Path>) -> Result<Binaries, SandboxError> {
+        let me = std::env::current_exe()
+            .map_err(|e| SandboxError::io("current exe", Path::new("."), e))?;
+        let dir = dir
+            .map(Path::to_owned)
+            .or_else(|| std::env::var_os(BIN_DIR_ENV).map(PathBuf::from))
+            .or_else(|| me.parent().map(Path::to_owned))
+            .unwrap_or_default();
+        let find = |name: &'static str| -> Result<PathBuf, SandboxError> {
+            let p = dir.join(name);
+            if p.is_file() {
+                Ok(p)
+            } else {
+                Err(SandboxError::Failed {
+                    what: "locate binaries",
+                    detail: format!(
+                        "{} not found (build it: cargo build --release -p kube-ovn-testapi -p kube-ovn-controller \
+                         -p kube-ovn-daemon -p kube-ovn-cni -p kube-ovn-sandbox; or set --bin-dir / {BIN_DIR_ENV})",
+                        p.display()
+                    ),
+                })
+            }
+        };
+        let sandbox = if me.file_name().is_some_and(|n| n == "kube-ovn-sandbox") {
+            me.clone()
+        } else {
+            find("kube-ovn-sandbox")?
+        };
+        Ok(Binaries {
+            testapi: find("kube-ovn-testapi")?,
+            controller: find("kube-ovn-controller")?,
+            daemon: find("kube-ovn-daemon")?,
+            shim: find("kube-ovn")?,
+            sandbox,
+        })
+    }
+}
+
+/// How `up` runs.
+#[derive(Debug, Clone, Default)]
+pub struct UpOptions {
+    /// The settings of a new sandbox.
+    pub settings: Settings,
+    /// Where our binaries are (see [`Binaries::locate`]).
+    pub bin_dir: Option<PathBuf>,
+    /// Install missing Debian packages with apt-get (as root).
+    pub install: bool,
+    /// Skip the demo namespace, subnet and pods.
+    pub no_demo: bool,
+    /// How long to wait for the pods to run.
+    pub pod_timeout: Option<Duration>,
+}
+
+/// Prints numbered steps with their durations.
+#[derive(Debug)]
+pub struct Progress {
+    step: usize,
+    total: usize,
+    t0: Instant,
+    started: Instant,
+}
+
+impl Progress {
+    /// A display of `total` steps.
+    pub fn new(total: usize) -> Progress {
+        Progress {
+            step: 0,
+            total,
+            t0: Instant::now(),
+            started: Instant::now(),
+        }
+    }
+
+    /// Starts a step.
+    pub fn begin(&mut self, what: &str) {
+        self.step += 1;
+        self.t0 = Instant::now();
+        print!("[{:>2}/{}] {what:<62}", self.step, self.total);
+        let _ = std::io::stdout().flush();
+    }
+
+    /// Ends the step.
+    pub fn done(&self, note: &str) {
+        println!(
+            "ok {:>6.0} ms {note}",
+            self.t0.elapsed().as_secs_f64() * 1e3
+        );
+    }
+
+    /// Since the first step.
+    pub fn total_elapsed(&self) -> Duration {
+        self.started.elapsed()
+    }
+}
+
+fn failed(what: &'static str, detail: impl Into<String>) -> SandboxError {
+    SandboxError::Failed {
+        what,
+        detail: detail.into(),
+    }
+}
+
+fn is_root() -> bool {
+    nix::unistd::geteuid().is_root()
+}
+
+/// Checks the OVN/OVS programs; installs the packages with apt-get when allowed, else says what to run.
+pub fn ensure_packages(install: bool) -> Result<String, SandboxError> {
+    let Some(missing) = missing_programs() else {
+        return Ok("installed".into());
+    };
+    let cmd = format!(
+        "apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends {}",
+        PACKAGES.join(" ")
+    );
+    if !install || !is_root() {
+        return Err(failed(
+            "OVN/OVS packages",
+            format!("{missing} is missing; install them with:\n  sudo sh -c '{cmd}'"),
+        ));
+    }
+    let st = Command::new("sh")
+        .arg("-c")
+        .arg(&cmd)
+        .stdout(std::process::Stdio::null())
+        .status()
+        .map_err(|e| SandboxError::io("apt-get", Path::new("apt-get"), e))?;
+    if !st.success() {
+        return Err(failed("apt-get install", format!("`{cmd}` failed: {st}")));
+    }
+    match missing_programs() {
+        None => Ok(format!("installed {}", PACKAGES.join(" "))),
+        Some(p) => Err(failed("OVN/OVS packages", format!("{p} still missing"))),
+    }
+}
+
+/// The first usable address of an IPv4 CIDR (`10.16.0.0/16` -> `10.16.0.1`): Kube-OVN's default gateway.
+pub fn first_host(cidr: &str) -> Result<String, SandboxError> {
+    let (ip, len) = cidr
+        .split_once('/')
+        .ok_or_else(|| failed("CIDR", format!("{cidr:?} has no prefix length")))?;
+    let ip: Ipv4Addr = ip
+        .parse()
+        .map_err(|e| failed("CIDR", format!("{cidr:?}: {e}")))?;
+    let len: u32 = len
+        .parse()
+        .ok()
+        .filter(|l| *l <= 30)
+        .ok_or_else(|| failed("CIDR", format!("{cidr:?}: prefix must be 0..=30")))?;
+    let mask = if len == 0 { 0 } else { u32::MAX << (32 - len) };
+    Ok(Ipv4Addr::from((u32::from(ip) & mask) + 1).to_string())
+}
+
+fn free_port(preferred: u16) -> u16 {
+    if preferred != 0 && TcpListener::bind(("127.0.0.1", preferred)).is_ok() {
+        return preferred;
+    }
+    TcpListener::bind(("127.0.0.1", 0))
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap_or(preferred)
+}
+
+fn load_pids(dir: &StateDir) -> Vec<ProcRecord> {
+    read_json(&dir.pids_file()).unwrap_or_default()
+}
+
+fn save_pids(dir: &StateDir, pids: &[ProcRecord]) -> Result<(), SandboxError> {
+    write_json(&dir.pids_file(), &pids)
+}
+
+async fn wait_for<F, Fut>(
+    what: &str,
+    timeout: Duration,
+    log: Option<&Path>,
+    mut f: F,
+) -> Result<(), SandboxError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let t0 = Instant::now();
+    while !f().await {
+        if t0.elapsed() > timeout {
+            return Err(SandboxError::Timeout {
+                what: what.to_owned(),
+                log: log.map(|l| log_tail(l, 20)).unwrap_or_default(),
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Ok(())
+}
+
+fn check_alive(rec: &ProcRecord, log: &Path) -> Result<(), SandboxError> {
+    if rec.alive() {
+        Ok(())
+    } else {
+        Err(SandboxError::Exited {
+            name: "a sandbox process",
+            status: format!(
+                "{} (pid {}) exited:\n{}",
+                rec.name,
+                rec.pid,
+                log_tail(log, 20)
+            ),
+        })
+    }
+}
+
+/// The Kube-OVN CRDs the controller watches, served by the test API server (schema-free: the controller
+/// validates the specs).
+pub fn crds() -> Vec<Value> {
+    [
+        ("subnets", "Subnet", "subnet", vec!["subnet"]),
+        ("ips", "IP", "ip", vec!["ip"]),
+        ("ippools", "IPPool", "ippool", vec!["ippool"]),
+        ("vpcs", "Vpc", "vpc", vec!["vpc"]),
+    ]
+    .into_iter()
+    .map(|(plural, kind, singular, short)| {
+        json!({
+            "apiVersion": "apiextensions.k8s.io/v1",
+            "kind": "CustomResourceDefinition",
+            "metadata": {"name": format!("{plural}.kubeovn.io")},
+            "spec": {
+                "group": "kubeovn.io",
+                "scope": "Cluster",
+                "names": {"plural": plural, "singular": singular, "kind": kind, "shortNames": short},
+                "versions": [{"name": "v1", "served": true, "storage": true,
+                              "subresources": {"status": {}},
+                              "schema": {"openAPIV3Schema": {"type": "object",
+                                         "x-kubernetes-preserve-unknown-fields": true}}}]
+            }
+        })
+    })
+    .collect()
+}
+
+fn dynamic(group: &str, kind: &str, plural: &str) -> ApiResource {
+    ApiResource {
+        group: group.into(),
+        version: "v1".into(),
+        api_version: if group.is_empty() {
+            "v1".into()
+        } else {
+            format!("{group}/v1")
+        },
+        kind: kind.into(),
+        plural: plural.into(),
+    }
+}
+
+async fn create_json(api: &Api<DynamicObject>, v: Value) -> Result<(), SandboxError> {
+    let o: DynamicObject =
+        serde_json::from_value(v).map_err(|e| failed("object", e.to_string()))?;
+    match api.create(&PostParams::default(), &o).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+        Err(e) => Err(failed("create object", format!("{}: {e}", o.name_any()))),
+    }
+}
+
+/// Whether a sandbox runs in `dir`: every recorded process alive.
+pub fn is_up(dir: &StateDir) -> bool {
+    let pids = load_pids(dir);
+    !pids.is_empty() && pids.iter().all(ProcRecord::alive)
+}
+
+/// `up`: starts everything, creates the demo, prints the table and the ping matrix. Safe to run twice: a
+/// running sandbox is reported, a half-dead one is taken down first.
+pub async fn up(dir: &StateDir, opts: &UpOptions) -> Result<report::PingMatrix, SandboxError> {
+    if !is_root() {
+        return Err(failed(
+            "up",
+            "the sandbox makes network namespaces and an OVS bridge: run it as root (sudo)",
+        ));
+    }
+    let total = if opts.no_demo { 9 } else { 11 };
+    let mut pr = Progress::new(total);
+    pr.begin("OVN/OVS packages");
+    let note = ensure_packages(opts.install)?;
+    pr.done(&note);
+
+    if is_up(dir) {
+        println!(
+            "the sandbox in {} is already up (kube-ovn-sandbox down --state-dir {} stops it)",
+            dir.root().display(),
+            dir.root().display()
+        );
+        let settings = dir.load_settings()?;
+        return show(dir, &settings).await;
+    }
+    if dir.pids_file().exists() {
+        println!(
+            "a previous sandbox in {} is partly down: cleaning it up",
+            dir.root().display()
+        );
+        down(dir)?;
+    }
+
+    let mut settings = opts.settings.clone();
+    let bins = Binaries::locate(opts.bin_dir.as_deref())?;
+    for d in [
+        dir.root().to_owned(),
+        dir.logs_dir(),
+        dir.cni_bin_dir(),
+        dir.cni_conf_dir(),
+        dir.pods_dir(),
+    ] {
+        std::fs::create_dir_all(&d).map_err(|e| SandboxError::io("create directory", &d, e))?;
+    }
+    let port: u16 = settings
+        .api_addr
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(16443);
+    settings.api_addr = format!("127.0.0.1:{}", free_port(port));
+    settings.daemon_metrics_addr = format!("127.0.0.1:{}", free_port(10665));
+    dir.save_settings(&settings)?;
+    let mut pids: Vec<ProcRecord> = Vec::new();
+
+    let r = start_all(dir, &settings, &bins, opts, &mut pr, &mut pids).await;
+    // Whatever was started is recorded, so `down` can stop it even after a failure.
+    save_pids(dir, &pids)?;
+    if let Err(e) = r {
+        eprintln!(
+            "\nup failed: {e}\ncleaning up (logs stay in {})",
+            dir.logs_dir().display()
+        );
+        let _ = down(dir);
+        return Err(e);
+    }
+    println!(
+        "\nsandbox up in {:.1} s: state in {}",
+        pr.total_elapsed().as_secs_f64(),
+        dir.root().display()
+    );
+    show(dir, &settings).await
+}
+
+async fn start_all(
+    dir: &StateDir,
+    settings: &Settings,
+    bins: &Binaries,
+    opts: &UpOptions,
+    pr: &mut Progress,
+    pids: &mut Vec<ProcRecord>,
+) -> Result<(), SandboxError> {
+    pr.begin("OVN: NB, SB, northd, ovs-vswitchd (netdev), ovn-controller");
+    let mut o = OvnOptions::new(&settings.bridge);
+    o.system_id = settings.node_name.clone();
+    let stack = OvnStack::start(&dir.ovn_dir(), o).await?;
+    for (name, pid) in stack.detach() {
+        pids.push(ProcRecord::of(name, pid));
+    }
+    save_pids(dir, pids)?;
+    pr.done("");
+
+    pr.begin("kube-ovn-testapi (in-memory Kubernetes API)");
+    let log = dir.log("kube-ovn-testapi");
+    let _ = std::fs::remove_file(dir.kubeconfig());
+    let mut cmd = Command::new(&bins.testapi);
+    cmd.arg("--listen")
+        .arg(&settings.api_addr)
+        .arg("--kubeconfig")
+        .arg(dir.kubeconfig());
+    let api = spawn_detached("kube-ovn-testapi", cmd, &log)?;
+    pids.push(api.clone());
+    save_pids(dir, pids)?;
+    let addr: SocketAddr = settings
+        .api_addr
+        .parse()
+        .map_err(|e| failed("API address", format!("{e}")))?;
+    let kc = dir.kubeconfig();
+    wait_for(
+        "the test API server",
+        Duration::from_secs(15),
+        Some(&log),
+        || {
+            let ok = kc.exists() && std::net::TcpStream::connect(addr).is_ok();
+            let alive = api.alive();
+            async move { ok || !alive }
+        },
+    )
+    .await?;
+    check_alive(&api, &log)?;
+    let client = kubelet::client(&dir.kubeconfig()).await?;
+    let crd_api: Api<DynamicObject> = Api::all_with(
+        client.clone(),
+        &dynamic(
+            "apiextensions.k8s.io",
+            "CustomResourceDefinition",
+            "customresourcedefinitions",
+        ),
+    );
+    for c in crds() {
+        create_json(&crd_api, c).await?;
+    }
+    pr.done(&format!("http://{} (+ Kube-OVN CRDs)", settings.api_addr));
+
+    pr.begin("kube-ovn-controller");
+    let log = dir.log("kube-ovn-controller");
+    let mut cmd = Command::new(&bins.controller);
+    cmd.arg("--kubeconfig")
+        .arg(dir.kubeconfig())
+        .arg("--ovn-nb-addr")
+        .arg(dir.nb_remote())
+        .arg("--default-cidr")
+        .arg(&settings.default_cidr)
+        .arg("--default-gateway")
+        .arg(first_host(&settings.default_cidr)?)
+        .arg("--node-switch-cidr")
+        .arg(&settings.join_cidr)
+        .arg("--node-switch-gateway")
+        .arg(first_host(&settings.join_cidr)?)
+        .arg("--log-level")
+        .arg("info");
+    let ctl = spawn_detached("kube-ovn-controller", cmd, &log)?;
+    pids.push(ctl.clone());
+    save_pids(dir, pids)?;
+    let subnets: Api<DynamicObject> =
+        Api::all_with(client.clone(), &dynamic("kubeovn.io", "Subnet", "subnets"));
+    wait_for(
+        "the default subnet ovn-default",
+        Duration::from_secs(30),
+        Some(&log),
+        || {
+            let s = subnets.clone();
+            let alive = ctl.alive();
+            async move { !alive || s.get("ovn-default").await.is_ok() }
+        },
+    )
+    .await?;
+    check_alive(&ctl, &log)?;
+    pr.done("subnets ovn-default and join");
+
+    pr.begin("CNI shim and conflist");
+    let shim = dir.cni_bin_dir().join("kube-ovn");
+    // Copy to a new file and rename: a running shim keeps its old inode.
+    let tmp = shim.with_extension("new");
+    std::fs::copy(&bins.shim, &tmp).map_err(|e| SandboxError::io("copy shim", &tmp, e))?;
+    std::fs::rename(&tmp, &shim).map_err(|e| SandboxError::io("install shim", &shim, e))?;
+    write_json(&dir.conflist(), &crate::cni::conflist(&dir.daemon_socket()))?;
+    pr.done(&format!("{}", dir.conflist().display()));
+
+    pr.begin("sandbox kubelet (node registration, pod sandboxes)");
+    let log = dir.log("kubelet");
+    let mut cmd = Command::new(&bins.sandbox);
+    cmd.arg("kubelet").arg("--state-dir").arg(dir.root());
+    let kl = spawn_detached("kubelet", cmd, &log)?;
+    pids.push(kl.clone());
+    save_pids(dir, pids)?;
+    let nodes: Api<Node> = Api::all(client.clone());
+    let node_name = settings.node_name.clone();
+    wait_for(
+        "the node to register",
+        Duration::from_secs(15),
+        Some(&log),
+        || {
+            let n = nodes.clone();
+            let name = node_name.clone();
+            let alive = kl.alive();
+            async move { !alive || n.get(&name).await.is_ok() }
+        },
+    )
+    .await?;
+    check_alive(&kl, &log)?;
+    // The controller allocates the node's join address.
+    wait_for(
+        "the node's join address",
+        Duration::from_secs(20),
+        Some(&dir.log("kube-ovn-controller")),
+        || {
+            let n = nodes.clone();
+            let name = node_name.clone();
+            async move {
+                n.get(&name)
+                    .await
+                    .map(|n| n.annotations().contains_key("ovn.kubernetes.io/ip_address"))
+                    .unwrap_or(false)
+            }
+        },
+    )
+    .await?;
+    pr.done(&format!("node {}", settings.node_name));
+
+    pr.begin("kube-ovn-daemon (node start: chassis, bridge, join port)");
+    let log = dir.log("kube-ovn-daemon");
+    let mut cmd = Command::new(&bins.daemon);
+    daemon_args(&mut cmd, dir, settings);
+    let dm = spawn_detached("kube-ovn-daemon", cmd, &log)?;
+    pids.push(dm.clone());
+    save_pids(dir, pids)?;
+    let sock = dir.daemon_socket();
+    let nic = settings.node_nic.clone();
+    wait_for(
+        "the daemon's socket and the node's join interface",
+        Duration::from_secs(30),
+        Some(&log),
+        || {
+            let ok = std::os::unix::net::UnixStream::connect(&sock).is_ok()
+                && Path::new("/sys/class/net").join(&nic).exists();
+            let alive = dm.alive();
+            async move { ok || !alive }
+        },
+    )
+    .await?;
+    check_alive(&dm, &log)?;
+    pr.done(&format!("{} up", settings.node_nic));
+
+    pr.begin("all processes running");
+    for p in pids.iter() {
+        if !p.alive() {
+            return Err(SandboxError::Exited {
+                name: "a sandbox process",
+                status: format!("{} (pid {}) exited", p.name, p.pid),
+            });
+        }
+    }
+    pr.done(&format!("{} processes", pids.len()));
+
+    if opts.no_demo {
+        pr.begin("no demo");
+        pr.done("");
+        return Ok(());
+    }
+    pr.begin(&format!(
+        "demo: namespace {} bound to subnet {} ({})",
+        settings.demo_namespace, settings.demo_namespace, settings.demo_cidr
+    ));
+    create_demo_subnet(&client, settings).await?;
+    pr.done("");
+
+    pr.begin(&format!(
+        "demo: {} pods in default, {} in {}",
+        settings.demo_pods, settings.demo_pods, settings.demo_namespace
+    ));
+    create_demo_pods(&client, settings).await?;
+    pr.done("");
+
+    pr.begin("pods running (CNI ADD through the shim)");
+    let timeout = opts.pod_timeout.unwrap_or(Duration::from_secs(90));
+    let pods: Api<Pod> = Api::all(client.clone());
+    let want = settings.demo_pods * 2;
+    wait_for(
+        "the demo pods to run",
+        timeout,
+        Some(&dir.log("kubelet")),
+        || {
+            let p = pods.clone();
+            async move {
+                p.list(&Default::default())
+                    .await
+                    .map(|l| {
+                        l.items
+                            .iter()
+                            .filter(|p| {
+                                p.labels().get("app").map(String::as_str)
+                                    == Some("kube-ovn-sandbox-demo")
+                                    && p.status.as_ref().and_then(|s| s.pod_ip.as_ref()).is_some()
+                            })
+                            .count()
+                            >= want
+                    })
+                    .unwrap_or(false)
+            }
+        },
+    )
+    .await?;
+    pr.done(&format!("{want} pods"));
+    Ok(())
+}
+
+/// The daemon's flags for this sandbox.
+pub fn daemon_args(cmd: &mut Command, dir: &StateDir, s: &Settings) {
+    cmd.arg("--kubeconfig")
+        .arg(dir.kubeconfig())
+        .arg("--node-name")
+        .arg(&s.node_name)
+        .arg("--socket")
+        .arg(dir.daemon_socket())
+        .arg("--metrics-addr")
+        .arg(&s.daemon_metrics_addr)
+        .arg("--ovs-remote")
+        .arg(dir.ovs_remote())
+        .arg("--ovn-remote")
+        .arg(dir.sb_remote())
+        .arg("--bridge")
+        .arg(&s.bridge)
+        .arg("--datapath-type")
+        .arg("netdev")
+        .arg("--node-nic")
+        .arg(&s.node_nic)
+        .arg("--pod-cidrs")
+        .arg(format!("{},{}", s.default_cidr, s.demo_cidr));
+}
+
+async fn create_demo_subnet(client: &kube::Client, s: &Settings) -> Result<(), SandboxError> {
+    let nss: Api<Namespace> = Api::all(client.clone());
+    let ns: Namespace = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": s.demo_namespace}
+    }))
+    .map_err(|e| failed("namespace", e.to_string()))?;
+    match nss.create(&PostParams::default(), &ns).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(e)) if e.code == 409 => {}
+        Err(e) => return Err(failed("create namespace", e.to_string())),
+    }
+    let subnets: Api<DynamicObject> =
+        Api::all_with(client.clone(), &dynamic("kubeovn.io", "Subnet", "subnets"));
+    create_json(
+        &subnets,
+        json!({
+            "apiVersion": "kubeovn.io/v1", "kind": "Subnet",
+            "metadata": {"name": s.demo_namespace},
+            "spec": {"protocol": "IPv4", "cidrBlock": s.demo_cidr, "gateway": first_host(&s.demo_cidr)?,
+                     "namespaces": [s.demo_namespace], "vpc": "ovn-cluster"}
+        }),
+    )
+    .await?;
+    // Pods of the namespace go to the subnet once the controller has bound them.
+    let name = s.demo_namespace.clone();
+    wait_for(
+        "the demo namespace's subnet binding",
+        Duration::from_secs(20),
+        None,
+        || {
+            let n = nss.clone();
+            let name = name.clone();
+            async move {
+                n.get(&name)
+                    .await
+                    .map(|ns| {
+                        ns.annotations()
+                            .get("ovn.kubernetes.io/logical_switch")
+                            .is_some_and(|v| v.split(',').any(|x| x == name))
+                    })
+                    .unwrap_or(false)
+            }
+        },
+    )
+    .await
+}
+
+async fn create_demo_pods(client: &kube::Client, s: &Settings) -> Result<(), SandboxError> {
+    for (ns, prefix) in [("default", "web"), (s.demo_namespace.as_str(), "app")] {
+        let api: Api<Pod> = Api::namespaced(client.clone(), ns);
+        for i in 1..=s.demo_pods {
+            let pod: Pod = serde_json::from_value(json!({
+                "apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": format!("{prefix}-{i}"), "namespace": ns,
+                             "labels": {"app": "kube-ovn-sandbox-demo"}},
+                "spec": {"containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10"}]}
+            }))
+            .map_err(|e| failed("pod", e.to_string()))?;
+            match api.create(&PostParams::default(), &pod).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(e)) if e.code == 409 => {}
+                Err(e) => return Err(failed("create pod", e.to_string())),
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Prints the table and the ping matrix; returns the matrix.
+pub async fn show(dir: &StateDir, settings: &Settings) -> Result<report::PingMatrix, SandboxError> {
+    let client = kubelet::client(&dir.kubeconfig()).await?;
+    let eps = report::endpoints(&client, dir, settings).await?;
+    println!("\n{}", report::table(&eps));
+    let m = report::ping_matrix(&eps, Duration::from_secs(1)).await;
+    println!(
+        "ping matrix (ICMP echo from each pod's network namespace; same subnet through its logical switch, \
+         across subnets and from the node through the ovn-cluster router):\n{}",
+        m.render()
+    );
+    if m.all_ok() {
+        println!(
+            "all {} pairs answered",
+            m.labels.len() * m.labels.len().saturating_sub(1)
+        );
+    } else {
+        println!("{} pairs did not answer", m.failures());
+    }
+    let d = dir.root().display();
+    println!(
+        "\nnext:\n  kubectl --kubeconfig {d}/kubeconfig get pods -A -o wide\n  \
+         kube-ovn-sandbox exec --state-dir {d} default/web-1 -- ip addr\n  \
+         kube-ovn-sandbox status --state-dir {d}\n  kube-ovn-sandbox down --state-dir {d}"
+    );
+    Ok(m)
+}
+
+/// `down`: stops every recorded process (kubelet first), removes every pod sandbox (CNI DEL while the daemon
+/// still answers, then the network namespace and any host veth left), then the datapath's taps and the
+/// join interface. Idempotent.
+pub fn down(dir: &StateDir) -> Result<(), SandboxError> {
+    let settings = dir.load_settings().ok();
+    let pids = load_pids(dir);
+    let grace = Duration::from_secs(3);
+    let find = |n: &str| pids.iter().find(|p| p.name == n);
+    if let Some(k) = find("kubelet") {
+        k.stop(grace);
+    }
+    let daemon_alive = find("kube-ovn-daemon").is_some_and(ProcRecord::alive);
+    let cni = if daemon_alive {
+        crate::cni::CniRuntime::load(&dir.cni_bin_dir(), &dir.conflist()).ok()
+    } else {
+        None
+    };
+    for rec in records(dir) {
+        kubelet::teardown(dir, cni.as_ref(), &rec, 1);
+        remove_host_veth(&rec);
+    }
+    // Newest first: our binaries, then ovn-controller and ovs-vswitchd before the databases.
+    for p in pids.iter().rev() {
+        p.stop(grace);
+    }
+    // The datapath's shared tap is only removed when no ovs-vswitchd is left, zombies included.
+    if let Some(v) = find("ovs-vswitchd") {
+        v.wait_reaped(Duration::from_secs(2));
+    }
+    if let Some(s) = &settings {
+        // Sandboxes of pods whose records were lost: the prefix is the sandbox's own.
+        if let Ok(rd) = std::fs::read_dir(&s.netns_dir) {
+            for e in rd.flatten() {
+                let name = e.file_name().to_string_lossy().into_owned();
+                if name.starts_with(&format!("{}-", s.netns_prefix)) {
+                    let _ = kubeovn_netdev::delete_named_netns(&s.netns_dir, &name);
+                }
+            }
+        }
+        crate::ovn::cleanup_taps(vec![s.bridge.clone(), s.node_nic.clone()]);
+    }
+    for f in [dir.pids_file(), dir.kubeconfig()] {
+        let _ = std::fs::remove_file(f);
+    }
+    let _ = std::fs::remove_dir_all(dir.pods_dir());
+    let _ = std::fs::remove_dir_all(dir.root().join("run"));
+    Ok(())
+}
+
+fn remove_host_veth(rec: &PodRecord) {
+    let Ok((host, _)) = kubeovn_netdev::host_nic_name(&rec.container_id, &rec.ifname) else {
+        return;
+    };
+    let Ok(rt) = tokio::runtime::Builder::new_current_thread().build() else {
+        return;
+    };
+    let _ = std::thread::spawn(move || {
+        rt.block_on(async {
+            use kubeovn_netdev::Netdev;
+            let Ok(h) = kubeovn_netdev::NetlinkNetdev::current() else {
+                return;
+            };
+            if let Ok(Some(_)) = h.link(&host).await {
+                let _ = h.delete_link(&host).await;
+            }
+        })
+    })
+    .join();
+}
+
+/// `status`: each process, alive or not, and the pods' sandboxes.
+pub fn status(dir: &StateDir) -> Result<bool, SandboxError> {
+    let pids = load_pids(dir);
+    if pids.is_empty() {
+        println!("no sandbox in {}", dir.root().display());
+        return Ok(false);
+    }
+    let mut all = true;
+    println!("{:<22} {:>8}  STATE", "PROCESS", "PID");
+    for p in &pids {
+        let alive = p.alive();
+        all &= alive;
+        println!(
+            "{:<22} {:>8}  {}",
+            p.name,
+            p.pid,
+            if alive { "running" } else { "DEAD" }
+        );
+    }
+    let recs = records(dir);
+    println!("\n{:<32} {:<44} IPS", "POD", "NETNS");
+    for r in &recs {
+        println!(
+            "{:<32} {:<44} {}",
+            format!("{}/{}", r.namespace, r.name),
+            r.netns_name,
+            r.ips.join(",")
+        );
+    }
+    println!("\nkubeconfig: {}", dir.kubeconfig().display());
+    Ok(all)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gateways() {
+        assert_eq!(first_host("10.16.0.0/16").expect("ok"), "10.16.0.1");
+        assert_eq!(first_host("10.66.0.7/24").expect("ok"), "10.66.0.1");
+        assert!(first_host("10.0.0.0").is_err());
+        assert!(first_host("10.0.0.0/31").is_err());
+        assert!(first_host("x/24").is_err());
+    }
+
+    #[test]
+    fn crds_are_cluster_scoped_kubeovn() {
+        let c = crds();
+        assert_eq!(c.len(), 4);
+        assert!(c.iter().all(|c| c["spec"]["group"] == "kubeovn.io"));
+    }
+
+    #[test]
+    fn status_of_an_empty_dir() {
+        let d = tempfile::tempdir().expect("tempdir");
+        assert!(!status(&StateDir::new(d.path())).expect("status"));
+        assert!(!is_up(&StateDir::new(d.path())));
+        down(&StateDir::new(d.path())).expect("down of nothing");
+    }
+}

@@ -1,0 +1,224 @@
+//! The state directory: where every process of a sandbox keeps its sockets, logs and pid, and what `down`,
+//! `status`, `exec` and kubectl-ko read back.
+//!
+//! ```text
+//! DIR/sandbox.json        the settings `up` used (Settings)
+//! DIR/pids.json           the processes started, with their start times (procs::ProcRecord)
+//! DIR/kubeconfig          for kubectl and our binaries
+//! DIR/ovn/                NB, SB, OVS databases, sockets, logs (ovn::OvnStack)
+//! DIR/run/                the daemon's socket
+//! DIR/cni/bin, cni/net.d  the shim and the conflist, where a runtime looks
+//! DIR/pods/<uid>.json     one record per pod sandbox the kubelet made (kubelet::PodRecord)
+//! DIR/logs/               the logs of our binaries
+//! ```
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::SandboxError;
+
+/// The default state directory.
+pub const DEFAULT_STATE_DIR: &str = "/var/lib/kube-ovn-sandbox";
+
+/// The settings of one sandbox (`DIR/sandbox.json`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Settings {
+    /// The node's name (the Node object and the chassis).
+    pub node_name: String,
+    /// The integration bridge.
+    pub bridge: String,
+    /// The node's join interface.
+    pub node_nic: String,
+    /// The default subnet's CIDR.
+    pub default_cidr: String,
+    /// The join subnet's CIDR.
+    pub join_cidr: String,
+    /// The second subnet `up` creates, bound to [`Settings::demo_namespace`].
+    pub demo_cidr: String,
+    /// The namespace bound to the second subnet.
+    pub demo_namespace: String,
+    /// The test API server's address (`127.0.0.1:PORT`).
+    pub api_addr: String,
+    /// Prefix of the network namespaces the kubelet makes (under `/var/run/netns`).
+    pub netns_prefix: String,
+    /// The directory holding the named namespaces.
+    pub netns_dir: PathBuf,
+    /// Pods `up` creates in `default` and in the demo namespace.
+    pub demo_pods: usize,
+    /// The daemon's metrics endpoint.
+    #[serde(default)]
+    pub daemon_metrics_addr: String,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            node_name: "sandbox".into(),
+            bridge: "br-int".into(),
+            node_nic: "ovn0".into(),
+            default_cidr: "10.16.0.0/16".into(),
+            join_cidr: "100.64.0.0/16".into(),
+            demo_cidr: "10.66.0.0/24".into(),
+            demo_namespace: "demo".into(),
+            api_addr: "127.0.0.1:16443".into(),
+            netns_prefix: "sbx".into(),
+            netns_dir: PathBuf::from(kubeovn_netdev::NETNS_RUN_DIR),
+            demo_pods: 3,
+            daemon_metrics_addr: "127.0.0.1:10665".into(),
+        }
+    }
+}
+
+/// Paths inside a state directory.
+#[derive(Debug, Clone)]
+pub struct StateDir {
+    root: PathBuf,
+}
+
+impl StateDir {
+    /// The state directory at `root` (absolute: processes started from it keep working from any cwd).
+    pub fn new(root: impl AsRef<Path>) -> StateDir {
+        let root = root.as_ref();
+        let root = if root.is_absolute() {
+            root.to_owned()
+        } else {
+            std::env::current_dir()
+                .map(|d| d.join(root))
+                .unwrap_or_else(|_| root.to_owned())
+        };
+        StateDir { root }
+    }
+
+    /// The directory itself.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// `DIR/sandbox.json`.
+    pub fn settings_file(&self) -> PathBuf {
+        self.root.join("sandbox.json")
+    }
+
+    /// `DIR/pids.json`.
+    pub fn pids_file(&self) -> PathBuf {
+        self.root.join("pids.json")
+    }
+
+    /// `DIR/kubeconfig`.
+    pub fn kubeconfig(&self) -> PathBuf {
+        self.root.join("kubeconfig")
+    }
+
+    /// `DIR/ovn`: the OVN/OVS databases, sockets and logs.
+    pub fn ovn_dir(&self) -> PathBuf {
+        self.root.join("ovn")
+    }
+
+    /// `unix:DIR/ovn/nb.sock`.
+    pub fn nb_remote(&self) -> String {
+        format!("unix:{}", self.ovn_dir().join("nb.sock").display())
+    }
+
+    /// `unix:DIR/ovn/sb.sock`.
+    pub fn sb_remote(&self) -> String {
+        format!("unix:{}", self.ovn_dir().join("sb.sock").display())
+    }
+
+    /// `unix:DIR/ovn/ovs.sock`.
+    pub fn ovs_remote(&self) -> String {
+        format!("unix:{}", self.ovn_dir().join("ovs.sock").display())
+    }
+
+    /// The daemon's unix socket.
+    pub fn daemon_socket(&self) -> PathBuf {
+        self.root.join("run").join("kube-ovn-daemon.sock")
+    }
+
+    /// `DIR/cni/bin`: the shim.
+    pub fn cni_bin_dir(&self) -> PathBuf {
+        self.root.join("cni").join("bin")
+    }
+
+    /// `DIR/cni/net.d`: the conflist.
+    pub fn cni_conf_dir(&self) -> PathBuf {
+        self.root.join("cni").join("net.d")
+    }
+
+    /// The conflist file.
+    pub fn conflist(&self) -> PathBuf {
+        self.cni_conf_dir().join("01-kube-ovn.conflist")
+    }
+
+    /// `DIR/pods`: the kubelet's pod records.
+    pub fn pods_dir(&self) -> PathBuf {
+        self.root.join("pods")
+    }
+
+    /// `DIR/logs`.
+    pub fn logs_dir(&self) -> PathBuf {
+        self.root.join("logs")
+    }
+
+    /// The log of process `name`.
+    pub fn log(&self, name: &str) -> PathBuf {
+        self.logs_dir().join(format!("{name}.log"))
+    }
+
+    /// Reads `DIR/sandbox.json`.
+    pub fn load_settings(&self) -> Result<Settings, SandboxError> {
+        read_json(&self.settings_file())
+    }
+
+    /// Writes `DIR/sandbox.json`.
+    pub fn save_settings(&self, s: &Settings) -> Result<(), SandboxError> {
+        write_json(&self.settings_file(), s)
+    }
+}
+
+/// Reads a JSON file.
+pub fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, SandboxError> {
+    let bytes = std::fs::read(path).map_err(|e| SandboxError::io("read", path, e))?;
+    serde_json::from_slice(&bytes).map_err(|e| SandboxError::Failed {
+        what: "parse state file",
+        detail: format!("{}: {e}", path.display()),
+    })
+}
+
+/// Writes a JSON file atomically (temporary file, then rename).
+pub fn write_json<T: Serialize>(path: &Path, v: &T) -> Result<(), SandboxError> {
+    if let Some(p) = path.parent() {
+        std::fs::create_dir_all(p).map_err(|e| SandboxError::io("create directory", p, e))?;
+    }
+    let tmp = path.with_extension("tmp");
+    let text = serde_json::to_vec_pretty(v).map_err(|e| SandboxError::Failed {
+        what: "serialise state file",
+        detail: e.to_string(),
+    })?;
+    std::fs::write(&tmp, text).map_err(|e| SandboxError::io("write", &tmp, e))?;
+    std::fs::rename(&tmp, path).map_err(|e| SandboxError::io("rename", path, e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn relative_dirs_become_absolute() {
+        let d = StateDir::new("x/y");
+        assert!(d.root().is_absolute());
+        assert!(d.nb_remote().starts_with("unix:/"));
+    }
+
+    #[test]
+    fn settings_round_trip() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let d = StateDir::new(dir.path());
+        let s = Settings {
+            demo_pods: 5,
+            ..Settings::default()
+        };
+        d.save_settings(&s).expect("save");
+        assert_eq!(d.load_settings().expect("load"), s);
+    }
+}

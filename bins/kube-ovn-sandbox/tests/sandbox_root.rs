@@ -1,0 +1,292 @@
+//! The whole sandbox as a user runs it (needs root, the OVN/OVS packages and kubectl): `up` brings up every
+//! process, the demo pods and an all-answering ping matrix; kubectl sees the pods; a pod created with
+//! kubectl gets a sandbox and is reachable from another pod through `exec`; deleting it removes its network
+//! namespace; `up` again is harmless; `down` leaves no process, network namespace or link behind.
+
+#![allow(clippy::unwrap_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use kube_ovn_sandbox::ovn::missing_programs;
+use kube_ovn_sandbox::procs::ProcRecord;
+use serde_json::Value;
+
+fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .map(|s| {
+            s.lines()
+                .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
+        })
+        .unwrap_or(false)
+}
+
+fn runnable() -> bool {
+    if !is_root() {
+        eprintln!("SKIPPED: needs root (network namespaces, OVS bridge)");
+        return false;
+    }
+    if let Some(p) = missing_programs() {
+        eprintln!("SKIPPED: {p} is not installed");
+        return false;
+    }
+    for p in ["kubectl", "ping"] {
+        if Command::new(p).arg("--help").output().is_err() {
+            eprintln!("SKIPPED: {p} is not installed");
+            return false;
+        }
+    }
+    true
+}
+
+/// The directory of our binaries: this profile's target directory. `cargo test --workspace` builds them;
+/// the ones missing (`cargo test -p kube-ovn-sandbox` builds only this package's binary) are built here.
+fn bin_dir() -> PathBuf {
+    let sandbox = PathBuf::from(env!("CARGO_BIN_EXE_kube-ovn-sandbox"));
+    let dir = sandbox.parent().unwrap().to_owned();
+    let wanted = [
+        ("kube-ovn-testapi", "kube-ovn-testapi"),
+        ("kube-ovn-controller", "kube-ovn-controller"),
+        ("kube-ovn-daemon", "kube-ovn-daemon"),
+        ("kube-ovn-cni", "kube-ovn"),
+    ];
+    let missing: Vec<&str> = wanted
+        .iter()
+        .filter(|(_, bin)| !dir.join(bin).exists())
+        .map(|(pkg, _)| *pkg)
+        .collect();
+    if missing.is_empty() {
+        return dir;
+    }
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    cmd.arg("build");
+    for p in &missing {
+        cmd.args(["-p", p]);
+    }
+    if dir.file_name().and_then(|s| s.to_str()) == Some("release") {
+        cmd.arg("--release");
+    }
+    if let Some(target) = dir.parent() {
+        cmd.env("CARGO_TARGET_DIR", target);
+    }
+    let st = cmd.status().unwrap();
+    assert!(st.success(), "building {missing:?} failed");
+    dir
+}
+
+struct Sandbox {
+    dir: tempfile::TempDir,
+    bins: PathBuf,
+    prefix: String,
+    bridge: String,
+    nic: String,
+}
+
+impl Sandbox {
+    fn run(&self, args: &[&str]) -> Output {
+        let out = Command::new(env!("CARGO_BIN_EXE_kube-ovn-sandbox"))
+            .arg("--state-dir")
+            .arg(self.dir.path())
+            .args(args)
+            .env("KUBE_OVN_SANDBOX_BIN_DIR", &self.bins)
+            .output()
+            .unwrap();
+        eprintln!(
+            "$ kube-ovn-sandbox {}\n{}{}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out
+    }
+
+    fn kubectl(&self, args: &[&str]) -> Output {
+        Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(self.dir.path().join("kubeconfig"))
+            .args(args)
+            .output()
+            .unwrap()
+    }
+
+    fn pods(&self) -> Vec<Value> {
+        let out = self.kubectl(&["get", "pods", "-A", "-o", "json"]);
+        assert!(out.status.success(), "{out:?}");
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        v["items"].as_array().cloned().unwrap_or_default()
+    }
+
+    fn netns(&self) -> Vec<String> {
+        std::fs::read_dir("/var/run/netns")
+            .map(|rd| {
+                rd.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .filter(|n| n.starts_with(&format!("{}-", self.prefix)))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for Sandbox {
+    fn drop(&mut self) {
+        // A failed assertion still takes everything down.
+        let _ = Command::new(env!("CARGO_BIN_EXE_kube-ovn-sandbox"))
+            .arg("down")
+            .arg("--state-dir")
+            .arg(self.dir.path())
+            .output();
+    }
+}
+
+fn link_exists(name: &str) -> bool {
+    Path::new("/sys/class/net").join(name).exists()
+}
+
+fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
+    let t0 = Instant::now();
+    while !f() {
+        assert!(t0.elapsed() < timeout, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn up_ping_kubectl_exec_down() {
+    if !runnable() {
+        return;
+    }
+    let tag = std::process::id() % 10000;
+    let sb = Sandbox {
+        dir: tempfile::Builder::new()
+            .prefix("kube-ovn-sandbox-test")
+            .tempdir()
+            .unwrap(),
+        bins: bin_dir(),
+        prefix: format!("sbt{tag}"),
+        bridge: format!("br-sbt{tag}"),
+        nic: format!("sbt{tag}j"),
+    };
+    let out = sb.run(&[
+        "up",
+        "--no-install",
+        "--api-port",
+        "0",
+        "--node-name",
+        &format!("sbt{tag}"),
+        "--bridge",
+        &sb.bridge,
+        "--node-nic",
+        &sb.nic,
+        "--netns-prefix",
+        &sb.prefix,
+        "--default-cidr",
+        "10.247.0.0/16",
+        "--join-cidr",
+        "100.97.0.0/16",
+        "--demo-cidr",
+        "10.248.0.0/24",
+        "--demo-pods",
+        "2",
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "up failed");
+    // 2 + 2 pods and the node: 5 endpoints, 20 pairs.
+    assert!(stdout.contains("all 20 pairs answered"), "{stdout}");
+    assert!(
+        stdout.contains("10.248.0."),
+        "demo subnet address: {stdout}"
+    );
+
+    // kubectl sees the pods, scheduled, running, with addresses in their subnets.
+    let pods = sb.pods();
+    assert_eq!(pods.len(), 4, "{pods:?}");
+    for p in &pods {
+        assert_eq!(p["status"]["phase"], "Running", "{p}");
+        let ip = p["status"]["podIP"].as_str().unwrap();
+        let want = if p["metadata"]["namespace"] == "demo" {
+            "10.248.0."
+        } else {
+            "10.247."
+        };
+        assert!(ip.starts_with(want), "{ip} of {}", p["metadata"]["name"]);
+    }
+    assert_eq!(sb.netns().len(), 4, "{:?}", sb.netns());
+    assert!(link_exists(&sb.nic), "join interface");
+
+    // A pod created by someone else gets a sandbox; another pod reaches it through the router.
+    let out = sb.kubectl(&["run", "extra", "--image=registry.k8s.io/pause:3.10"]);
+    assert!(out.status.success(), "{out:?}");
+    let mut extra_ip = String::new();
+    wait_until("pod extra to run", Duration::from_secs(30), || {
+        let out = sb.kubectl(&[
+            "get",
+            "pod",
+            "extra",
+            "-o",
+            "jsonpath={.status.phase} {.status.podIP}",
+        ]);
+        let s = String::from_utf8_lossy(&out.stdout).into_owned();
+        match s.split_once(' ') {
+            Some(("Running", ip)) if !ip.is_empty() => {
+                extra_ip = ip.to_owned();
+                true
+            }
+            _ => false,
+        }
+    });
+    let out = sb.run(&[
+        "exec",
+        "demo/app-1",
+        "--",
+        "ping",
+        "-c",
+        "2",
+        "-W",
+        "2",
+        &extra_ip,
+    ]);
+    assert!(out.status.success(), "ping from demo/app-1 to {extra_ip}");
+    assert_eq!(sb.netns().len(), 5);
+
+    // Deleting it removes its namespace.
+    let out = sb.kubectl(&["delete", "pod", "extra"]);
+    assert!(out.status.success(), "{out:?}");
+    wait_until("pod extra's netns to go", Duration::from_secs(20), || {
+        sb.netns().len() == 4
+    });
+
+    // status is healthy; up again reports the running sandbox.
+    assert!(sb.run(&["status"]).status.success());
+    let out = sb.run(&["up", "--no-install"]);
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("already up"));
+
+    // down: no process, namespace or link left.
+    let pids: Vec<ProcRecord> =
+        serde_json::from_slice(&std::fs::read(sb.dir.path().join("pids.json")).unwrap()).unwrap();
+    assert_eq!(pids.len(), 10, "{pids:?}");
+    let host_veths: Vec<String> = std::fs::read_dir(sb.dir.path().join("pods"))
+        .unwrap()
+        .flatten()
+        .map(|e| {
+            let v: Value = serde_json::from_slice(&std::fs::read(e.path()).unwrap()).unwrap();
+            kubeovn_netdev::host_nic_name(v["container_id"].as_str().unwrap(), "eth0")
+                .unwrap()
+                .0
+        })
+        .collect();
+    assert_eq!(host_veths.len(), 4);
+    assert!(host_veths.iter().all(|v| link_exists(v)), "{host_veths:?}");
+    assert!(sb.run(&["down"]).status.success());
+    for p in &pids {
+        assert!(!p.alive(), "{} (pid {}) still running", p.name, p.pid);
+    }
+    assert!(sb.netns().is_empty(), "{:?}", sb.netns());
+    for l in host_veths.iter().chain([&sb.bridge, &sb.nic]) {
+        assert!(!link_exists(l), "link {l} left behind");
+    }
+    assert!(!sb.run(&["status"]).status.success());
+}
