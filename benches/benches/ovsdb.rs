@@ -1,5 +1,7 @@
 //! kubeovn-ovn's pure parts (criterion): framing decode of a large update notification, datum parsing,
-//! update parsing by schema, cache apply and lookups. No server.
+//! update parsing by schema (through a `serde_json::Value` tree, as before, and directly from the text, as the
+//! client now does), cache apply and lookups. No server: the end-to-end figures (initial sync of a
+//! 200,000-row database, round trips, batched inserts beside the peers) are kube-ovn-bench's `nb` mode.
 //!
 //! `cargo bench -p kubeovn-benches --bench ovsdb -- --warm-up-time 1 --measurement-time 3`
 
@@ -8,7 +10,7 @@ use std::hint::black_box;
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use kubeovn_ovn::cache::CacheBuilder;
 use kubeovn_ovn::framing::FrameDecoder;
-use kubeovn_ovn::monitor::parse_table_updates;
+use kubeovn_ovn::monitor::{parse_table_updates, parse_table_updates_str};
 use kubeovn_ovn::serde_json::{self, json, Value as Json};
 use kubeovn_ovn::{DatabaseSchema, Datum};
 
@@ -101,6 +103,32 @@ fn updates_and_cache(c: &mut Criterion) {
     g.sample_size(10).throughput(Throughput::Elements(N as u64));
     g.bench_function("parse_updates_5k_rows", |b| {
         b.iter(|| black_box(parse_table_updates(&u, true, Some(&s)).expect("updates")))
+    });
+    // From the JSON text, as received: through a Value tree (the former path) and directly.
+    let text = u.to_string();
+    g.bench_function("decode_text_via_value_5k_rows", |b| {
+        b.iter(|| {
+            let v: Json = serde_json::from_str(black_box(&text)).expect("json");
+            black_box(parse_table_updates(&v, true, Some(&s)).expect("updates"))
+        })
+    });
+    g.bench_function("decode_text_direct_5k_rows", |b| {
+        b.iter(|| {
+            black_box(parse_table_updates_str(black_box(&text), true, Some(&s)).expect("updates"))
+        })
+    });
+    g.bench_function("decode_direct_and_apply_5k_rows", |b| {
+        b.iter_batched(
+            || builder.build(&s).expect("cache"),
+            |cache| {
+                cache.apply(
+                    parse_table_updates_str(&text, true, Some(&s)).expect("updates"),
+                    None,
+                );
+                cache
+            },
+            BatchSize::LargeInput,
+        )
     });
     g.bench_function("apply_5k_inserts", |b| {
         b.iter_batched(

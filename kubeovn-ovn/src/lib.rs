@@ -7,7 +7,8 @@
 //! The protocol logic is plain code without I/O: [`datum`] (atoms, sets, maps), [`schema`] (schema parsing and
 //! datum validation), [`framing`] (splitting a byte stream of concatenated JSON texts into JSON-RPC messages),
 //! [`ops`] (transaction builders validated against the schema, result parsing), [`monitor`] (monitor requests
-//! and table updates) and [`conn`] (request/response matching, echo, notifications, inactivity probe, with
+//! and table updates, decoded by [`decode`] straight from the JSON text into rows, without a `Value` tree) and
+//! [`conn`] (request/response matching, echo, notifications, inactivity probe, with
 //! time passed in). [`client`] drives one connection with one tokio task.
 //!
 //! Above one connection: [`session`] reconnects over a list of remotes with exponential backoff and, for

@@ -162,6 +162,16 @@ fn median(mut v: Vec<f64>) -> f64 {
     v.get(v.len() / 2).copied().unwrap_or(0.0)
 }
 
+/// A client whose inactivity probe tolerates the server's silence while it builds a reply of tens of
+/// megabytes (ovsdb-server sends nothing, echo replies included, until the whole reply is built: over 10 s on
+/// a loaded machine, which the default 5 s probe takes for a dead peer).
+async fn connect(db: &str) -> Result<Client, Error> {
+    Client::builder()
+        .inactivity_probe(Some(Duration::from_secs(60)))
+        .connect(db)
+        .await
+}
+
 /// Runs `nb sync N`.
 pub(crate) async fn main(db: &str, rows: usize, server_pid: Option<u32>) -> Result<String, Error> {
     let switches = rows.div_ceil(100).max(1);
@@ -178,7 +188,7 @@ pub(crate) async fn main(db: &str, rows: usize, server_pid: Option<u32>) -> Resu
         // The replica's way: connect, schema, monitor every replicated table, fill and index.
         let (c0, s0, h0) = (cpu_s(None), cpu_s(server_pid), live());
         let t0 = Instant::now();
-        let nb = OvsdbNorthbound::connect(db).await?;
+        let nb = OvsdbNorthbound::with_client(connect(db).await?, &[]).await?;
         ready.push(t0.elapsed().as_secs_f64());
         let (c1, s1, h1) = (cpu_s(None), cpu_s(server_pid), live());
         client_cpu += (c1 - c0) / ROUNDS as f64;
@@ -200,7 +210,7 @@ pub(crate) async fn main(db: &str, rows: usize, server_pid: Option<u32>) -> Resu
         drop(nb);
 
         // The monitor reply alone: received and decoded into table updates, no replica.
-        let client = Client::connect(db).await?;
+        let client = connect(db).await?;
         let schema = client.get_schema(NB).await?;
         let mut req = MonitorRequests::new();
         for t in schema.tables.keys() {
