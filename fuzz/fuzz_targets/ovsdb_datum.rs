@@ -1,8 +1,10 @@
 //! OVSDB datums: whatever JSON decodes as a datum (untyped, or typed for one of a few column types) encodes
-//! back to JSON that decodes to the same datum; validation never panics.
+//! back to JSON that decodes to the same datum; validation never panics; the direct decoder (from the text,
+//! no Value tree, as monitor updates are read) gives exactly the Value decoder's datum, or refuses as it does.
 #![no_main]
 
 use kubeovn_ovn::serde_json::{self, json, Value};
+use kubeovn_ovn::decode::datum_from_str;
 use kubeovn_ovn::{ColumnType, Datum};
 use libfuzzer_sys::fuzz_target;
 
@@ -22,6 +24,14 @@ fuzz_target!(|input: &[u8]| {
     let Some((&sel, text)) = input.split_first() else { return };
     let Ok(j) = serde_json::from_slice::<Value>(text) else { return };
 
+    let ty = column_type(sel);
+    if let Ok(text) = std::str::from_utf8(text) {
+        let slow = Datum::from_json(&j).ok();
+        assert_eq!(datum_from_str(text, None).ok(), slow, "untyped {text}");
+        let slow = Datum::from_json_typed(&j, &ty).ok();
+        assert_eq!(datum_from_str(text, Some(&ty)).ok(), slow, "typed {text}");
+    }
+
     if let Ok(d) = Datum::from_json(&j) {
         let back = d.to_json();
         assert_eq!(Datum::from_json(&back).as_ref(), Ok(&d));
@@ -30,7 +40,6 @@ fuzz_target!(|input: &[u8]| {
         let _ = d.canonical();
     }
 
-    let ty = column_type(sel);
     if let Ok(d) = Datum::from_json_typed(&j, &ty) {
         let _ = ty.validate(&d);
         let back = d.to_json();

@@ -1,8 +1,9 @@
 //! The OVSDB stream decoder: any bytes, split anywhere, decode to the same results as in one piece, and every
-//! decoded message survives an encode/decode round trip. Never panics.
+//! decoded message survives an encode/decode round trip; the envelope-only parse the client uses
+//! (`RawMessage`, payload left as text) classifies every frame as the full parse does. Never panics.
 #![no_main]
 
-use kubeovn_ovn::framing::{DecodeError, FrameDecoder, Message};
+use kubeovn_ovn::framing::{DecodeError, FrameDecoder, Message, RawMessage};
 use libfuzzer_sys::fuzz_target;
 
 const LIMIT: usize = 4096;
@@ -36,6 +37,16 @@ fuzz_target!(|input: &[u8]| {
         .map(|c| u16::from_le_bytes([c[0], c[1]]) as usize % (data.len() + 1))
         .collect();
     cuts.sort_unstable();
+
+    // Frame by frame: a message the full parse accepts is the same through the raw envelope.
+    let mut frames = FrameDecoder::with_max_message(LIMIT);
+    frames.feed(data);
+    while let Ok(Some(f)) = frames.next_frame() {
+        if let Ok(m) = Message::parse(f) {
+            let raw = RawMessage::parse(f).and_then(|r| r.to_message());
+            assert_eq!(raw, Ok(m));
+        }
+    }
 
     let mut whole = FrameDecoder::with_max_message(LIMIT);
     whole.feed(data);
