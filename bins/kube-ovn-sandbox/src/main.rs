@@ -20,7 +20,7 @@ up options:
                         (default $KUBE_OVN_SANDBOX_BIN_DIR, else next to this program)
   --no-install          do not apt-get install missing OVN/OVS packages
   --no-demo             no demo namespace, subnet and pods
-  --node-name NAME      (sandbox)         --bridge NAME        (br-int)
+  --node-name NAME      (sandbox)         --bridge NAME        (br-sbx)
   --node-nic NAME       (ovn0)            --api-port PORT      (16443, another if taken)
   --default-cidr CIDR   (10.16.0.0/16)    --join-cidr CIDR     (100.64.0.0/16)
   --demo-cidr CIDR      (10.66.0.0/24)    --demo-namespace NS  (demo)

@@ -55,7 +55,8 @@ impl Default for Settings {
     fn default() -> Self {
         Settings {
             node_name: "sandbox".into(),
-            bridge: "br-int".into(),
+            // Not br-int: the ovn-host package may run a system ovn-controller that owns a br-int.
+            bridge: "br-sbx".into(),
             node_nic: "ovn0".into(),
             default_cidr: "10.16.0.0/16".into(),
             join_cidr: "100.64.0.0/16".into(),

@@ -50,6 +50,7 @@ fn bin_dir() -> PathBuf {
         ("kube-ovn-controller", "kube-ovn-controller"),
         ("kube-ovn-daemon", "kube-ovn-daemon"),
         ("kube-ovn-cni", "kube-ovn"),
+        ("kubectl-ko", "kubectl-ko"),
     ];
     let missing: Vec<&str> = wanted
         .iter()
@@ -95,6 +96,22 @@ impl Sandbox {
             .unwrap();
         eprintln!(
             "$ kube-ovn-sandbox {}\n{}{}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out
+    }
+
+    fn ko(&self, args: &[&str]) -> Output {
+        let out = Command::new(self.bins.join("kubectl-ko"))
+            .arg("--sandbox")
+            .arg(self.dir.path())
+            .args(args)
+            .output()
+            .unwrap();
+        eprintln!(
+            "$ kubectl-ko {}\n{}{}",
             args.join(" "),
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
@@ -215,6 +232,31 @@ fn up_ping_kubectl_exec_down() {
     }
     assert_eq!(sb.netns().len(), 4, "{:?}", sb.netns());
     assert!(link_exists(&sb.nic), "join interface");
+
+    // kubectl-ko against the sandbox: passthrough, diagnose, trace across the router.
+    let out = sb.ko(&["nbctl", "ls-list"]);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success() && text.contains("(demo)") && text.contains("(ovn-default)"),
+        "{text}"
+    );
+    let out = sb.ko(&["diagnose"]);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains("PASS  pod demo/app-2: interface on the bridge with ovn-installed"),
+        "{text}"
+    );
+    let web1 = pods
+        .iter()
+        .find(|p| p["metadata"]["name"] == "web-1")
+        .and_then(|p| p["status"]["podIP"].as_str())
+        .unwrap()
+        .to_owned();
+    let out = sb.ko(&["trace", "demo/app-1", &web1]);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("output to \"web-1.default\""), "{text}");
 
     // A pod created by someone else gets a sandbox; another pod reaches it through the router.
     let out = sb.kubectl(&["run", "extra", "--image=registry.k8s.io/pause:3.10"]);
