@@ -111,8 +111,7 @@ fn pods_ping_through_switch_and_router_and_del_cleans_up() {
     for p in [&p1, &p2, &p3] {
         let (code, out) = h.shim("DEL", p, &conf);
         assert_eq!(code, 0, "{out}");
-        assert!(!Harness::host_link_exists(&p.host_if()));
-        assert!(!Harness::pod_link_exists(p, "eth0"));
+        assert!(Harness::veth_gone(p));
         let (code, out) = h.shim("DEL", p, &conf);
         assert_eq!(code, 0, "second DEL: {out}");
     }
@@ -222,6 +221,7 @@ fn bad_inputs_give_codes_and_leave_nothing() {
     assert!(h.ping(&p, "10.231.1.1"));
     let (code, _) = h.shim("DEL", &p, &conf);
     assert_eq!(code, 0);
+    assert!(Harness::veth_gone(&p));
     nothing_left(&h);
 }
 

@@ -108,6 +108,7 @@ fn add_waits_for_annotations_from_the_api_server() {
     let (code, _) = h.shim("DEL", &p, &conf);
     assert_eq!(code, 0);
     assert!(h.ports().is_empty());
+    assert!(Harness::veth_gone(&p));
 
     // Another node's pod is not served by this node's daemon: not found after the bound.
     let mut other = h.pod("other");

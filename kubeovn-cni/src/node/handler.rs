@@ -404,7 +404,7 @@ impl CniHandler {
         if let Some(t) = self.cfg.gateway_timeout {
             let probes = net.gateways.iter().map(|gw| async move {
                 self.probe
-                    .probe(Path::new(netns), *gw, t)
+                    .probe(Path::new(netns), a.ifname, *gw, t)
                     .await
                     .map_err(|reason| {
                         Error::Plugin(CniError::new(
@@ -535,19 +535,35 @@ impl CniHandler {
     }
 
     /// `DEL`: removes the attachment's OVS port (with its QoS) and its veth; absent pieces are fine.
+    ///
+    /// The OVS port is gone when this returns; the veth is deleted right after, in the background: the
+    /// kernel's unregistration waits for RCU grace periods (~20 ms here) that nobody needs to wait for. The
+    /// deletion holds the attachment's lock, so an `ADD`, `CHECK` or `DEL` of the same attachment waits for it.
     pub async fn del(&self, req: &Request) -> Result<(), Error> {
         let a = self.attachment(req)?;
         let lock = self.lock_for(&a.host_if);
-        let _held = lock.lock().await;
-        self.unplug(&a.host_if).await
+        let held = lock.lock_owned().await;
+        self.unplug_port(&a.host_if).await?;
+        let (host, name) = (self.host.clone(), a.host_if.clone());
+        tokio::spawn(async move {
+            let _held = held;
+            // A failure leaves the veth for the next DEL or GC of the attachment, which retry.
+            let _ = host.delete_link(&name).await;
+        });
+        Ok(())
     }
 
-    async fn unplug(&self, host_if: &str) -> Result<(), Error> {
+    async fn unplug_port(&self, host_if: &str) -> Result<(), Error> {
         if self.ovs.port(host_if).is_some() {
             let mut b = OvsBatch::new();
             b.delete_port(host_if.to_owned());
             self.ovs.commit(b).await.map_err(ovs("delete port"))?;
         }
+        Ok(())
+    }
+
+    async fn unplug(&self, host_if: &str) -> Result<(), Error> {
+        self.unplug_port(host_if).await?;
         // Deleting the host end takes the pod end (in the pod's namespace) with it.
         self.host
             .delete_link(host_if)
@@ -861,9 +877,9 @@ mod tests {
         let mut probe = MockGatewayProbe::new();
         probe
             .expect_probe()
-            .withf(|_, gw, _| gw.to_string() == "10.16.0.1")
+            .withf(|_, ifname, gw, _| ifname == "eth0" && gw.to_string() == "10.16.0.1")
             .times(1)
-            .returning(|_, _, _| Ok(Duration::from_millis(1)));
+            .returning(|_, _, _, _| Ok(Duration::from_millis(1)));
         let h = handler(source_ok(), ovs, host, pod_side(), probe);
         let req = request(Command::Add, netns.to_str().unwrap());
         let resp = h.handle(&req).await;
@@ -975,6 +991,8 @@ mod tests {
         req.pod = None;
         assert!(h.handle(&req).await.error.is_none());
         assert!(h.handle(&req).await.error.is_none());
+        // The second DEL waited for the first's background veth deletion; let its own run.
+        let _ = h.lock_for(HOST_IF).lock().await;
     }
 
     #[tokio::test]

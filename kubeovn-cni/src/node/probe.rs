@@ -20,11 +20,12 @@ use socket2::{Domain, Protocol, Socket, Type};
 #[cfg_attr(test, mockall::automock)]
 #[async_trait]
 pub trait GatewayProbe: Send + Sync {
-    /// Waits, at most `timeout`, until `gateway` answers from inside the namespace at `netns`; returns how long
-    /// it took, or why not.
+    /// Waits, at most `timeout`, until `gateway` answers from inside the namespace at `netns` (through the
+    /// pod's interface `ifname`); returns how long it took, or why not.
     async fn probe(
         &self,
         netns: &Path,
+        ifname: &str,
         gateway: IpAddr,
         timeout: Duration,
     ) -> Result<Duration, String>;
@@ -36,7 +37,7 @@ pub struct NoGatewayProbe;
 
 #[async_trait]
 impl GatewayProbe for NoGatewayProbe {
-    async fn probe(&self, _: &Path, _: IpAddr, _: Duration) -> Result<Duration, String> {
+    async fn probe(&self, _: &Path, _: &str, _: IpAddr, _: Duration) -> Result<Duration, String> {
         Ok(Duration::ZERO)
     }
 }
@@ -107,8 +108,44 @@ fn is_reply(v6: bool, pkt: &[u8], id: u16) -> bool {
         && u16::from_be_bytes([icmp[4], icmp[5]]) == id
 }
 
+/// Sets the interface's neighbour retransmit time for the probe's duration and restores it on drop: the kernel
+/// queues our echo requests behind an unanswered ARP/NS and solicits again only after `retrans_time_ms`
+/// (1 s by default), so a first solicitation lost while flows settle would cost a whole second.
+struct RetransTime {
+    path: Option<PathBuf>,
+    old: String,
+}
+
+impl RetransTime {
+    fn lower(v6: bool, ifname: &str, ms: u128) -> RetransTime {
+        let fam = if v6 { "ipv6" } else { "ipv4" };
+        let path = PathBuf::from(format!(
+            "/proc/sys/net/{fam}/neigh/{ifname}/retrans_time_ms"
+        ));
+        match std::fs::read_to_string(&path) {
+            Ok(old) if std::fs::write(&path, ms.to_string()).is_ok() => RetransTime {
+                path: Some(path),
+                old: old.trim().to_owned(),
+            },
+            _ => RetransTime {
+                path: None,
+                old: String::new(),
+            },
+        }
+    }
+}
+
+impl Drop for RetransTime {
+    fn drop(&mut self) {
+        if let Some(p) = &self.path {
+            let _ = std::fs::write(p, &self.old);
+        }
+    }
+}
+
 fn probe_blocking(
     netns: &Path,
+    ifname: &str,
     gateway: IpAddr,
     timeout: Duration,
     interval: Duration,
@@ -117,6 +154,9 @@ fn probe_blocking(
     let f = std::fs::File::open(netns).map_err(|e| format!("open {}: {e}", netns.display()))?;
     setns(&f, CloneFlags::CLONE_NEWNET).map_err(|e| format!("setns {}: {e}", netns.display()))?;
     let v6 = gateway.is_ipv6();
+    // /proc/sys/net follows the calling thread's namespace, which is now the pod's.
+    let _retrans = (!ifname.contains('/') && !ifname.starts_with('.'))
+        .then(|| RetransTime::lower(v6, ifname, (interval.as_millis() * 5).max(20)));
     let (domain, proto) = if v6 {
         (Domain::IPV6, Protocol::ICMPV6)
     } else {
@@ -172,16 +212,18 @@ impl GatewayProbe for IcmpGatewayProbe {
     async fn probe(
         &self,
         netns: &Path,
+        ifname: &str,
         gateway: IpAddr,
         timeout: Duration,
     ) -> Result<Duration, String> {
         let (tx, rx) = tokio::sync::oneshot::channel();
         let path: PathBuf = netns.to_owned();
+        let ifname = ifname.to_owned();
         let interval = self.interval;
         std::thread::Builder::new()
             .name("gw-probe".into())
             .spawn(move || {
-                let _ = tx.send(probe_blocking(&path, gateway, timeout, interval));
+                let _ = tx.send(probe_blocking(&path, &ifname, gateway, timeout, interval));
             })
             .map_err(|e| format!("spawn probe thread: {e}"))?;
         rx.await

@@ -26,6 +26,12 @@ use serde_json::{json, Value};
 static SERIAL: Mutex<()> = Mutex::new(());
 static COUNTER: AtomicU32 = AtomicU32::new(0);
 
+/// Serialises the tests of one binary that run a stack (ovs-vswitchd's userspace datapath shares its
+/// `ovs-netdev` device between instances).
+pub fn serial() -> MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// Whether the test can run (root, OVN installed); prints why not.
 pub fn runnable() -> bool {
     let root = std::fs::read_to_string("/proc/self/status")
@@ -120,7 +126,7 @@ impl Harness {
         static_source: Arc<StaticPodNetworks>,
         source: Arc<dyn PodNetworkSource>,
     ) -> Harness {
-        let serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+        let serial = serial();
         let n = COUNTER.fetch_add(1, Ordering::Relaxed);
         let tag = format!("{:05}{n:x}", std::process::id() % 100_000);
         let bridge = format!("br-e{tag}");
@@ -341,6 +347,19 @@ impl Harness {
     /// Whether link `name` exists in the root namespace (`ip link show`).
     pub fn host_link_exists(name: &str) -> bool {
         Path::new("/sys/class/net").join(name).exists()
+    }
+
+    /// Waits (up to 3 s) until the pod's veth is gone from both namespaces: DEL deletes it just after it
+    /// answers.
+    pub fn veth_gone(pod: &Pod) -> bool {
+        let t0 = std::time::Instant::now();
+        while Self::host_link_exists(&pod.host_if()) || Self::pod_link_exists(pod, &pod.ifname) {
+            if t0.elapsed() > Duration::from_secs(3) {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        true
     }
 
     /// Whether link `name` exists in the pod's netns (`ip -n NS link show NAME`).
