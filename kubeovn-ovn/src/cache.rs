@@ -230,7 +230,13 @@ impl CachedRow {
     }
 
     fn apply_modify(&self, diff: Row) -> CachedRow {
-        let mut values: Vec<(u16, Datum)> = self.values.to_vec();
+        self.clone().apply_modify_owned(diff)
+    }
+
+    /// Applies a difference to a row nobody else holds: its values move, nothing is copied (a switch's ports
+    /// set of thousands is extended in place, not cloned per transaction).
+    fn apply_modify_owned(self, diff: Row) -> CachedRow {
+        let mut values: Vec<(u16, Datum)> = self.values.into_vec();
         for (k, d) in diff {
             let Some(i) = self.columns.position(&k) else {
                 continue;
@@ -300,7 +306,13 @@ fn apply_diff(cur: Datum, diff: Datum, ty: &ColumnType) -> Datum {
     };
     if add.len() <= 4 {
         for a in add {
-            match s.iter().position(|x| *x == a) {
+            // Reference sets (a switch's ports) are scanned per transaction: compare UUIDs directly, not
+            // through Atom's total order.
+            let found = match &a {
+                Atom::Uuid(u) => s.iter().position(|x| matches!(x, Atom::Uuid(v) if v == u)),
+                _ => s.iter().position(|x| *x == a),
+            };
+            match found {
                 Some(p) => {
                     s.remove(p);
                 }
@@ -551,12 +563,23 @@ impl State {
                         (kind, old, Some(new))
                     }
                     RowUpdate::Modify(diff) => {
-                        let Some(old) = tc.rows.get(&uuid).cloned() else {
+                        let Some(old) = tc.remove(uuid) else {
                             continue;
                         };
-                        let new = Arc::new(old.apply_modify(diff));
+                        // Without subscribers the old row is only ours (unless a reader still holds it):
+                        // change it in place instead of copying every column.
+                        let (old, new) = if events {
+                            let new = Arc::new(old.apply_modify(diff));
+                            (Some(old), new)
+                        } else {
+                            let new = match Arc::try_unwrap(old) {
+                                Ok(row) => row.apply_modify_owned(diff),
+                                Err(shared) => shared.apply_modify(diff),
+                            };
+                            (None, Arc::new(new))
+                        };
                         tc.insert(new.clone());
-                        (EventKind::Modify, Some(old), Some(new))
+                        (EventKind::Modify, old, Some(new))
                     }
                     RowUpdate::Delete(_) => {
                         let Some(old) = tc.remove(uuid) else { continue };
@@ -1413,5 +1436,48 @@ mod tests {
         );
         let want: Vec<Atom> = (0..5).chain(10..20).map(uuid).map(Atom::from).collect();
         assert_eq!(d, Datum::Set(want));
+    }
+
+    /// Without subscribers a modify changes the row in place; a reader still holding the old row keeps it
+    /// unchanged (copy only then), and the indexes follow the new values either way.
+    #[test]
+    fn modify_in_place_leaves_held_rows_alone() {
+        let c = CacheBuilder::new("OVN_Northbound")
+            .table("Logical_Switch")
+            .index("Logical_Switch", "name")
+            .build(&schema())
+            .unwrap();
+        let ls = |name: &str, ports: &[u8]| {
+            let mut r = Row::new();
+            r.insert("name".into(), Datum::from(name));
+            r.insert("ports".into(), Datum::set(ports.iter().map(|i| uuid(*i))));
+            r
+        };
+        c.apply(
+            one(
+                "Logical_Switch",
+                uuid(1),
+                RowUpdate::Insert(ls("a", &[1, 2])),
+            ),
+            None,
+        );
+        let modify = |ports: &[u8], name: &str| {
+            let mut d = Row::new();
+            d.insert("ports".into(), Datum::set(ports.iter().map(|i| uuid(*i))));
+            d.insert("name".into(), Datum::from(name));
+            one("Logical_Switch", uuid(1), RowUpdate::Modify(d))
+        };
+        let held = c.get("Logical_Switch", uuid(1)).unwrap();
+        c.apply(modify(&[3], "b"), None);
+        let ports = |r: &CachedRow| r.uuids("ports").collect::<Vec<_>>();
+        assert_eq!(ports(&held), [uuid(1), uuid(2)]);
+        assert_eq!(held.get_str("name"), "a");
+        drop(held);
+        // Nobody holds it now: in place.
+        c.apply(modify(&[1], "c"), None);
+        let now = c.lookup("Logical_Switch", "name", "c").unwrap();
+        assert_eq!(ports(&now), [uuid(2), uuid(3)]);
+        assert!(c.lookup("Logical_Switch", "name", "a").is_none());
+        assert!(c.lookup("Logical_Switch", "name", "b").is_none());
     }
 }
