@@ -10,7 +10,7 @@
 # The sandbox stays up: the script ends with the commands to use it and to take it down.
 #
 #   bash scripts/demo.sh                 (as root, or with sudo available; needs a stable Rust toolchain)
-#   STATE_DIR=/tmp/sbx bash scripts/demo.sh
+#   STATE_DIR=/tmp/sbx bash scripts/demo.sh [kube-ovn-sandbox up flags, e.g. --demo-pods 5]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -46,7 +46,7 @@ STATE_DIR=${STATE_DIR:-/var/lib/kube-ovn-sandbox}
 
 # --- up -----------------------------------------------------------------------------------------------
 step "kube-ovn-sandbox up --state-dir $STATE_DIR"
-$SUDO "$BIN/kube-ovn-sandbox" up --state-dir "$STATE_DIR" --bin-dir "$BIN"
+$SUDO "$BIN/kube-ovn-sandbox" up --state-dir "$STATE_DIR" --bin-dir "$BIN" "$@"
 
 cat <<MSG
 

@@ -28,6 +28,8 @@ pub struct Endpoint {
     pub mac: String,
     /// The network namespace to ping from.
     pub netns: PathBuf,
+    /// The interface to ping through.
+    pub ifname: String,
 }
 
 /// The sandbox's pods (those with a sandbox from the kubelet), in namespace/name order.
@@ -65,6 +67,7 @@ pub async fn endpoints(
             ip,
             mac: pod_annotation(ann, "mac_address").unwrap_or("-").to_owned(),
             netns: rec.netns.clone(),
+            ifname: rec.ifname.clone(),
         });
     }
     out.sort_by(|a, b| a.label.cmp(&b.label));
@@ -79,6 +82,7 @@ pub async fn endpoints(
                 .and_then(|s| s.parse().ok()),
             mac: pod_annotation(ann, "mac_address").unwrap_or("-").to_owned(),
             netns: PathBuf::from("/proc/self/ns/net"),
+            ifname: settings.node_nic.clone(),
         });
     }
     Ok(out)
@@ -195,8 +199,8 @@ pub async fn ping_matrix(eps: &[Endpoint], timeout: Duration) -> PingMatrix {
                 continue;
             };
             // The first echo also resolves the neighbour; the second one is the round trip.
-            let r = match probe.probe(&src.netns, ip, timeout).await {
-                Ok(_) => probe.probe(&src.netns, ip, timeout).await.ok(),
+            let r = match probe.probe(&src.netns, &src.ifname, ip, timeout).await {
+                Ok(_) => probe.probe(&src.netns, &src.ifname, ip, timeout).await.ok(),
                 Err(_) => None,
             };
             row.push(r);
@@ -237,6 +241,7 @@ mod tests {
             ip: Some("10.16.0.2".parse().expect("ip")),
             mac: "0a:00:00:10:00:03".into(),
             netns: PathBuf::new(),
+            ifname: "eth0".into(),
         }]);
         assert!(t.starts_with("POD"));
         assert!(t.contains("default/web-1  ovn-default  10.16.0.2  0a:00:00:10:00:03"));

@@ -258,33 +258,13 @@ fn check_alive(rec: &ProcRecord, log: &Path) -> Result<(), SandboxError> {
     }
 }
 
-/// The Kube-OVN CRDs the controller watches, served by the test API server (schema-free: the controller
-/// validates the specs).
+/// The Kube-OVN CRDs (`kubeovn_core::crd`, the ones `kube-ovn-controller crd` prints and dist/crds.yaml
+/// holds), as JSON for the test API server.
 pub fn crds() -> Vec<Value> {
-    [
-        ("subnets", "Subnet", "subnet", vec!["subnet"]),
-        ("ips", "IP", "ip", vec!["ip"]),
-        ("ippools", "IPPool", "ippool", vec!["ippool"]),
-        ("vpcs", "Vpc", "vpc", vec!["vpc"]),
-    ]
-    .into_iter()
-    .map(|(plural, kind, singular, short)| {
-        json!({
-            "apiVersion": "apiextensions.k8s.io/v1",
-            "kind": "CustomResourceDefinition",
-            "metadata": {"name": format!("{plural}.kubeovn.io")},
-            "spec": {
-                "group": "kubeovn.io",
-                "scope": "Cluster",
-                "names": {"plural": plural, "singular": singular, "kind": kind, "shortNames": short},
-                "versions": [{"name": "v1", "served": true, "storage": true,
-                              "subresources": {"status": {}},
-                              "schema": {"openAPIV3Schema": {"type": "object",
-                                         "x-kubernetes-preserve-unknown-fields": true}}}]
-            }
-        })
-    })
-    .collect()
+    kubeovn_core::crd::crds()
+        .iter()
+        .filter_map(|c| serde_json::to_value(c).ok())
+        .collect()
 }
 
 fn dynamic(group: &str, kind: &str, plural: &str) -> ApiResource {
@@ -309,6 +289,22 @@ async fn create_json(api: &Api<DynamicObject>, v: Value) -> Result<(), SandboxEr
         Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
         Err(e) => Err(failed("create object", format!("{}: {e}", o.name_any()))),
     }
+}
+
+/// Another running ovs-vswitchd (pid, command line): the userspace datapath's `ovs-netdev` tap is one per
+/// network namespace, so a second ovs-vswitchd on the netdev datapath cannot open its bridges.
+pub fn other_vswitchd() -> Option<(u32, String)> {
+    let rd = std::fs::read_dir("/proc").ok()?;
+    rd.flatten().find_map(|e| {
+        let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+        let comm = std::fs::read_to_string(e.path().join("comm")).ok()?;
+        if comm.trim() != "ovs-vswitchd" || !ProcRecord::of("", pid).alive() {
+            return None;
+        }
+        let cmd = std::fs::read(e.path().join("cmdline")).ok()?;
+        let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+        Some((pid, cmd.trim().to_owned()))
+    })
 }
 
 /// Whether a sandbox runs in `dir`: every recorded process alive.
@@ -349,6 +345,15 @@ pub async fn up(dir: &StateDir, opts: &UpOptions) -> Result<report::PingMatrix, 
         down(dir)?;
     }
 
+    if let Some((pid, cmd)) = other_vswitchd() {
+        return Err(failed(
+            "up",
+            format!(
+                "another ovs-vswitchd runs (pid {pid}: {cmd}); the userspace datapath's ovs-netdev device \
+                 exists once per network namespace: stop it first (a system one: systemctl stop openvswitch-switch)"
+            ),
+        ));
+    }
     let mut settings = opts.settings.clone();
     let bins = Binaries::locate(opts.bin_dir.as_deref())?;
     for d in [
@@ -862,8 +867,9 @@ mod tests {
     #[test]
     fn crds_are_cluster_scoped_kubeovn() {
         let c = crds();
-        assert_eq!(c.len(), 4);
+        assert!(c.len() >= 4);
         assert!(c.iter().all(|c| c["spec"]["group"] == "kubeovn.io"));
+        assert!(c.iter().any(|c| c["spec"]["names"]["plural"] == "subnets"));
     }
 
     #[test]

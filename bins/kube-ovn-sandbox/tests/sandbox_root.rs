@@ -175,6 +175,15 @@ fn up_ping_kubectl_exec_down() {
     if !runnable() {
         return;
     }
+    // One ovs-vswitchd on the userspace datapath per network namespace: wait for another test's to stop.
+    let t0 = Instant::now();
+    while let Some((pid, cmd)) = kube_ovn_sandbox::sandbox::other_vswitchd() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(180),
+            "another ovs-vswitchd (pid {pid}: {cmd}) kept running for 3 minutes"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
     let tag = std::process::id() % 10000;
     let sb = Sandbox {
         dir: tempfile::Builder::new()
