@@ -352,6 +352,26 @@ async fn subnets_nodes_pods_restart_and_cleanup() {
     })
     .await;
 
+    // Subnet update: a new excluded address reaches the switch, nothing allocated moves.
+    env.kubectl(&[
+        "patch",
+        "subnets.kubeovn.io",
+        "s1",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"excludeIps":["10.66.0.2..10.66.0.9","10.66.0.100"]}}"#,
+    ])
+    .await;
+    wait_for("s1 exclude_ips updated", 20, || async {
+        let o = env
+            .nbctl(&["get", "logical_switch", "s1", "other_config:exclude_ips"])
+            .await;
+        (o == "\"10.66.0.1 10.66.0.100 10.66.0.2..10.66.0.9\"").then_some(())
+    })
+    .await;
+    let a2 = env.get_json(&["pod", "-n", "ns1", "a"]).await.unwrap();
+    assert_eq!(ann(&a2, "ovn.kubernetes.io/ip_address"), Some("10.66.0.10"));
+
     // A custom VPC with its own router and subnet.
     env.apply(
         r#"{"apiVersion":"kubeovn.io/v1","kind":"Vpc","metadata":{"name":"vpc1"},"spec":{}}"#,

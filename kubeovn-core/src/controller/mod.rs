@@ -130,7 +130,7 @@ impl Default for Config {
                 ("use_logical_dp_groups".to_owned(), "true".to_owned()),
                 ("mac_prefix".to_owned(), "0a:00:00".to_owned()),
             ]),
-            pod_workers: 64,
+            pod_workers: 128,
             workers: 4,
             writer: WriterConfig::default(),
             gc_interval: Duration::from_secs(60),
@@ -409,36 +409,42 @@ impl Controller {
             pods_w,
             ctx.queues.pod.clone(),
             Some(Tomb(ctx.clone(), |c| &c.pod_tombstones)),
+            podinfo::trim,
         ));
         spawn(informer(
             Api::<Node>::all(client.clone()),
             nodes_w,
             ctx.queues.node.clone(),
             Some(Tomb(ctx.clone(), |c| &c.node_tombstones)),
+            |_| {},
         ));
         spawn(informer(
             Api::<Namespace>::all(client.clone()),
             ns_w,
             ctx.queues.namespace.clone(),
             None,
+            |_| {},
         ));
         spawn(informer(
             Api::<DynamicObject>::all_with(client.clone(), &subnet::resource()),
             subnet_w,
             ctx.queues.subnet.clone(),
             Some(Tomb(ctx.clone(), |c| &c.subnet_tombstones)),
+            |_| {},
         ));
         spawn(informer(
             Api::<DynamicObject>::all_with(client.clone(), &subnet::pool_resource()),
             pool_w,
             ctx.queues.pool.clone(),
             Some(Tomb(ctx.clone(), |c| &c.pool_tombstones)),
+            |_| {},
         ));
         spawn(informer(
             Api::<crate::crd::Vpc>::all(client.clone()),
             vpc_w,
             ctx.queues.vpc.clone(),
             None,
+            |_| {},
         ));
         let ready = |e: reflector::store::WriterDropped| {
             ControllerError::NotReady(format!("informer stopped: {e}"))
@@ -585,6 +591,7 @@ fn informer<K>(
     writer: reflector::store::Writer<K>,
     queue: Arc<WorkQueue<String>>,
     tomb: Option<Tomb<K>>,
+    trim: fn(&mut K),
 ) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send>>
 where
     K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
@@ -593,9 +600,10 @@ where
     Box::pin(async move {
         let stream = watcher::watcher(api, watcher::Config::default().any_semantic())
             .default_backoff()
-            .modify(|o: &mut K| {
+            .modify(move |o: &mut K| {
                 // managedFields are never read; dropping them keeps the store small.
                 o.meta_mut().managed_fields = None;
+                trim(o);
             });
         let stream = reflector::reflector(writer, stream);
         futures::pin_mut!(stream);

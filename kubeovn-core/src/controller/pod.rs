@@ -198,20 +198,15 @@ async fn add(ctx: &Ctx, pod: &Pod) -> Result<()> {
     );
     ctx.writer.commit(batch).await?;
 
-    ip::ensure(
-        ctx,
-        &IpRecord {
-            name: port.clone(),
-            subnet: subnet.name.clone(),
-            namespace: ns.clone(),
-            pod: name.clone(),
-            node: node.clone().unwrap_or_default(),
-            addrs,
-            pod_type: String::new(),
-        },
-    )
-    .await?;
-
+    let record = IpRecord {
+        name: port.clone(),
+        subnet: subnet.name.clone(),
+        namespace: ns.clone(),
+        pod: name.clone(),
+        node: node.clone().unwrap_or_default(),
+        addrs,
+        pod_type: String::new(),
+    };
     let done = PodNetworkAnnotations {
         ip_addresses: addrs.ips().collect(),
         mac_address: Some(addrs.mac),
@@ -230,7 +225,10 @@ async fn add(ctx: &Ctx, pod: &Pod) -> Result<()> {
     let unchanged = patch
         .iter()
         .all(|(k, v)| anns.get(k).map(String::as_str) == v.as_deref());
-    if !unchanged {
+    let annotate = async {
+        if unchanged {
+            return Ok(());
+        }
         let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
         match api
             .patch(
@@ -240,12 +238,17 @@ async fn add(ctx: &Ctx, pod: &Pod) -> Result<()> {
             )
             .await
         {
-            Ok(_) => {}
+            Ok(_) => Ok(()),
             // Deleted meanwhile: its delete event releases what was taken.
-            Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
-            Err(e) => return Err(ControllerError::kube(format!("patch {what}"), e)),
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+            Err(e) => Err(ControllerError::kube(format!("patch {what}"), e)),
         }
-    }
+    };
+    // The port is in NB: the record and the annotations are independent writes, both idempotent (a
+    // failure of either retries both).
+    let (r, a) = tokio::join!(ip::ensure(ctx, &record), annotate);
+    r?;
+    a?;
     ctx.metrics.pod_added(t.elapsed());
     Ok(())
 }

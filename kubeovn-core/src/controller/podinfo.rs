@@ -31,6 +31,26 @@ pub struct PodInfoSpec {
     pub host_network: Option<bool>,
 }
 
+/// Drops what the controller never reads from a pod kept in the informer's store: labels, owner references,
+/// finalizers and every annotation but Kube-OVN's (`*.kubernetes.io/*` except kubectl's last-applied copy)
+/// and Multus'.
+pub fn trim(p: &mut PodInfo) {
+    let m = &mut p.metadata;
+    m.labels = None;
+    m.owner_references = None;
+    m.finalizers = None;
+    m.generate_name = None;
+    m.creation_timestamp = None;
+    if let Some(a) = m.annotations.as_mut() {
+        a.retain(|k, _| {
+            k != "kubectl.kubernetes.io/last-applied-configuration"
+                && (k.contains(".kubernetes.io/")
+                    || k.starts_with("k8s.v1.cni.cncf.io/")
+                    || k.starts_with("v1.multus-cni.io/"))
+        });
+    }
+}
+
 impl kube::Resource for PodInfo {
     type DynamicType = ();
     type Scope = NamespaceResourceScope;
