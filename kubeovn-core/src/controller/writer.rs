@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use kubeovn_ovn::northbound::{Batch, Northbound};
+use kubeovn_ovn::northbound::{Batch, Northbound, Op};
 use tokio::sync::{mpsc, oneshot};
 
 use super::error::{ControllerError, Result};
@@ -102,6 +102,33 @@ async fn run(
     }
 }
 
+/// One batch from many. Additions to one port group become one op, placed after everything else (the
+/// ports they name are created earlier in the batch): the planner reads a group's members once per op, so
+/// one op per pod would cost O(members) each.
+pub fn merge<'a>(batches: impl IntoIterator<Item = &'a Batch>) -> Batch {
+    let mut merged = Batch::new();
+    let mut groups: Vec<(String, Vec<String>)> = Vec::new();
+    let mut index: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
+    for b in batches {
+        for op in &b.ops {
+            match op {
+                Op::PortGroupAdd { group, ports } => {
+                    let i = *index.entry(group.clone()).or_insert_with(|| {
+                        groups.push((group.clone(), Vec::new()));
+                        groups.len() - 1
+                    });
+                    groups[i].1.extend(ports.iter().cloned());
+                }
+                other => merged.ops.push(other.clone()),
+            }
+        }
+    }
+    for (group, ports) in groups {
+        merged.ops.push(Op::PortGroupAdd { group, ports });
+    }
+    merged
+}
+
 async fn commit_one(nb: &dyn Northbound, metrics: Option<&Metrics>, batch: Batch) -> Result<()> {
     let ops = batch.len();
     let t = Instant::now();
@@ -120,10 +147,7 @@ async fn commit_all(nb: &dyn Northbound, metrics: Option<&Metrics>, jobs: &mut V
         }
         return;
     }
-    let mut merged = Batch::new();
-    for j in jobs.iter() {
-        merged.ops.extend(j.batch.ops.iter().cloned());
-    }
+    let merged = merge(jobs.iter().map(|j| &j.batch));
     match commit_one(nb, metrics, merged).await {
         Ok(()) => {
             for j in jobs.drain(..) {
@@ -143,7 +167,7 @@ async fn commit_all(nb: &dyn Northbound, metrics: Option<&Metrics>, jobs: &mut V
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kubeovn_ovn::northbound::{MockNorthbound, Op};
+    use kubeovn_ovn::northbound::{MockNorthbound, SwitchPort};
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     fn port(name: &str) -> Batch {
@@ -181,6 +205,33 @@ mod tests {
             t.await.expect("join").expect("committed");
         }
         assert_eq!(calls.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn merge_groups_port_group_additions_last() {
+        let mut a = Batch::new();
+        a.add(SwitchPort::new("ls", "p1"));
+        a.port_group_add_ports("g1", ["p1"]);
+        a.port_group_add_ports("g2", ["p1"]);
+        let mut b = Batch::new();
+        b.add(SwitchPort::new("ls", "p2"));
+        b.port_group_add_ports("g1", ["p2"]);
+        let m = merge([&a, &b]);
+        assert!(matches!(&m.ops[0], Op::SwitchPort(p) if p.name == "p1"));
+        assert!(matches!(&m.ops[1], Op::SwitchPort(p) if p.name == "p2"));
+        assert_eq!(
+            m.ops[2..],
+            [
+                Op::PortGroupAdd {
+                    group: "g1".into(),
+                    ports: vec!["p1".into(), "p2".into()]
+                },
+                Op::PortGroupAdd {
+                    group: "g2".into(),
+                    ports: vec!["p1".into()]
+                },
+            ]
+        );
     }
 
     #[tokio::test]
