@@ -24,6 +24,7 @@
 pub mod cni;
 pub mod exec;
 pub mod kubelet;
+pub mod metrics_http;
 pub mod ovn;
 pub mod procs;
 pub mod report;

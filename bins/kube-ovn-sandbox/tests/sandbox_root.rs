@@ -51,6 +51,8 @@ fn bin_dir() -> PathBuf {
         ("kube-ovn-daemon", "kube-ovn-daemon"),
         ("kube-ovn-cni", "kube-ovn"),
         ("kubectl-ko", "kubectl-ko"),
+        ("kube-ovn-monitor", "kube-ovn-monitor"),
+        ("kube-ovn-pinger", "kube-ovn-pinger"),
     ];
     let missing: Vec<&str> = wanted
         .iter()
@@ -112,6 +114,20 @@ impl Sandbox {
             .unwrap();
         eprintln!(
             "$ kubectl-ko {}\n{}{}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out
+    }
+
+    fn tool(&self, bin: &str, args: &[&str]) -> Output {
+        let out = Command::new(self.bins.join(bin))
+            .args(args)
+            .output()
+            .unwrap();
+        eprintln!(
+            "$ {bin} {}\n{}{}",
             args.join(" "),
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
@@ -266,6 +282,19 @@ fn up_ping_kubectl_exec_down() {
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(out.status.success(), "{text}");
     assert!(text.contains("output to \"web-1.default\""), "{text}");
+
+    // Monitoring: the pinger's one-shot report and the monitor's database probes.
+    let dir = sb.dir.path().to_str().unwrap();
+    let out = sb.tool("kube-ovn-pinger", &["--sandbox", dir, "--once"]);
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("all pairs answered"));
+    let out = sb.tool("kube-ovn-monitor", &["--sandbox", dir, "--once"]);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains("kube_ovn_monitor_db_connected{db=\"sb\"} 1"),
+        "{text}"
+    );
 
     // A pod created by someone else gets a sandbox; another pod reaches it through the router.
     let out = sb.kubectl(&["run", "extra", "--image=registry.k8s.io/pause:3.10"]);
