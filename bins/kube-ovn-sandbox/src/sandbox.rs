@@ -820,17 +820,21 @@ fn remove_host_veth(rec: &PodRecord) {
 
 /// `status`: each process, alive or not, and the pods' sandboxes.
 pub fn status(dir: &StateDir) -> Result<bool, SandboxError> {
+    use std::fmt::Write as _;
     let pids = load_pids(dir);
+    let mut out = String::new();
     if pids.is_empty() {
-        println!("no sandbox in {}", dir.root().display());
+        let _ = writeln!(out, "no sandbox in {}", dir.root().display());
+        print_lossy(&out);
         return Ok(false);
     }
     let mut all = true;
-    println!("{:<22} {:>8}  STATE", "PROCESS", "PID");
+    let _ = writeln!(out, "{:<22} {:>8}  STATE", "PROCESS", "PID");
     for p in &pids {
         let alive = p.alive();
         all &= alive;
-        println!(
+        let _ = writeln!(
+            out,
             "{:<22} {:>8}  {}",
             p.name,
             p.pid,
@@ -838,17 +842,24 @@ pub fn status(dir: &StateDir) -> Result<bool, SandboxError> {
         );
     }
     let recs = records(dir);
-    println!("\n{:<32} {:<44} IPS", "POD", "NETNS");
+    let _ = writeln!(out, "\n{:<32} {:<44} IPS", "POD", "NETNS");
     for r in &recs {
-        println!(
+        let _ = writeln!(
+            out,
             "{:<32} {:<44} {}",
             format!("{}/{}", r.namespace, r.name),
             r.netns_name,
             r.ips.join(",")
         );
     }
-    println!("\nkubeconfig: {}", dir.kubeconfig().display());
+    let _ = writeln!(out, "\nkubeconfig: {}", dir.kubeconfig().display());
+    print_lossy(&out);
     Ok(all)
+}
+
+/// Prints without panicking on a closed stdout (`status | head`).
+fn print_lossy(s: &str) {
+    let _ = std::io::stdout().write_all(s.as_bytes());
 }
 
 #[cfg(test)]
