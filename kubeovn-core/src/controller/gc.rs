@@ -99,10 +99,12 @@ pub(crate) async fn sweep(ctx: &Ctx, marked: &Orphans, now: Orphans) -> Result<O
     Ok(next)
 }
 
-/// Runs a pass right away (marking) and then every `gc_interval`.
+/// Runs a pass every `gc_interval`, the first one interval after start (not competing with the start's
+/// work queue).
 pub(crate) async fn run(ctx: Arc<Ctx>) {
     let mut marked = Orphans::default();
     loop {
+        tokio::time::sleep(ctx.config.gc_interval).await;
         match scan(&ctx).await {
             Ok(now) => match sweep(&ctx, &marked, now).await {
                 Ok(next) => marked = next,
@@ -110,6 +112,5 @@ pub(crate) async fn run(ctx: Arc<Ctx>) {
             },
             Err(e) => tracing::warn!(error = %e, "gc scan"),
         }
-        tokio::time::sleep(ctx.config.gc_interval).await;
     }
 }
