@@ -51,12 +51,12 @@ $SUDO "$BIN/kube-ovn-sandbox" up --state-dir "$STATE_DIR" --bin-dir "$BIN" "$@"
 cat <<MSG
 
 The sandbox is up and stays up. Try:
-  $SUDO $BIN/kube-ovn-sandbox status --state-dir $STATE_DIR
-  $SUDO $BIN/kube-ovn-sandbox exec --state-dir $STATE_DIR demo/app-1 -- ping -c 3 <web-1's IP above>
-  $SUDO kubectl --kubeconfig $STATE_DIR/kubeconfig get pods -A -o wide      (if kubectl is installed)
-  $SUDO kubectl --kubeconfig $STATE_DIR/kubeconfig run extra --image=pause  (gets a netns and an IP)
-  $SUDO env KUBE_OVN_SANDBOX_DIR=$STATE_DIR $BIN/kubectl-ko nbctl show
-  $SUDO env KUBE_OVN_SANDBOX_DIR=$STATE_DIR $BIN/kubectl-ko diagnose
+  ${SUDO:+$SUDO }$BIN/kube-ovn-sandbox status --state-dir $STATE_DIR
+  ${SUDO:+$SUDO }$BIN/kube-ovn-sandbox exec --state-dir $STATE_DIR demo/app-1 -- ping -c 3 <web-1's IP above>
+  ${SUDO:+$SUDO }kubectl --kubeconfig $STATE_DIR/kubeconfig get pods -A -o wide      (if kubectl is installed)
+  ${SUDO:+$SUDO }kubectl --kubeconfig $STATE_DIR/kubeconfig run extra --image=pause  (gets a netns and an IP)
+  ${SUDO:+$SUDO }env KUBE_OVN_SANDBOX_DIR=$STATE_DIR $BIN/kubectl-ko nbctl show
+  ${SUDO:+$SUDO }env KUBE_OVN_SANDBOX_DIR=$STATE_DIR $BIN/kubectl-ko diagnose
 Take it down (stops every process by pid, removes its network namespaces and links):
-  $SUDO $BIN/kube-ovn-sandbox down --state-dir $STATE_DIR
+  ${SUDO:+$SUDO }$BIN/kube-ovn-sandbox down --state-dir $STATE_DIR
 MSG
