@@ -96,16 +96,36 @@ impl Drop for Server {
     }
 }
 
-/// The example binary cargo built beside this test (`cargo test` builds the package's examples).
+/// The example binary, built beside this test. `cargo test` builds examples as programs, but `cargo test
+/// --all-targets` builds them as test harnesses only: then build the program with the cargo that runs us.
 fn example() -> PathBuf {
+    static BUILD: std::sync::Once = std::sync::Once::new();
     let exe = std::env::current_exe().expect("current_exe");
     let dir = exe.parent().and_then(Path::parent).expect("target dir");
     let bin = dir.join("examples").join("nb_operator");
-    assert!(
-        bin.exists(),
-        "{} not built: run `cargo test -p kubeovn-examples` (it builds the examples)",
-        bin.display()
-    );
+    BUILD.call_once(|| {
+        if bin.exists() {
+            return;
+        }
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let mut cmd = Command::new(cargo);
+        cmd.args([
+            "build",
+            "-p",
+            "kubeovn-examples",
+            "--example",
+            "nb_operator",
+        ]);
+        if dir.file_name().and_then(|s| s.to_str()) == Some("release") {
+            cmd.arg("--release");
+        }
+        if let Some(target) = dir.parent() {
+            cmd.env("CARGO_TARGET_DIR", target);
+        }
+        let st = cmd.status().expect("cargo");
+        assert!(st.success(), "building the nb_operator example failed");
+    });
+    assert!(bin.exists(), "{} not built", bin.display());
     bin
 }
 
