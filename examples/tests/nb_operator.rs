@@ -6,6 +6,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+#[path = "../../test-support/cargo_build.rs"]
+mod cargo_build;
+
 const SCHEMA: &str = "/usr/share/ovn/ovn-nb.ovsschema";
 
 fn have(prog: &str) -> bool {
@@ -107,23 +110,7 @@ fn example() -> PathBuf {
         if bin.exists() {
             return;
         }
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let mut cmd = Command::new(cargo);
-        cmd.args([
-            "build",
-            "-p",
-            "kubeovn-examples",
-            "--example",
-            "nb_operator",
-        ]);
-        if dir.file_name().and_then(|s| s.to_str()) == Some("release") {
-            cmd.arg("--release");
-        }
-        if let Some(target) = dir.parent() {
-            cmd.env("CARGO_TARGET_DIR", target);
-        }
-        let st = cmd.status().expect("cargo");
-        assert!(st.success(), "building the nb_operator example failed");
+        cargo_build::cargo_build(dir, &["-p", "kubeovn-examples", "--example", "nb_operator"]);
     });
     assert!(bin.exists(), "{} not built", bin.display());
     bin

@@ -13,6 +13,9 @@ use kube_ovn_sandbox::ovn::missing_programs;
 use kube_ovn_sandbox::procs::ProcRecord;
 use serde_json::Value;
 
+#[path = "../../../test-support/cargo_build.rs"]
+mod cargo_build;
+
 fn is_root() -> bool {
     std::fs::read_to_string("/proc/self/status")
         .map(|s| {
@@ -62,20 +65,11 @@ fn bin_dir() -> PathBuf {
     if missing.is_empty() {
         return dir;
     }
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let mut cmd = Command::new(cargo);
-    cmd.arg("build");
+    let mut args: Vec<&str> = Vec::new();
     for p in &missing {
-        cmd.args(["-p", p]);
+        args.extend(["-p", p]);
     }
-    if dir.file_name().and_then(|s| s.to_str()) == Some("release") {
-        cmd.arg("--release");
-    }
-    if let Some(target) = dir.parent() {
-        cmd.env("CARGO_TARGET_DIR", target);
-    }
-    let st = cmd.status().unwrap();
-    assert!(st.success(), "building {missing:?} failed");
+    cargo_build::cargo_build(&dir, &args);
     dir
 }
 

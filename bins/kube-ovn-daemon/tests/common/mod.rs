@@ -23,6 +23,9 @@ use kubeovn_ovn::northbound::{
 use kubeovn_ovn::vswitch::OvsdbOpenVSwitch;
 use serde_json::{json, Value};
 
+#[path = "../../../../test-support/cargo_build.rs"]
+mod cargo_build;
+
 static SERIAL: Mutex<()> = Mutex::new(());
 static COUNTER: AtomicU32 = AtomicU32::new(0);
 
@@ -60,17 +63,7 @@ pub fn shim_path() -> PathBuf {
         let dir = exe.parent().unwrap().parent().unwrap().to_owned();
         let shim = dir.join("kube-ovn");
         if !shim.exists() {
-            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-            let mut cmd = Command::new(cargo);
-            cmd.args(["build", "-p", "kube-ovn-cni", "--bin", "kube-ovn"]);
-            if dir.file_name().and_then(|s| s.to_str()) == Some("release") {
-                cmd.arg("--release");
-            }
-            if let Some(target) = dir.parent() {
-                cmd.env("CARGO_TARGET_DIR", target);
-            }
-            let st = cmd.status().unwrap();
-            assert!(st.success(), "building the shim failed");
+            cargo_build::cargo_build(&dir, &["-p", "kube-ovn-cni", "--bin", "kube-ovn"]);
         }
         shim
     })
