@@ -213,8 +213,12 @@ pub(crate) async fn main(db: &str, rows: usize, server_pid: Option<u32>) -> Resu
         let client = connect(db).await?;
         let schema = client.get_schema(NB).await?;
         let mut req = MonitorRequests::new();
-        for t in schema.tables.keys() {
-            req = req.table(t.clone(), MonitorRequest::all());
+        // The replica's request: every declared column (no `_version`).
+        for (t, ts) in &schema.tables {
+            req = req.table(
+                t.clone(),
+                MonitorRequest::all().columns(ts.columns.keys().cloned()),
+            );
         }
         let t0 = Instant::now();
         let (r, stream) = client.monitor_cond_since(NB, &req, None).await?;

@@ -325,7 +325,30 @@ async fn main() {
     .await;
     let restart = t.elapsed().as_secs_f64();
     let (cpu, rss) = usage(child.id());
-    let log = std::fs::read_to_string(dir.path().join("controller-1.log")).unwrap_or_default();
+    // The pods queued at start may still be in hand: wait for the controller to say they are done.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let log = loop {
+        let log = std::fs::read_to_string(dir.path().join("controller-1.log")).unwrap_or_default();
+        if log.contains("initial pods handled") || Instant::now() > deadline {
+            break log;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    // The controller's own start timeline.
+    for l in log.lines().filter(|l| {
+        [
+            "northbound replica ready",
+            "informers listed",
+            "ipam rebuild sources",
+            "ipam rebuilt",
+            "controller started",
+            "initial pods handled",
+        ]
+        .iter()
+        .any(|m| l.contains(m))
+    }) {
+        println!("  controller: {l}");
+    }
     let rebuilt = log
         .lines()
         .find(|l| l.contains("ipam rebuilt"))

@@ -234,15 +234,6 @@ pub enum Error {
     /// Kubernetes client configuration.
     #[error("kubernetes client: {0}")]
     Kube(String),
-    /// Northbound connection.
-    #[error("northbound {addr}: {source}")]
-    Nb {
-        /// Address.
-        addr: String,
-        /// Cause.
-        #[source]
-        source: kubeovn_ovn::Error,
-    },
     /// The controller stopped with an error.
     #[error(transparent)]
     Controller(#[from] kubeovn_core::controller::ControllerError),
@@ -271,14 +262,18 @@ pub async fn run(
     shutdown: impl std::future::Future<Output = ()> + Send,
 ) -> Result<(), Error> {
     let client = client(args.kubeconfig.as_deref()).await?;
-    let nb = kubeovn_ovn::northbound::OvsdbNorthbound::connect(&args.nb_addr)
-        .await
-        .map_err(|source| Error::Nb {
-            addr: args.nb_addr.clone(),
-            source,
-        })?;
-    let controller =
-        kubeovn_core::controller::Controller::new(client, std::sync::Arc::new(nb), args.config);
+    // The northbound replica fills while the controller lists from Kubernetes.
+    let nb_addr = args.nb_addr.clone();
+    let nb = async move {
+        let nb = kubeovn_ovn::northbound::OvsdbNorthbound::connect(&nb_addr)
+            .await
+            .map_err(|source| {
+                tracing::error!(addr = %nb_addr, error = %source, "northbound connection");
+                source
+            })?;
+        Ok(std::sync::Arc::new(nb) as std::sync::Arc<dyn kubeovn_ovn::northbound::Northbound>)
+    };
+    let controller = kubeovn_core::controller::Controller::connecting(client, nb, args.config);
     let metrics = args.metrics_addr.map(|addr| {
         let m = controller.metrics();
         tokio::spawn(async move {

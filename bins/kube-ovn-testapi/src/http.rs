@@ -433,17 +433,20 @@ async fn handle_inner(
                 };
                 (m("namespace"), m("name"))
             };
-            let snap = store.list(&info, ns, |v| {
-                labels.matches(v) && fields.matches(v) && after.as_ref().is_none_or(|a| key(v) > *a)
+            // remainingItemCount is only given for unfiltered lists, as the real server does.
+            let unfiltered = labels.is_empty() && fields.is_empty();
+            let (snap, rest) = store.list_page(&info, ns, after.as_ref(), limit, unfiltered, |v| {
+                labels.matches(v) && fields.matches(v)
             });
-            let total = snap.items.len();
-            let items: Vec<Arc<Value>> = snap.items.into_iter().take(limit).collect();
+            let items = snap.items;
             let mut meta = json!({"resourceVersion": snap.rv.to_string()});
-            if total > items.len() {
+            if rest > 0 {
                 if let Some(last) = items.last() {
                     let (n, m) = key(last);
                     meta["continue"] = Value::String(format!("{n}/{m}"));
-                    meta["remainingItemCount"] = json!(total - items.len());
+                    if unfiltered {
+                        meta["remainingItemCount"] = json!(rest);
+                    }
                 }
             }
             if table {

@@ -582,6 +582,53 @@ impl Store {
         }
     }
 
+    /// One page of [`Self::list`]: at most `limit` matching objects after the key `after` (a continue
+    /// token's (namespace, name)), and how many more match (counted only when asked: it walks the rest).
+    pub fn list_page(
+        &self,
+        info: &ResourceInfo,
+        ns: Option<&str>,
+        after: Option<&(String, String)>,
+        limit: usize,
+        count_rest: bool,
+        filter: impl Fn(&Value) -> bool,
+    ) -> (ListSnapshot, usize) {
+        use std::ops::Bound;
+        let inner = self.lock();
+        let mut items = Vec::new();
+        let mut rest = 0;
+        if let Some(objs) = inner.objects.get(&info.key()) {
+            let ns = ns.filter(|_| info.namespaced);
+            // Walk the ordered map from the continue key on: a page costs its own size, not the list's.
+            let start = match (ns, after) {
+                (Some(n), Some(a)) if a.0.as_str() < n => {
+                    Bound::Included((n.to_owned(), String::new()))
+                }
+                (_, Some(a)) => Bound::Excluded(a.clone()),
+                (Some(n), None) => Bound::Included((n.to_owned(), String::new())),
+                (None, None) => Bound::Unbounded,
+            };
+            let mut it = objs
+                .range((start, Bound::Unbounded))
+                .take_while(|((n, _), _)| ns.is_none_or(|ns| n == ns))
+                .map(|(_, v)| v)
+                .filter(|v| filter(v));
+            items.extend(it.by_ref().take(limit).cloned());
+            if count_rest {
+                rest = it.count();
+            } else if it.next().is_some() {
+                rest = 1;
+            }
+        }
+        (
+            ListSnapshot {
+                rv: inner.rv,
+                items,
+            },
+            rest,
+        )
+    }
+
     /// Replaces an object (PUT), or with `status_only` only its status (PUT on `/status`).
     ///
     /// A resourceVersion in `new` must match the stored one (409 Conflict otherwise).
@@ -907,6 +954,54 @@ mod tests {
         assert_eq!(format_rfc3339(0), "1970-01-01T00:00:00Z");
         assert_eq!(format_rfc3339(1_700_000_000), "2023-11-14T22:13:20Z");
         assert_eq!(parse_rfc3339("2023-11-14T22:13:20Z"), Some(1_700_000_000));
+    }
+
+    #[test]
+    fn pages_walk_every_namespace_once() {
+        let s = Store::new(100);
+        let cm = s.resource("", "v1", "configmaps").expect("configmaps");
+        for ns in ["default", "kube-system"] {
+            for i in 0..5 {
+                s.create(
+                    &cm,
+                    Some(ns),
+                    json!({"metadata": {"name": format!("c{i}"), "labels": {"odd": (i % 2).to_string()}}}),
+                )
+                .expect("create");
+            }
+        }
+        let odd = |v: &Value| v.pointer("/metadata/labels/odd") == Some(&json!("1"));
+        for (ns, filter, want) in [
+            (None, false, 10),
+            (None, true, 4),
+            (Some("kube-system"), false, 5),
+            (Some("kube-system"), true, 2),
+        ] {
+            let mut got = Vec::new();
+            let mut after: Option<(String, String)> = None;
+            loop {
+                let (page, rest) =
+                    s.list_page(&cm, ns, after.as_ref(), 3, true, |v| !filter || odd(v));
+                assert!(page.items.len() <= 3);
+                for v in &page.items {
+                    let m = |f: &str| v["metadata"][f].as_str().expect("meta").to_owned();
+                    got.push((m("namespace"), m("name")));
+                }
+                if rest == 0 {
+                    break;
+                }
+                after = got.last().cloned();
+            }
+            let mut sorted = got.clone();
+            sorted.sort();
+            sorted.dedup();
+            assert_eq!((got.len(), sorted.len()), (want, want), "{ns:?} {filter}");
+            assert!(ns.is_none_or(|n| got.iter().all(|(g, _)| g == n)));
+        }
+        // A token from before the namespace starts the namespace's list at its beginning.
+        let before = ("aaa".to_owned(), "x".to_owned());
+        let (page, _) = s.list_page(&cm, Some("kube-system"), Some(&before), 100, true, |_| true);
+        assert_eq!(page.items.len(), 5);
     }
 
     #[test]

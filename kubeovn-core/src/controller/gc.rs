@@ -52,7 +52,7 @@ pub(crate) async fn scan(ctx: &Ctx) -> Result<Orphans> {
             o.ports.insert((lsp.name.clone(), owner, ls));
         }
     }
-    for r in ip::list_records(ctx).await? {
+    for r in ip::list_records(&ctx.client).await? {
         let alive = if r.namespace.is_empty() {
             ctx.node(&r.pod).is_some()
         } else {

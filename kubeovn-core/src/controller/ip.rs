@@ -80,16 +80,20 @@ impl IpRecord {
     }
 
     fn from_object(o: &DynamicObject) -> Option<IpRecord> {
-        let spec = o.data.get("spec")?;
-        let s = |k: &str| spec.get(k).and_then(Value::as_str).unwrap_or_default();
+        let spec: crate::crd::IPSpec = serde_json::from_value(o.data.get("spec")?.clone()).ok()?;
+        Self::from_spec(o.metadata.name.clone()?, &spec)
+    }
+
+    fn from_spec(name: String, spec: &crate::crd::IPSpec) -> Option<IpRecord> {
         let mut addrs = Addresses {
             v4: None,
             v6: None,
-            mac: s("macAddress").parse().ok()?,
+            mac: spec.mac_address.parse().ok()?,
         };
-        for ip in s("ipAddress")
+        for ip in spec
+            .ip_address
             .split(',')
-            .chain([s("v4IpAddress"), s("v6IpAddress")])
+            .chain([spec.v4_ip_address.as_str(), spec.v6_ip_address.as_str()])
         {
             match ip.trim().parse::<IpAddr>() {
                 Ok(IpAddr::V4(a)) => addrs.v4 = Some(a),
@@ -98,13 +102,13 @@ impl IpRecord {
             }
         }
         Some(IpRecord {
-            name: o.metadata.name.clone()?,
-            subnet: s("subnet").to_owned(),
-            namespace: s("namespace").to_owned(),
-            pod: s("podName").to_owned(),
-            node: s("nodeName").to_owned(),
+            name,
+            subnet: spec.subnet.clone(),
+            namespace: spec.namespace.clone(),
+            pod: spec.pod_name.clone(),
+            node: spec.node_name.clone(),
             addrs,
-            pod_type: s("podType").to_owned(),
+            pod_type: spec.pod_type.clone(),
         })
     }
 
@@ -114,18 +118,23 @@ impl IpRecord {
     }
 }
 
-/// Every IP record (an absent IP CRD gives none).
-pub(crate) async fn list_records(ctx: &Ctx) -> Result<Vec<IpRecord>> {
-    let api = api(ctx);
+/// Every IP record (an absent IP CRD gives none). Decoded as the typed CRD, not as JSON values: at start
+/// this lists one record per pod.
+pub(crate) async fn list_records(client: &kube::Client) -> Result<Vec<IpRecord>> {
+    let api: Api<crate::crd::IP> = Api::all(client.clone());
     let mut out = Vec::new();
-    let mut lp = ListParams::default().limit(5000);
+    let mut lp = ListParams::default().limit(10_000);
     loop {
         let page = match api.list(&lp).await {
             Ok(p) => p,
             Err(kube::Error::Api(s)) if s.code == 404 => return Ok(out),
             Err(e) => return Err(ControllerError::kube("list ips", e)),
         };
-        out.extend(page.items.iter().filter_map(IpRecord::from_object));
+        out.extend(
+            page.items
+                .iter()
+                .filter_map(|ip| IpRecord::from_spec(ip.metadata.name.clone()?, &ip.spec)),
+        );
         match page.metadata.continue_ {
             Some(c) if !c.is_empty() => lp = lp.continue_token(&c),
             _ => return Ok(out),
@@ -134,8 +143,8 @@ pub(crate) async fn list_records(ctx: &Ctx) -> Result<Vec<IpRecord>> {
 }
 
 /// Every IP record as allocator records.
-pub(crate) async fn list(ctx: &Ctx) -> Result<Vec<Allocation>> {
-    Ok(list_records(ctx)
+pub(crate) async fn list(client: &kube::Client) -> Result<Vec<Allocation>> {
+    Ok(list_records(client)
         .await?
         .iter()
         .filter(|r| !r.subnet.is_empty())

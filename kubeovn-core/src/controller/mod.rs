@@ -141,10 +141,14 @@ impl Default for Config {
     }
 }
 
-/// The controller. Build with [`Controller::new`], start with [`Controller::run`].
+/// A northbound connection to be made.
+type PendingNb = std::pin::Pin<Box<dyn Future<Output = Result<Arc<dyn Northbound>>> + Send>>;
+
+/// The controller. Build with [`Controller::new`] (or [`Controller::connecting`]), start with
+/// [`Controller::run`].
 pub struct Controller {
     client: kube::Client,
-    nb: Arc<dyn Northbound>,
+    nb: Mutex<Option<PendingNb>>,
     config: Config,
     metrics: Metrics,
     ipam: Arc<SharedIpam>,
@@ -178,10 +182,10 @@ pub(crate) struct Ctx {
     pub pool_store: Store<DynamicObject>,
     pub vpcs: Store<crate::crd::Vpc>,
     /// Last state of deleted objects, until their delete is handled.
-    pub pod_tombstones: Mutex<HashMap<String, Arc<PodInfo>>>,
-    pub node_tombstones: Mutex<HashMap<String, Arc<Node>>>,
-    pub subnet_tombstones: Mutex<HashMap<String, Arc<DynamicObject>>>,
-    pub pool_tombstones: Mutex<HashMap<String, Arc<DynamicObject>>>,
+    pub pod_tombstones: Arc<Tombstones<PodInfo>>,
+    pub node_tombstones: Arc<Tombstones<Node>>,
+    pub subnet_tombstones: Arc<Tombstones<DynamicObject>>,
+    pub pool_tombstones: Arc<Tombstones<DynamicObject>>,
     pub queues: Queues,
 }
 
@@ -267,9 +271,19 @@ impl Ctx {
 impl Controller {
     /// A controller using `client` and `nb`.
     pub fn new(client: kube::Client, nb: Arc<dyn Northbound>, config: Config) -> Self {
+        Self::connecting(client, async move { Ok(nb) }, config)
+    }
+
+    /// A controller whose northbound connection is still being made by `nb`: the Kubernetes lists run
+    /// while it connects and fills its replica, which takes seconds on a large database.
+    pub fn connecting(
+        client: kube::Client,
+        nb: impl Future<Output = Result<Arc<dyn Northbound>>> + Send + 'static,
+        config: Config,
+    ) -> Self {
         Controller {
             client,
-            nb,
+            nb: Mutex::new(Some(Box::pin(nb))),
             config,
             metrics: Metrics::new(),
             ipam: Arc::new(SharedIpam::new()),
@@ -336,32 +350,14 @@ impl Controller {
                 .unwrap_or_else(|e| e.into_inner())
                 .push(tokio::spawn(f));
         };
+        let started = std::time::Instant::now();
         let c = &self.config;
         let default = subnet::info_from_config(&c.default_subnet, &c.default_vpc, false)?;
         let join = subnet::info_from_config(&c.join_subnet, &c.default_vpc, true)?;
+        let client = &self.client;
 
-        // NB_Global, the default VPC, join and the default subnet, before anything else.
-        let mut g = NbGlobal::new();
-        for (k, v) in &c.nb_global_options {
-            g = g.option(k, v);
-        }
-        g.execute(self.nb.as_ref()).await?;
-        self.nb
-            .commit(plan::vpc_batch(&c.default_vpc, &join))
-            .await?;
-        vpc::ensure_default(&self.client, &c.default_vpc).await?;
-        subnet::ensure_subnet_object(&self.client, &join, false).await?;
-        subnet::ensure_subnet_object(&self.client, &default, true).await?;
-
-        let writer = NbWriter::spawn(
-            self.nb.clone(),
-            c.writer.clone(),
-            Some(self.metrics.clone()),
-        );
-        let reporter = Reporter {
-            controller: c.reporter.clone(),
-            instance: c.lease.as_ref().map(|l| l.identity.clone()),
-        };
+        // Informers and the IP record list first: they run while the northbound replica fills and the
+        // default network is written. Stores fill now, keys are queued; workers start after the rebuild.
         let queues = Queues {
             pod: WorkQueue::new("pod"),
             subnet: WorkQueue::new("subnet"),
@@ -370,8 +366,10 @@ impl Controller {
             pool: WorkQueue::new("ippool"),
             vpc: WorkQueue::new("vpc"),
         };
-
-        // Informers: stores filled now, keys queued; workers start after the rebuild.
+        let pod_tombstones = Arc::new(Tombstones::default());
+        let node_tombstones = Arc::new(Tombstones::default());
+        let subnet_tombstones = Arc::new(Tombstones::default());
+        let pool_tombstones = Arc::new(Tombstones::default());
         let (pods, pods_w) = reflector::store::<PodInfo>();
         let (nodes, nodes_w) = reflector::store::<Node>();
         let (namespaces, ns_w) = reflector::store::<Namespace>();
@@ -380,10 +378,86 @@ impl Controller {
         let pool_w = reflector::store::Writer::<DynamicObject>::new(subnet::pool_resource());
         let pool_store = pool_w.as_reader();
         let (vpcs, vpc_w) = reflector::store::<crate::crd::Vpc>();
+        spawn(informer(
+            Api::<PodInfo>::all(client.clone()),
+            pods_w,
+            queues.pod.clone(),
+            Some(pod_tombstones.clone()),
+            podinfo::trim,
+        ));
+        spawn(informer(
+            Api::<Node>::all(client.clone()),
+            nodes_w,
+            queues.node.clone(),
+            Some(node_tombstones.clone()),
+            |_| {},
+        ));
+        spawn(informer(
+            Api::<Namespace>::all(client.clone()),
+            ns_w,
+            queues.namespace.clone(),
+            None,
+            |_| {},
+        ));
+        spawn(informer(
+            Api::<DynamicObject>::all_with(client.clone(), &subnet::resource()),
+            subnet_w,
+            queues.subnet.clone(),
+            Some(subnet_tombstones.clone()),
+            |_| {},
+        ));
+        spawn(informer(
+            Api::<DynamicObject>::all_with(client.clone(), &subnet::pool_resource()),
+            pool_w,
+            queues.pool.clone(),
+            Some(pool_tombstones.clone()),
+            |_| {},
+        ));
+        spawn(informer(
+            Api::<crate::crd::Vpc>::all(client.clone()),
+            vpc_w,
+            queues.vpc.clone(),
+            None,
+            |_| {},
+        ));
+        let ip_records = tokio::spawn({
+            let client = client.clone();
+            async move { ip::list(&client).await }
+        });
+        // An error below drops the list with the rest of the start.
+        let _stop_ip_list = AbortTask(ip_records.abort_handle());
 
+        let pending = self
+            .nb
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+            .ok_or_else(|| ControllerError::NotReady("the controller ran already".into()))?;
+        let nb = pending.await?;
+        tracing::info!(
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "northbound replica ready"
+        );
+
+        // NB_Global, the default VPC, join and the default subnet, before any object is handled.
+        let mut g = NbGlobal::new();
+        for (k, v) in &c.nb_global_options {
+            g = g.option(k, v);
+        }
+        g.execute(nb.as_ref()).await?;
+        nb.commit(plan::vpc_batch(&c.default_vpc, &join)).await?;
+        vpc::ensure_default(&self.client, &c.default_vpc).await?;
+        subnet::ensure_subnet_object(&self.client, &join, false).await?;
+        subnet::ensure_subnet_object(&self.client, &default, true).await?;
+
+        let writer = NbWriter::spawn(nb.clone(), c.writer.clone(), Some(self.metrics.clone()));
+        let reporter = Reporter {
+            controller: c.reporter.clone(),
+            instance: c.lease.as_ref().map(|l| l.identity.clone()),
+        };
         let ctx = Arc::new(Ctx {
             client: self.client.clone(),
-            nb: self.nb.clone(),
+            nb,
             writer,
             ipam: self.ipam.clone(),
             config: c.clone(),
@@ -397,55 +471,12 @@ impl Controller {
             subnet_store,
             pool_store,
             vpcs,
-            pod_tombstones: Mutex::new(HashMap::new()),
-            node_tombstones: Mutex::new(HashMap::new()),
-            subnet_tombstones: Mutex::new(HashMap::new()),
-            pool_tombstones: Mutex::new(HashMap::new()),
+            pod_tombstones,
+            node_tombstones,
+            subnet_tombstones,
+            pool_tombstones,
             queues,
         });
-        let client = &self.client;
-        spawn(informer(
-            Api::<PodInfo>::all(client.clone()),
-            pods_w,
-            ctx.queues.pod.clone(),
-            Some(Tomb(ctx.clone(), |c| &c.pod_tombstones)),
-            podinfo::trim,
-        ));
-        spawn(informer(
-            Api::<Node>::all(client.clone()),
-            nodes_w,
-            ctx.queues.node.clone(),
-            Some(Tomb(ctx.clone(), |c| &c.node_tombstones)),
-            |_| {},
-        ));
-        spawn(informer(
-            Api::<Namespace>::all(client.clone()),
-            ns_w,
-            ctx.queues.namespace.clone(),
-            None,
-            |_| {},
-        ));
-        spawn(informer(
-            Api::<DynamicObject>::all_with(client.clone(), &subnet::resource()),
-            subnet_w,
-            ctx.queues.subnet.clone(),
-            Some(Tomb(ctx.clone(), |c| &c.subnet_tombstones)),
-            |_| {},
-        ));
-        spawn(informer(
-            Api::<DynamicObject>::all_with(client.clone(), &subnet::pool_resource()),
-            pool_w,
-            ctx.queues.pool.clone(),
-            Some(Tomb(ctx.clone(), |c| &c.pool_tombstones)),
-            |_| {},
-        ));
-        spawn(informer(
-            Api::<crate::crd::Vpc>::all(client.clone()),
-            vpc_w,
-            ctx.queues.vpc.clone(),
-            None,
-            |_| {},
-        ));
         let ready = |e: reflector::store::WriterDropped| {
             ControllerError::NotReady(format!("informer stopped: {e}"))
         };
@@ -455,9 +486,18 @@ impl Controller {
         ctx.subnet_store.wait_until_ready().await.map_err(ready)?;
         ctx.pool_store.wait_until_ready().await.map_err(ready)?;
         ctx.vpcs.wait_until_ready().await.map_err(ready)?;
+        let ip_records = ip_records
+            .await
+            .map_err(|e| ControllerError::NotReady(format!("listing ip records: {e}")))??;
+        tracing::info!(
+            pods = ctx.pods.len(),
+            ip_records = ip_records.len(),
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "informers listed"
+        );
 
         let t = std::time::Instant::now();
-        let report = rebuild::rebuild(&ctx, &[join.clone(), default.clone()]).await?;
+        let report = rebuild::rebuild(&ctx, &[join.clone(), default.clone()], ip_records)?;
         tracing::info!(
             restored = report.restored,
             conflicts = report.conflicts.len(),
@@ -518,7 +558,11 @@ impl Controller {
         spawn(Box::pin(gc::run(ctx.clone())));
         spawn(Box::pin(subnet::status_loop(ctx.clone())));
         spawn(Box::pin(queue_metrics(ctx.clone())));
-        tracing::info!("controller started");
+        spawn(Box::pin(log_initial_pods(ctx.clone(), started)));
+        tracing::info!(
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "controller started"
+        );
         Ok(ctx)
     }
 }
@@ -532,6 +576,14 @@ impl Drop for AbortOnDrop {
         for t in self.0.lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
             t.abort();
         }
+    }
+}
+
+struct AbortTask(tokio::task::AbortHandle);
+
+impl Drop for AbortTask {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 
@@ -562,6 +614,18 @@ async fn run_queue(
     .await;
 }
 
+/// Logs when the pods queued at start have all been handled (the first time the pod queue is idle).
+async fn log_initial_pods(ctx: Arc<Ctx>, started: std::time::Instant) {
+    while !ctx.queues.pod.is_idle() {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tracing::info!(
+        pods = ctx.pods.len(),
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        "initial pods handled"
+    );
+}
+
 async fn queue_metrics(ctx: Arc<Ctx>) {
     loop {
         let q = &ctx.queues;
@@ -580,9 +644,6 @@ pub(crate) fn key_of<K: Resource>(o: &K) -> String {
     }
 }
 
-/// Where an informer keeps deleted objects for their handler.
-pub(crate) struct Tomb<K>(Arc<Ctx>, fn(&Ctx) -> &Tombstones<K>);
-
 /// Deleted objects by key.
 pub(crate) type Tombstones<K> = Mutex<HashMap<String, Arc<K>>>;
 
@@ -590,7 +651,7 @@ fn informer<K>(
     api: Api<K>,
     writer: reflector::store::Writer<K>,
     queue: Arc<WorkQueue<String>>,
-    tomb: Option<Tomb<K>>,
+    tomb: Option<Arc<Tombstones<K>>>,
     trim: fn(&mut K),
 ) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send>>
 where
@@ -611,16 +672,15 @@ where
             match ev {
                 Ok(WatchEvent::Apply(o)) | Ok(WatchEvent::InitApply(o)) => {
                     let k = key_of(&o);
-                    if let Some(Tomb(ctx, f)) = &tomb {
-                        f(ctx).lock().unwrap_or_else(|e| e.into_inner()).remove(&k);
+                    if let Some(t) = &tomb {
+                        t.lock().unwrap_or_else(|e| e.into_inner()).remove(&k);
                     }
                     queue.add(k);
                 }
                 Ok(WatchEvent::Delete(o)) => {
                     let k = key_of(&o);
-                    if let Some(Tomb(ctx, f)) = &tomb {
-                        f(ctx)
-                            .lock()
+                    if let Some(t) = &tomb {
+                        t.lock()
                             .unwrap_or_else(|e| e.into_inner())
                             .insert(k.clone(), Arc::new(o));
                     }

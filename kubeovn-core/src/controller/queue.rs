@@ -91,6 +91,12 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
         self.len() == 0
     }
 
+    /// Whether nothing is waiting and nothing is being processed.
+    pub fn is_idle(&self) -> bool {
+        let s = self.lock();
+        s.queue.is_empty() && s.processing.is_empty()
+    }
+
     /// Stops handing out keys; workers end.
     pub fn shutdown(&self) {
         self.lock().stopped = true;

@@ -6,7 +6,7 @@ use kube::ResourceExt;
 use kubeovn_ipam::{Allocation, Mac, RestoreReport};
 
 use super::error::Result;
-use super::{ip, plan, subnet, Ctx, SubnetInfo};
+use super::{plan, subnet, Ctx, SubnetInfo};
 use crate::annotations::{NodeAnnotations, PodNetworkAnnotations, DEFAULT_PROVIDER};
 use crate::naming::{self, external_ids as ext};
 
@@ -29,7 +29,12 @@ fn record(subnet: &str, pod: &str, nic: &str, ips: &[IpAddr], mac: Option<Mac>) 
 }
 
 /// Loads subnets and pools into the allocator and restores every allocation found.
-pub(crate) async fn rebuild(ctx: &Ctx, builtin: &[SubnetInfo]) -> Result<RestoreReport> {
+/// `ip_records` are the IP records listed at start (listed beside the informers, not kept in a store).
+pub(crate) fn rebuild(
+    ctx: &Ctx,
+    builtin: &[SubnetInfo],
+    ip_records: Vec<Allocation>,
+) -> Result<RestoreReport> {
     for s in builtin {
         subnet::install(ctx, s.clone())?;
     }
@@ -51,6 +56,7 @@ pub(crate) async fn rebuild(ctx: &Ctx, builtin: &[SubnetInfo]) -> Result<Restore
         }
     }
 
+    let t = std::time::Instant::now();
     let mut recs = Vec::new();
     // Pod annotations first: they are what running pods use.
     for pod in ctx.pods.state() {
@@ -80,10 +86,10 @@ pub(crate) async fn rebuild(ctx: &Ctx, builtin: &[SubnetInfo]) -> Result<Restore
         let port = naming::node_port(&node.name_any());
         recs.push(record(ls, &port, &port, &a.ip_addresses, a.mac_address));
     }
+    let from_objects = t.elapsed();
     // IP records: a pod whose annotation patch was lost still holds its address.
-    for r in ip::list(ctx).await? {
-        recs.push(r);
-    }
+    recs.extend(ip_records);
+    let from_ips = t.elapsed();
     // Northbound ports: a port whose pod was deleted while the controller was down keeps its address until
     // garbage collection removes the port (Kube-OVN #4304).
     for lsp in ctx
@@ -107,6 +113,16 @@ pub(crate) async fn rebuild(ctx: &Ctx, builtin: &[SubnetInfo]) -> Result<Restore
             }
         }
     }
+    let from_nb = t.elapsed();
+    let n = recs.len();
     let report = ctx.ipam.restore(recs);
+    tracing::info!(
+        records = n,
+        pods_nodes_ms = from_objects.as_millis() as u64,
+        ip_records_ms = (from_ips - from_objects).as_millis() as u64,
+        nb_ports_ms = (from_nb - from_ips).as_millis() as u64,
+        restore_ms = (t.elapsed() - from_nb).as_millis() as u64,
+        "ipam rebuild sources"
+    );
     Ok(report)
 }
