@@ -150,6 +150,12 @@ pub struct CachedRow {
     columns: Arc<TableColumns>,
 }
 
+impl crate::model::RowRead for CachedRow {
+    fn column(&self, name: &str) -> Option<&Datum> {
+        self.get(name)
+    }
+}
+
 impl CachedRow {
     fn from_row(uuid: Uuid, row: Row, columns: &Arc<TableColumns>) -> Self {
         let mut values: Vec<(u16, Datum)> = Vec::with_capacity(row.len());
@@ -224,9 +230,9 @@ impl CachedRow {
             .collect()
     }
 
-    /// The row as a typed model (columns not replicated take their defaults).
+    /// The row as a typed model (columns not replicated take their defaults), read in place.
     pub fn to_model<M: Model>(&self) -> Result<M, ModelError> {
-        M::from_row(self.uuid, &self.to_row())
+        M::from_row(self.uuid, self)
     }
 
     fn apply_modify(&self, diff: Row) -> CachedRow {

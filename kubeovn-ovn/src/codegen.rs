@@ -185,7 +185,7 @@ pub fn generate(schema: &DatabaseSchema, source: &str) -> String {
     let _ = writeln!(w);
     let _ = writeln!(w, "use std::collections::BTreeMap;");
     let _ = writeln!(w);
-    let _ = writeln!(w, "use crate::model::{{self, Model, ModelError}};");
+    let _ = writeln!(w, "use crate::model::{{self, Model, ModelError, RowRead}};");
     let _ = writeln!(w, "use crate::ops::Row;");
     let _ = writeln!(w, "use crate::uuid::Uuid;");
     let _ = writeln!(w);
@@ -252,7 +252,7 @@ pub fn generate(schema: &DatabaseSchema, source: &str) -> String {
         let _ = writeln!(w);
         let _ = writeln!(
             w,
-            "    fn from_row(uuid: Uuid, row: &Row) -> Result<Self, ModelError> {{"
+            "    fn from_row<R: RowRead + ?Sized>(uuid: Uuid, row: &R) -> Result<Self, ModelError> {{"
         );
         let _ = writeln!(w, "        Ok({sname} {{");
         let _ = writeln!(w, "            uuid,");

@@ -26,6 +26,18 @@ pub struct ModelError {
     pub found: String,
 }
 
+/// Something a model reads its columns from: an untyped [`Row`], or a replica's row read in place.
+pub trait RowRead {
+    /// A column's value; None when absent (the model's field takes its default).
+    fn column(&self, name: &str) -> Option<&Datum>;
+}
+
+impl RowRead for Row {
+    fn column(&self, name: &str) -> Option<&Datum> {
+        self.get(name)
+    }
+}
+
 /// A typed row of one table.
 pub trait Model: Sized {
     /// The table's name.
@@ -35,7 +47,7 @@ pub trait Model: Sized {
     fn uuid(&self) -> Uuid;
 
     /// Reads a row (missing columns take their defaults).
-    fn from_row(uuid: Uuid, row: &Row) -> Result<Self, ModelError>;
+    fn from_row<R: RowRead + ?Sized>(uuid: Uuid, row: &R) -> Result<Self, ModelError>;
 
     /// Every column except `_uuid` and `_version`, e.g. for an insert.
     fn to_row(&self) -> Row;
@@ -151,14 +163,15 @@ fn atoms<T: AtomValue>(
 pub fn scalar<T: AtomValue + Default>(
     table: &'static str,
     column: &'static str,
-    row: &Row,
+    row: &(impl RowRead + ?Sized),
 ) -> Result<T, ModelError> {
-    let Some(d) = row.get(column) else {
+    let Some(d) = row.column(column) else {
         return Ok(T::default());
     };
-    let mut it = atoms::<T>(table, column, "one atom", d)?.into_iter();
-    match (it.next(), it.next()) {
-        (Some(v), None) => Ok(v),
+    // Read in place: no vector for the one atom.
+    match (d, d.atoms()) {
+        (Datum::Map(m), _) if !m.is_empty() => Err(err(table, column, "one atom", d)),
+        (_, [a]) => T::from_atom(a).ok_or_else(|| err(table, column, "one atom", d)),
         _ => Err(err(table, column, "one atom", d)),
     }
 }
@@ -167,14 +180,17 @@ pub fn scalar<T: AtomValue + Default>(
 pub fn optional<T: AtomValue>(
     table: &'static str,
     column: &'static str,
-    row: &Row,
+    row: &(impl RowRead + ?Sized),
 ) -> Result<Option<T>, ModelError> {
-    let Some(d) = row.get(column) else {
+    let Some(d) = row.column(column) else {
         return Ok(None);
     };
-    let mut it = atoms::<T>(table, column, "zero or one atom", d)?.into_iter();
-    match (it.next(), it.next()) {
-        (v, None) => Ok(v),
+    match (d, d.atoms()) {
+        (Datum::Map(m), _) if !m.is_empty() => Err(err(table, column, "zero or one atom", d)),
+        (_, []) => Ok(None),
+        (_, [a]) => T::from_atom(a)
+            .map(Some)
+            .ok_or_else(|| err(table, column, "zero or one atom", d)),
         _ => Err(err(table, column, "zero or one atom", d)),
     }
 }
@@ -183,9 +199,9 @@ pub fn optional<T: AtomValue>(
 pub fn set<T: AtomValue>(
     table: &'static str,
     column: &'static str,
-    row: &Row,
+    row: &(impl RowRead + ?Sized),
 ) -> Result<Vec<T>, ModelError> {
-    match row.get(column) {
+    match row.column(column) {
         None => Ok(Vec::new()),
         Some(d) => atoms::<T>(table, column, "a set", d),
     }
@@ -195,9 +211,9 @@ pub fn set<T: AtomValue>(
 pub fn map<K: AtomValue + Ord, V: AtomValue>(
     table: &'static str,
     column: &'static str,
-    row: &Row,
+    row: &(impl RowRead + ?Sized),
 ) -> Result<BTreeMap<K, V>, ModelError> {
-    match row.get(column) {
+    match row.column(column) {
         None => Ok(BTreeMap::new()),
         Some(Datum::Map(m)) => m
             .iter()

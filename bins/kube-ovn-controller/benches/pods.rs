@@ -11,7 +11,8 @@
 //!    (SIGKILL) and started again: time from spawn until a pod created after the restart is annotated
 //!    (its key is queued behind every existing pod's).
 //!
-//! NB is preloaded with `CTRL_BENCH_PRELOAD` ports (default 50,000). `cargo test --benches` runs a
+//! NB is preloaded with `CTRL_BENCH_PRELOAD` ports (default 50,000). `CTRL_BENCH_PERF=FILE` records the
+//! restart system-wide with `perf record` (every process: controller, ovsdb-server, the test API server). `cargo test --benches` runs a
 //! small smoke version.
 
 #![allow(clippy::unwrap_used)]
@@ -299,19 +300,34 @@ async fn main() {
     let more: Vec<String> = (total..n_restart.max(total))
         .map(|i| format!("s-{i}"))
         .collect();
+    let rss_before = usage(pid).1;
     let t = Instant::now();
     for n in &more {
         store.create(&pod_info, Some("bench"), pod(n)).unwrap();
     }
     wait_all(&seen, &more, Duration::from_secs(900)).await;
     let pods_now = total + more.len();
+    let rss_after = usage(pid).1;
+    // The slope over many pods: the allocator's slack from start-up no longer hides the growth.
     println!(
-        "topped up to {pods_now} pods in {:.1} s; controller RSS {:.1} MiB",
+        "topped up to {pods_now} pods in {:.1} s; controller RSS {:.1} -> {:.1} MiB: {:.2} KiB/pod from {total} to {pods_now} pods",
         t.elapsed().as_secs_f64(),
-        usage(pid).1 / 1048576.0
+        rss_before / 1048576.0,
+        rss_after / 1048576.0,
+        (rss_after - rss_before) / 1024.0 / more.len().max(1) as f64
     );
     child.kill().unwrap();
     child.wait().unwrap();
+    // CTRL_BENCH_PERF=FILE: a system-wide `perf record` of the restart's first 4 s.
+    let perf = std::env::var("CTRL_BENCH_PERF").ok().map(|out| {
+        let p = Command::new("perf")
+            .args(["record", "-a", "-q", "-o", &out, "--", "sleep", "4"])
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        p
+    });
     let t = Instant::now();
     let mut child = spawn_controller(dir.path(), &kubeconfig, &nb_addr, 1);
     store
@@ -359,6 +375,9 @@ async fn main() {
         pods_now + preload,
         rss / 1048576.0
     );
+    if let Some(mut p) = perf {
+        p.wait().unwrap();
+    }
     child.kill().unwrap();
     child.wait().unwrap();
     drop(nbs);

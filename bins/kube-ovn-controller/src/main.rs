@@ -4,6 +4,9 @@ use std::process::ExitCode;
 
 use kube_ovn_controller::{Args, Command, StderrLog};
 
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let args = match Args::parse(std::env::args().skip(1)) {
         Ok(a) => a,

@@ -433,22 +433,50 @@ impl Controller {
             .unwrap_or_else(|e| e.into_inner())
             .take()
             .ok_or_else(|| ControllerError::NotReady("the controller ran already".into()))?;
-        let nb = pending.await?;
-        tracing::info!(
-            elapsed_ms = started.elapsed().as_millis() as u64,
-            "northbound replica ready"
-        );
-
-        // NB_Global, the default VPC, join and the default subnet, before any object is handled.
-        let mut g = NbGlobal::new();
-        for (k, v) in &c.nb_global_options {
-            g = g.option(k, v);
-        }
-        g.execute(nb.as_ref()).await?;
-        nb.commit(plan::vpc_batch(&c.default_vpc, &join)).await?;
-        vpc::ensure_default(&self.client, &c.default_vpc).await?;
-        subnet::ensure_subnet_object(&self.client, &join, false).await?;
-        subnet::ensure_subnet_object(&self.client, &default, true).await?;
+        // Two things at once: the northbound replica fills (then the default network is written), and the
+        // informers list (then the allocations their objects record are gathered).
+        let connected = async {
+            let nb = pending.await?;
+            tracing::info!(
+                elapsed_ms = started.elapsed().as_millis() as u64,
+                "northbound replica ready"
+            );
+            // NB_Global, the default VPC, join and the default subnet, before any object is handled.
+            let mut g = NbGlobal::new();
+            for (k, v) in &c.nb_global_options {
+                g = g.option(k, v);
+            }
+            g.execute(nb.as_ref()).await?;
+            nb.commit(plan::vpc_batch(&c.default_vpc, &join)).await?;
+            vpc::ensure_default(&self.client, &c.default_vpc).await?;
+            subnet::ensure_subnet_object(&self.client, &join, false).await?;
+            subnet::ensure_subnet_object(&self.client, &default, true).await?;
+            Ok::<_, ControllerError>(nb)
+        };
+        let listed = async {
+            let ready = |e: reflector::store::WriterDropped| {
+                ControllerError::NotReady(format!("informer stopped: {e}"))
+            };
+            pods.wait_until_ready().await.map_err(ready)?;
+            nodes.wait_until_ready().await.map_err(ready)?;
+            namespaces.wait_until_ready().await.map_err(ready)?;
+            subnet_store.wait_until_ready().await.map_err(ready)?;
+            pool_store.wait_until_ready().await.map_err(ready)?;
+            vpcs.wait_until_ready().await.map_err(ready)?;
+            let ips = ip_records
+                .await
+                .map_err(|e| ControllerError::NotReady(format!("listing ip records: {e}")))??;
+            tracing::info!(
+                pods = pods.len(),
+                ip_records = ips.len(),
+                elapsed_ms = started.elapsed().as_millis() as u64,
+                "informers listed"
+            );
+            let mut recs = rebuild::object_records(&pods, &nodes);
+            recs.extend(ips);
+            Ok::<_, ControllerError>(recs)
+        };
+        let (nb, records) = tokio::try_join!(connected, listed)?;
 
         let writer = NbWriter::spawn(nb.clone(), c.writer.clone(), Some(self.metrics.clone()));
         let reporter = Reporter {
@@ -477,27 +505,8 @@ impl Controller {
             pool_tombstones,
             queues,
         });
-        let ready = |e: reflector::store::WriterDropped| {
-            ControllerError::NotReady(format!("informer stopped: {e}"))
-        };
-        ctx.pods.wait_until_ready().await.map_err(ready)?;
-        ctx.nodes.wait_until_ready().await.map_err(ready)?;
-        ctx.namespaces.wait_until_ready().await.map_err(ready)?;
-        ctx.subnet_store.wait_until_ready().await.map_err(ready)?;
-        ctx.pool_store.wait_until_ready().await.map_err(ready)?;
-        ctx.vpcs.wait_until_ready().await.map_err(ready)?;
-        let ip_records = ip_records
-            .await
-            .map_err(|e| ControllerError::NotReady(format!("listing ip records: {e}")))??;
-        tracing::info!(
-            pods = ctx.pods.len(),
-            ip_records = ip_records.len(),
-            elapsed_ms = started.elapsed().as_millis() as u64,
-            "informers listed"
-        );
-
         let t = std::time::Instant::now();
-        let report = rebuild::rebuild(&ctx, &[join.clone(), default.clone()], ip_records)?;
+        let report = rebuild::rebuild(&ctx, &[join.clone(), default.clone()], records)?;
         tracing::info!(
             restored = report.restored,
             conflicts = report.conflicts.len(),

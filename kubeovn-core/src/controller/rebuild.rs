@@ -2,11 +2,13 @@
 
 use std::net::IpAddr;
 
+use k8s_openapi::api::core::v1::Node;
+use kube::runtime::reflector::Store;
 use kube::ResourceExt;
 use kubeovn_ipam::{Allocation, Mac, RestoreReport};
 
 use super::error::Result;
-use super::{plan, subnet, Ctx, SubnetInfo};
+use super::{plan, subnet, Ctx, PodInfo, SubnetInfo};
 use crate::annotations::{NodeAnnotations, PodNetworkAnnotations, DEFAULT_PROVIDER};
 use crate::naming::{self, external_ids as ext};
 
@@ -28,12 +30,46 @@ fn record(subnet: &str, pod: &str, nic: &str, ips: &[IpAddr], mac: Option<Mac>) 
     }
 }
 
-/// Loads subnets and pools into the allocator and restores every allocation found.
-/// `ip_records` are the IP records listed at start (listed beside the informers, not kept in a store).
+/// The allocations Kubernetes objects record: pod annotations (what running pods use) and node annotations.
+pub(crate) fn object_records(pods: &Store<PodInfo>, nodes: &Store<Node>) -> Vec<Allocation> {
+    let mut recs = Vec::new();
+    for pod in pods.state() {
+        let Ok(a) = PodNetworkAnnotations::parse(pod.annotations(), DEFAULT_PROVIDER) else {
+            continue;
+        };
+        let (Some(ls), true) = (a.logical_switch.as_deref(), a.allocated) else {
+            continue;
+        };
+        let ns = pod.namespace().unwrap_or_default();
+        let name = pod.name_any();
+        recs.push(record(
+            ls,
+            &naming::pod_key(&ns, &name),
+            &naming::pod_port(&name, &ns, DEFAULT_PROVIDER),
+            &a.ip_addresses,
+            a.mac_address,
+        ));
+    }
+    for node in nodes.state() {
+        let Ok(a) = NodeAnnotations::parse(node.annotations()) else {
+            continue;
+        };
+        let (Some(ls), true) = (a.logical_switch.as_deref(), a.allocated) else {
+            continue;
+        };
+        let port = naming::node_port(&node.name_any());
+        recs.push(record(ls, &port, &port, &a.ip_addresses, a.mac_address));
+    }
+    recs
+}
+
+/// Loads subnets and pools into the allocator and restores every allocation found: `recs` (from
+/// [`object_records`] and the IP records, gathered while the northbound replica filled) and the
+/// northbound ports.
 pub(crate) fn rebuild(
     ctx: &Ctx,
     builtin: &[SubnetInfo],
-    ip_records: Vec<Allocation>,
+    mut recs: Vec<Allocation>,
 ) -> Result<RestoreReport> {
     for s in builtin {
         subnet::install(ctx, s.clone())?;
@@ -55,41 +91,7 @@ pub(crate) fn rebuild(
             tracing::warn!(pool = %p.name_any(), error = %e, "ippool not loaded at rebuild");
         }
     }
-
     let t = std::time::Instant::now();
-    let mut recs = Vec::new();
-    // Pod annotations first: they are what running pods use.
-    for pod in ctx.pods.state() {
-        let Ok(a) = PodNetworkAnnotations::parse(pod.annotations(), DEFAULT_PROVIDER) else {
-            continue;
-        };
-        let (Some(ls), true) = (a.logical_switch.as_deref(), a.allocated) else {
-            continue;
-        };
-        let ns = pod.namespace().unwrap_or_default();
-        let name = pod.name_any();
-        recs.push(record(
-            ls,
-            &naming::pod_key(&ns, &name),
-            &naming::pod_port(&name, &ns, DEFAULT_PROVIDER),
-            &a.ip_addresses,
-            a.mac_address,
-        ));
-    }
-    for node in ctx.nodes.state() {
-        let Ok(a) = NodeAnnotations::parse(node.annotations()) else {
-            continue;
-        };
-        let (Some(ls), true) = (a.logical_switch.as_deref(), a.allocated) else {
-            continue;
-        };
-        let port = naming::node_port(&node.name_any());
-        recs.push(record(ls, &port, &port, &a.ip_addresses, a.mac_address));
-    }
-    let from_objects = t.elapsed();
-    // IP records: a pod whose annotation patch was lost still holds its address.
-    recs.extend(ip_records);
-    let from_ips = t.elapsed();
     // Northbound ports: a port whose pod was deleted while the controller was down keeps its address until
     // garbage collection removes the port (Kube-OVN #4304).
     for lsp in ctx
@@ -118,9 +120,7 @@ pub(crate) fn rebuild(
     let report = ctx.ipam.restore(recs);
     tracing::info!(
         records = n,
-        pods_nodes_ms = from_objects.as_millis() as u64,
-        ip_records_ms = (from_ips - from_objects).as_millis() as u64,
-        nb_ports_ms = (from_nb - from_ips).as_millis() as u64,
+        nb_ports_ms = from_nb.as_millis() as u64,
         restore_ms = (t.elapsed() - from_nb).as_millis() as u64,
         "ipam rebuild sources"
     );

@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::model::{self, Model, ModelError};
+use crate::model::{self, Model, ModelError, RowRead};
 use crate::ops::Row;
 use crate::uuid::Uuid;
 
@@ -79,7 +79,7 @@ impl Model for Acl {
         self.uuid
     }
 
-    fn from_row(uuid: Uuid, row: &Row) -> Result<Self, ModelError> {
+    fn from_row<R: RowRead + ?Sized>(uuid: Uuid, row: &R) -> Result<Self, ModelError> {
         Ok(Acl {
             uuid,
             action: model::scalar(Self::TABLE, "action", row)?,
@@ -142,7 +142,7 @@ impl Model for AddressSet {
         self.uuid
     }
 
-    fn from_row(uuid: Uuid, row: &Row) -> Result<Self, ModelError> {
+    fn from_row<R: RowRead + ?Sized>(uuid: Uuid, row: &R) -> Result<Self, ModelError> {
         Ok(AddressSet {
             uuid,
             addresses: model::set(Self::TABLE, "addresses", row)?,
@@ -209,7 +209,7 @@ impl Model for Bfd {
         self.uuid
     }
 
-    fn from_row(uuid: Uuid, row: &Row) -> Result<Self, ModelError> {
+    fn from_row<R: RowRead + ?Sized>(uuid: Uuid, row: &R) -> Result<Self, ModelError> {
         Ok(Bfd {
             uuid,
             detect_mult: model::optional(Self::TABLE, "detect_mult", row)?,
@@ -266,7 +266,7 @@ impl Model for ChassisTemplateVar {
         self.uuid
     }
 
-    fn from_row(uuid: Uuid, row: &Row) -> Result<Self, ModelError> {
+    fn from_row<R: RowRead + ?Sized>(uuid: Uuid, row: &R) -> Result<Self, ModelError> {
         Ok(ChassisTemplateVar {
             uuid,
             chassis: model::scalar(Self::TABLE, "chassis", row)?,
@@ -329,7 +329,7 @@ impl Model for Connection {
         self.uuid
     }
 
-    fn from_row(uuid: Uuid, row: &Row) -> Result<Self, ModelError> {
+    fn from_row<R: RowRead + ?Sized>(uuid: Uuid, row: &R) -> Result<Self, ModelError> {
         Ok(Connection {
             uuid,
             external_ids: model::map(Self::TABLE, "external_ids", row)?,
@@ -384,7 +384,7 @@ impl Model for Copp {
         self.uuid
     }
 
-    fn from_row(uuid: Uuid, row: &Row) -> Result<Self, ModelError> {
+    fn from_row<R: RowRead + ?Sized>(uuid: Uuid, row: &R) -> Result<Self, ModelError> {
         Ok(Copp {
             uuid,
             external_ids: model::map(Self::TABLE, "external_ids", row)?,
@@ -431,7 +431,7 @@ impl Model for DhcpOptions {
         self.uuid
     }
 
-    fn from_row(uuid: Uuid, row: &Row) -> Result<Self, ModelError> {
+    fn from_row<R: RowRead + ?Sized>(uuid: Uuid, row: &R) -> Result<Self, ModelError> {
         Ok(DhcpOptions {
             uuid,
             cidr: model::scalar(Self::TABLE, "cidr", row)?,
@@ -474,7 +474,7 @@ impl Model for Dns {
         self.uuid
     }
 
-    fn from_row(uuid: Uuid, row: &Row) -> Result<Self, ModelError> {
+    fn from_row<R: RowRead + ?Sized>(uuid: Uuid, row: &R) -> Result<Self, ModelError> {
         Ok(Dns {
             uuid,
             external_ids: model::map(Self::TABLE, "external_ids", row)?,
@@ -531,7 +531,7 @@ impl Model for ForwardingGroup {
         self.uuid
     }
 
-    fn from_row(uuid: Uuid, row: &Row) -> Result<Self, ModelError> {
+    fn from_row<R: RowRead + ?Sized>(uuid: Uuid, row: &R) -> Result<Self, ModelError> {
         Ok(ForwardingGroup {
             uuid,
             child_port: model::set(Self::TABLE, "child_port", row)?,
@@ -592,7 +592,7 @@ impl Model for GatewayChassis {
         self.uuid
     }
 
-    fn from_row(uuid: Uuid, row: &Row) -> Result<Self, ModelError> {
+    fn from_row<R: RowRead + ?Sized>(uuid: Uuid, row: &R) -> Result<Self, ModelError> {
         Ok(GatewayChassis {
             uuid,
             chassis_name: model::scalar(Self::TABLE, "chassis_name", row)?,
@@ -643,7 +643,7 @@ impl Model for HaChassis {
         self.uuid
     }
 
-    fn from_row(uuid: Uuid, row: &Row) -> Result<Self, ModelError> {
+    fn from_row<R: RowRead + ?Sized>(uuid: Uuid, row: &R) -> Result<Self, ModelError> {
         Ok(HaChassis {
             uuid,
             chassis_name: model::scalar(Self::TABLE, "chassis_name", row)?,
@@ -690,7 +690,7 @@ impl Model for HaChassisGroup {
         self.uuid
     }
 
-    fn from_row(uuid: Uuid, row: &Row) -> Result<Self, ModelError> {
+    fn from_row<R: RowRead + ?Sized>(uuid: Uuid, row: &R) -> Result<Self, ModelError> {
         Ok(HaChassisGroup {
             uuid,
             external_ids: model::map(Self::TABLE, "external_ids", row)?,
@@ -757,7 +757,7 @@ impl Model for LoadBalancer {
         self.uuid
     }
 
-    fn from_row(uuid: Uuid, row: &Row) -> Result<Self, ModelError> {
+    fn from_row<R: RowRead + ?Sized>(uuid: Uuid, row: &R) -> Result<Self, ModelError> {
         Ok(LoadBalancer {
             uuid,
             external_ids: model::map(Self::TABLE, "external_ids", row)?,
@@ -810,7 +810,7 @@ impl Model for LoadBalancerGroup {
         self.uuid
     }
 
-    fn from_row(uuid: Uuid, row: &Row) -> Result<Self, ModelError> {
+    fn from_row<R: RowRead + ?Sized>(uuid: Uuid, row: &R) -> Result<Self, ModelError> {
         Ok(LoadBalancerGroup {
             uuid,
             load_balancer: model::set(Self::TABLE, "load_balancer", row)?,
@@ -855,7 +855,7 @@ impl Model for LoadBalancerHealthCheck {
         self.uuid
     }
 
-    fn from_row(uuid: Uuid, row: &Row) -> Result<Self, ModelError> {
+    fn from_row<R: RowRead + ?Sized>(uuid: Uuid, row: &R) -> Result<Self, ModelError> {
         Ok(LoadBalancerHealthCheck {
             uuid,
             external_ids: model::map(Self::TABLE, "external_ids", row)?,
@@ -934,7 +934,7 @@ impl Model for LogicalRouter {
         self.uuid
     }
 
-    fn from_row(uuid: Uuid, row: &Row) -> Result<Self, ModelError> {
+    fn from_row<R: RowRead + ?Sized>(uuid: Uuid, row: &R) -> Result<Self, ModelError> {
         Ok(LogicalRouter {
             uuid,
             copp: model::optional(Self::TABLE, "copp", row)?,
@@ -1013,7 +1013,7 @@ impl Model for LogicalRouterPolicy {
         self.uuid
     }
 
-    fn from_row(uuid: Uuid, row: &Row) -> Result<Self, ModelError> {
+    fn from_row<R: RowRead + ?Sized>(uuid: Uuid, row: &R) -> Result<Self, ModelError> {
         Ok(LogicalRouterPolicy {
             uuid,
             action: model::scalar(Self::TABLE, "action", row)?,
@@ -1100,7 +1100,7 @@ impl Model for LogicalRouterPort {
         self.uuid
     }
 
-    fn from_row(uuid: Uuid, row: &Row) -> Result<Self, ModelError> {
+    fn from_row<R: RowRead + ?Sized>(uuid: Uuid, row: &R) -> Result<Self, ModelError> {
         Ok(LogicalRouterPort {
             uuid,
             enabled: model::optional(Self::TABLE, "enabled", row)?,
@@ -1183,7 +1183,7 @@ impl Model for LogicalRouterStaticRoute {
         self.uuid
     }
 
-    fn from_row(uuid: Uuid, row: &Row) -> Result<Self, ModelError> {
+    fn from_row<R: RowRead + ?Sized>(uuid: Uuid, row: &R) -> Result<Self, ModelError> {
         Ok(LogicalRouterStaticRoute {
             uuid,
             bfd: model::optional(Self::TABLE, "bfd", row)?,
@@ -1272,7 +1272,7 @@ impl Model for LogicalSwitch {
         self.uuid
     }
 
-    fn from_row(uuid: Uuid, row: &Row) -> Result<Self, ModelError> {
+    fn from_row<R: RowRead + ?Sized>(uuid: Uuid, row: &R) -> Result<Self, ModelError> {
         Ok(LogicalSwitch {
             uuid,
             acls: model::set(Self::TABLE, "acls", row)?,
@@ -1387,7 +1387,7 @@ impl Model for LogicalSwitchPort {
         self.uuid
     }
 
-    fn from_row(uuid: Uuid, row: &Row) -> Result<Self, ModelError> {
+    fn from_row<R: RowRead + ?Sized>(uuid: Uuid, row: &R) -> Result<Self, ModelError> {
         Ok(LogicalSwitchPort {
             uuid,
             addresses: model::set(Self::TABLE, "addresses", row)?,
@@ -1468,7 +1468,7 @@ impl Model for Meter {
         self.uuid
     }
 
-    fn from_row(uuid: Uuid, row: &Row) -> Result<Self, ModelError> {
+    fn from_row<R: RowRead + ?Sized>(uuid: Uuid, row: &R) -> Result<Self, ModelError> {
         Ok(Meter {
             uuid,
             bands: model::set(Self::TABLE, "bands", row)?,
@@ -1523,7 +1523,7 @@ impl Model for MeterBand {
         self.uuid
     }
 
-    fn from_row(uuid: Uuid, row: &Row) -> Result<Self, ModelError> {
+    fn from_row<R: RowRead + ?Sized>(uuid: Uuid, row: &R) -> Result<Self, ModelError> {
         Ok(MeterBand {
             uuid,
             action: model::scalar(Self::TABLE, "action", row)?,
@@ -1584,7 +1584,7 @@ impl Model for Mirror {
         self.uuid
     }
 
-    fn from_row(uuid: Uuid, row: &Row) -> Result<Self, ModelError> {
+    fn from_row<R: RowRead + ?Sized>(uuid: Uuid, row: &R) -> Result<Self, ModelError> {
         Ok(Mirror {
             uuid,
             external_ids: model::map(Self::TABLE, "external_ids", row)?,
@@ -1669,7 +1669,7 @@ impl Model for Nat {
         self.uuid
     }
 
-    fn from_row(uuid: Uuid, row: &Row) -> Result<Self, ModelError> {
+    fn from_row<R: RowRead + ?Sized>(uuid: Uuid, row: &R) -> Result<Self, ModelError> {
         Ok(Nat {
             uuid,
             allowed_ext_ips: model::optional(Self::TABLE, "allowed_ext_ips", row)?,
@@ -1768,7 +1768,7 @@ impl Model for NbGlobal {
         self.uuid
     }
 
-    fn from_row(uuid: Uuid, row: &Row) -> Result<Self, ModelError> {
+    fn from_row<R: RowRead + ?Sized>(uuid: Uuid, row: &R) -> Result<Self, ModelError> {
         Ok(NbGlobal {
             uuid,
             connections: model::set(Self::TABLE, "connections", row)?,
@@ -1837,7 +1837,7 @@ impl Model for PortGroup {
         self.uuid
     }
 
-    fn from_row(uuid: Uuid, row: &Row) -> Result<Self, ModelError> {
+    fn from_row<R: RowRead + ?Sized>(uuid: Uuid, row: &R) -> Result<Self, ModelError> {
         Ok(PortGroup {
             uuid,
             acls: model::set(Self::TABLE, "acls", row)?,
@@ -1898,7 +1898,7 @@ impl Model for QoS {
         self.uuid
     }
 
-    fn from_row(uuid: Uuid, row: &Row) -> Result<Self, ModelError> {
+    fn from_row<R: RowRead + ?Sized>(uuid: Uuid, row: &R) -> Result<Self, ModelError> {
         Ok(QoS {
             uuid,
             action: model::map(Self::TABLE, "action", row)?,
@@ -1967,7 +1967,7 @@ impl Model for Ssl {
         self.uuid
     }
 
-    fn from_row(uuid: Uuid, row: &Row) -> Result<Self, ModelError> {
+    fn from_row<R: RowRead + ?Sized>(uuid: Uuid, row: &R) -> Result<Self, ModelError> {
         Ok(Ssl {
             uuid,
             bootstrap_ca_cert: model::scalar(Self::TABLE, "bootstrap_ca_cert", row)?,
@@ -2026,7 +2026,7 @@ impl Model for StaticMacBinding {
         self.uuid
     }
 
-    fn from_row(uuid: Uuid, row: &Row) -> Result<Self, ModelError> {
+    fn from_row<R: RowRead + ?Sized>(uuid: Uuid, row: &R) -> Result<Self, ModelError> {
         Ok(StaticMacBinding {
             uuid,
             ip: model::scalar(Self::TABLE, "ip", row)?,

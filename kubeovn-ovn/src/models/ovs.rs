@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::model::{self, Model, ModelError};
+use crate::model::{self, Model, ModelError, RowRead};
 use crate::ops::Row;
 use crate::uuid::Uuid;
 
@@ -47,7 +47,7 @@ impl Model for AutoAttach {
         self.uuid
     }
 
-    fn from_row(uuid: Uuid, row: &Row) -> Result<Self, ModelError> {
+    fn from_row<R: RowRead + ?Sized>(uuid: Uuid, row: &R) -> Result<Self, ModelError> {
         Ok(AutoAttach {
             uuid,
             mappings: model::map(Self::TABLE, "mappings", row)?,
@@ -170,7 +170,7 @@ impl Model for Bridge {
         self.uuid
     }
 
-    fn from_row(uuid: Uuid, row: &Row) -> Result<Self, ModelError> {
+    fn from_row<R: RowRead + ?Sized>(uuid: Uuid, row: &R) -> Result<Self, ModelError> {
         Ok(Bridge {
             uuid,
             auto_attach: model::optional(Self::TABLE, "auto_attach", row)?,
@@ -251,7 +251,7 @@ impl Model for CtTimeoutPolicy {
         self.uuid
     }
 
-    fn from_row(uuid: Uuid, row: &Row) -> Result<Self, ModelError> {
+    fn from_row<R: RowRead + ?Sized>(uuid: Uuid, row: &R) -> Result<Self, ModelError> {
         Ok(CtTimeoutPolicy {
             uuid,
             external_ids: model::map(Self::TABLE, "external_ids", row)?,
@@ -292,7 +292,7 @@ impl Model for CtZone {
         self.uuid
     }
 
-    fn from_row(uuid: Uuid, row: &Row) -> Result<Self, ModelError> {
+    fn from_row<R: RowRead + ?Sized>(uuid: Uuid, row: &R) -> Result<Self, ModelError> {
         Ok(CtZone {
             uuid,
             external_ids: model::map(Self::TABLE, "external_ids", row)?,
@@ -393,7 +393,7 @@ impl Model for Controller {
         self.uuid
     }
 
-    fn from_row(uuid: Uuid, row: &Row) -> Result<Self, ModelError> {
+    fn from_row<R: RowRead + ?Sized>(uuid: Uuid, row: &R) -> Result<Self, ModelError> {
         Ok(Controller {
             uuid,
             connection_mode: model::optional(Self::TABLE, "connection_mode", row)?,
@@ -472,7 +472,7 @@ impl Model for Datapath {
         self.uuid
     }
 
-    fn from_row(uuid: Uuid, row: &Row) -> Result<Self, ModelError> {
+    fn from_row<R: RowRead + ?Sized>(uuid: Uuid, row: &R) -> Result<Self, ModelError> {
         Ok(Datapath {
             uuid,
             capabilities: model::map(Self::TABLE, "capabilities", row)?,
@@ -525,7 +525,7 @@ impl Model for FlowSampleCollectorSet {
         self.uuid
     }
 
-    fn from_row(uuid: Uuid, row: &Row) -> Result<Self, ModelError> {
+    fn from_row<R: RowRead + ?Sized>(uuid: Uuid, row: &R) -> Result<Self, ModelError> {
         Ok(FlowSampleCollectorSet {
             uuid,
             bridge: model::scalar(Self::TABLE, "bridge", row)?,
@@ -586,7 +586,7 @@ impl Model for FlowTable {
         self.uuid
     }
 
-    fn from_row(uuid: Uuid, row: &Row) -> Result<Self, ModelError> {
+    fn from_row<R: RowRead + ?Sized>(uuid: Uuid, row: &R) -> Result<Self, ModelError> {
         Ok(FlowTable {
             uuid,
             external_ids: model::map(Self::TABLE, "external_ids", row)?,
@@ -659,7 +659,7 @@ impl Model for Ipfix {
         self.uuid
     }
 
-    fn from_row(uuid: Uuid, row: &Row) -> Result<Self, ModelError> {
+    fn from_row<R: RowRead + ?Sized>(uuid: Uuid, row: &R) -> Result<Self, ModelError> {
         Ok(Ipfix {
             uuid,
             cache_active_timeout: model::optional(Self::TABLE, "cache_active_timeout", row)?,
@@ -844,7 +844,7 @@ impl Model for Interface {
         self.uuid
     }
 
-    fn from_row(uuid: Uuid, row: &Row) -> Result<Self, ModelError> {
+    fn from_row<R: RowRead + ?Sized>(uuid: Uuid, row: &R) -> Result<Self, ModelError> {
         Ok(Interface {
             uuid,
             admin_state: model::optional(Self::TABLE, "admin_state", row)?,
@@ -975,7 +975,7 @@ impl Model for Manager {
         self.uuid
     }
 
-    fn from_row(uuid: Uuid, row: &Row) -> Result<Self, ModelError> {
+    fn from_row<R: RowRead + ?Sized>(uuid: Uuid, row: &R) -> Result<Self, ModelError> {
         Ok(Manager {
             uuid,
             connection_mode: model::optional(Self::TABLE, "connection_mode", row)?,
@@ -1060,7 +1060,7 @@ impl Model for Mirror {
         self.uuid
     }
 
-    fn from_row(uuid: Uuid, row: &Row) -> Result<Self, ModelError> {
+    fn from_row<R: RowRead + ?Sized>(uuid: Uuid, row: &R) -> Result<Self, ModelError> {
         Ok(Mirror {
             uuid,
             external_ids: model::map(Self::TABLE, "external_ids", row)?,
@@ -1133,7 +1133,7 @@ impl Model for NetFlow {
         self.uuid
     }
 
-    fn from_row(uuid: Uuid, row: &Row) -> Result<Self, ModelError> {
+    fn from_row<R: RowRead + ?Sized>(uuid: Uuid, row: &R) -> Result<Self, ModelError> {
         Ok(NetFlow {
             uuid,
             active_timeout: model::scalar(Self::TABLE, "active_timeout", row)?,
@@ -1242,7 +1242,7 @@ impl Model for OpenVSwitch {
         self.uuid
     }
 
-    fn from_row(uuid: Uuid, row: &Row) -> Result<Self, ModelError> {
+    fn from_row<R: RowRead + ?Sized>(uuid: Uuid, row: &R) -> Result<Self, ModelError> {
         Ok(OpenVSwitch {
             uuid,
             bridges: model::set(Self::TABLE, "bridges", row)?,
@@ -1393,7 +1393,7 @@ impl Model for Port {
         self.uuid
     }
 
-    fn from_row(uuid: Uuid, row: &Row) -> Result<Self, ModelError> {
+    fn from_row<R: RowRead + ?Sized>(uuid: Uuid, row: &R) -> Result<Self, ModelError> {
         Ok(Port {
             uuid,
             bond_active_slave: model::optional(Self::TABLE, "bond_active_slave", row)?,
@@ -1482,7 +1482,7 @@ impl Model for QoS {
         self.uuid
     }
 
-    fn from_row(uuid: Uuid, row: &Row) -> Result<Self, ModelError> {
+    fn from_row<R: RowRead + ?Sized>(uuid: Uuid, row: &R) -> Result<Self, ModelError> {
         Ok(QoS {
             uuid,
             external_ids: model::map(Self::TABLE, "external_ids", row)?,
@@ -1531,7 +1531,7 @@ impl Model for Queue {
         self.uuid
     }
 
-    fn from_row(uuid: Uuid, row: &Row) -> Result<Self, ModelError> {
+    fn from_row<R: RowRead + ?Sized>(uuid: Uuid, row: &R) -> Result<Self, ModelError> {
         Ok(Queue {
             uuid,
             dscp: model::optional(Self::TABLE, "dscp", row)?,
@@ -1586,7 +1586,7 @@ impl Model for Ssl {
         self.uuid
     }
 
-    fn from_row(uuid: Uuid, row: &Row) -> Result<Self, ModelError> {
+    fn from_row<R: RowRead + ?Sized>(uuid: Uuid, row: &R) -> Result<Self, ModelError> {
         Ok(Ssl {
             uuid,
             bootstrap_ca_cert: model::scalar(Self::TABLE, "bootstrap_ca_cert", row)?,
@@ -1649,7 +1649,7 @@ impl Model for SFlow {
         self.uuid
     }
 
-    fn from_row(uuid: Uuid, row: &Row) -> Result<Self, ModelError> {
+    fn from_row<R: RowRead + ?Sized>(uuid: Uuid, row: &R) -> Result<Self, ModelError> {
         Ok(SFlow {
             uuid,
             agent: model::optional(Self::TABLE, "agent", row)?,
