@@ -115,7 +115,7 @@ async fn add(ctx: &Ctx, pod: &Pod) -> Result<()> {
     let ns = pod.namespace().unwrap_or_default();
     let name = pod.name_any();
     let what = format!("pod {ns}/{name}");
-    let a = match PodNetworkAnnotations::parse(pod.annotations(), DEFAULT_PROVIDER) {
+    let a = match PodNetworkAnnotations::parse(&pod.annotation_map(), DEFAULT_PROVIDER) {
         Ok(a) => a,
         Err(e) => {
             let e = ControllerError::invalid(&what, e.to_string());
@@ -221,7 +221,7 @@ async fn add(ctx: &Ctx, pod: &Pod) -> Result<()> {
         patch.extend(annotations::routed_patch(DEFAULT_PROVIDER));
     }
     // Nothing to write if the pod already says all of it.
-    let anns = pod.annotations();
+    let anns = pod.annotation_map();
     let unchanged = patch
         .iter()
         .all(|(k, v)| anns.get(k).map(String::as_str) == v.as_deref());

@@ -34,7 +34,7 @@ fn record(subnet: &str, pod: &str, nic: &str, ips: &[IpAddr], mac: Option<Mac>) 
 pub(crate) fn object_records(pods: &Store<PodInfo>, nodes: &Store<Node>) -> Vec<Allocation> {
     let mut recs = Vec::new();
     for pod in pods.state() {
-        let Ok(a) = PodNetworkAnnotations::parse(pod.annotations(), DEFAULT_PROVIDER) else {
+        let Ok(a) = PodNetworkAnnotations::parse(&pod.annotation_map(), DEFAULT_PROVIDER) else {
             continue;
         };
         let (Some(ls), true) = (a.logical_switch.as_deref(), a.allocated) else {
