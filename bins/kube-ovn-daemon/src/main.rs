@@ -36,7 +36,8 @@ const USAGE: &str = "usage: kube-ovn-daemon --node-name NAME [options]
   --pod-network-timeout SECS     wait for allocated/routed (default 30)
   --ovn-installed-timeout SECS   wait for ovn-installed, 0 = no wait (default 20)
   --gateway-check-timeout SECS   wait for the gateway to answer, 0 = no check (default 10)
-  --no-node-init                 leave chassis settings, bridge and join port alone";
+  --no-node-init                 leave chassis settings, bridge and join port alone
+  --ipv6-on-ipv4-pods            keep IPv6 (link-local) on the interfaces of IPv4-only pods";
 
 struct Opts {
     node: String,
@@ -57,6 +58,7 @@ struct Opts {
     ovn_installed_timeout: Option<Duration>,
     gateway_timeout: Option<Duration>,
     node_init: bool,
+    ipv4_only_no_ipv6: bool,
 }
 
 fn parse_args(args: impl Iterator<Item = String>) -> Result<Opts, DaemonError> {
@@ -82,11 +84,16 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Opts, DaemonError> {
         ovn_installed_timeout: Some(Duration::from_secs(20)),
         gateway_timeout: Some(Duration::from_secs(10)),
         node_init: true,
+        ipv4_only_no_ipv6: true,
     };
     let mut it = args;
     while let Some(flag) = it.next() {
         if flag == "--no-node-init" {
             o.node_init = false;
+            continue;
+        }
+        if flag == "--ipv6-on-ipv4-pods" {
+            o.ipv4_only_no_ipv6 = false;
             continue;
         }
         if flag == "-h" || flag == "--help" {
@@ -295,6 +302,7 @@ async fn run(o: Opts) -> Result<(), DaemonError> {
             pod_network_timeout: o.pod_network_timeout,
             ovn_installed_timeout: o.ovn_installed_timeout,
             gateway_timeout: o.gateway_timeout,
+            ipv4_only_no_ipv6: o.ipv4_only_no_ipv6,
         },
         source,
         ovs,

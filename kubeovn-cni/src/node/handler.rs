@@ -49,6 +49,11 @@ pub struct HandlerConfig {
     pub ovn_installed_timeout: Option<Duration>,
     /// How long `ADD` waits for the gateway to answer; `None` does not check.
     pub gateway_timeout: Option<Duration>,
+    /// Turn IPv6 off on the interface of a pod that has no IPv6 address: no link-local address, so none of
+    /// the MLD reports, duplicate address detection and router solicitations that each new interface
+    /// floods to every port of its logical switch (with the userspace datapath each flood is a datapath
+    /// flow whose actions list every port, revalidated on every flow table change).
+    pub ipv4_only_no_ipv6: bool,
 }
 
 impl Default for HandlerConfig {
@@ -59,6 +64,7 @@ impl Default for HandlerConfig {
             pod_network_timeout: Duration::from_secs(30),
             ovn_installed_timeout: Some(Duration::from_secs(20)),
             gateway_timeout: Some(Duration::from_secs(10)),
+            ipv4_only_no_ipv6: true,
         }
     }
 }
@@ -451,6 +457,12 @@ impl CniHandler {
             pod.set_sysctl(&format!("net/ipv6/conf/{ifname}/accept_dad"), "0")
                 .await
                 .map_err(netdev("disable DAD"))?;
+        } else if self.cfg.ipv4_only_no_ipv6 && !existed {
+            // Before the link is up, so the kernel never sends a packet from a link-local address. A kernel
+            // without IPv6 has no such sysctl: nothing to turn off then.
+            let _ = pod
+                .set_sysctl(&format!("net/ipv6/conf/{ifname}/disable_ipv6"), "1")
+                .await;
         }
         for ip in &net.ips {
             pod.add_address(ifname, *ip)
@@ -805,6 +817,10 @@ mod tests {
                 .withf(|r| r.dst.prefix() == 0 && r.gateway == Some("10.16.0.1".parse().unwrap()))
                 .times(1)
                 .returning(|_| Ok(()));
+            // An IPv4-only pod: IPv6 off on its interface.
+            pod.expect_set_sysctl()
+                .withf(|k, v| k == "net/ipv6/conf/eth0/disable_ipv6" && v == "1")
+                .returning(|_, _| Ok(()));
             Ok(Arc::new(pod))
         });
         ns
