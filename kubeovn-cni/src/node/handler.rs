@@ -231,6 +231,7 @@ impl CniHandler {
         })
     }
 
+    /// The lock of an attachment (by host interface name) or of a namespace (by [`netns_key`]).
     fn lock_for(&self, host_if: &str) -> Arc<tokio::sync::Mutex<()>> {
         let mut m = self.locks.lock().unwrap_or_else(|e| e.into_inner());
         // Drop the entries nobody holds, so the map stays as small as the attachments in flight.
@@ -271,6 +272,9 @@ impl CniHandler {
         let netns = self.existing_netns(&a)?;
         let lock = self.lock_for(&a.host_if);
         let _held = lock.lock().await;
+        // A veth of an earlier attachment in this namespace may still be going away in the background
+        // (its DEL returned already): its pod end could hold this ADD's interface name.
+        drop(self.lock_for(&netns_key(netns)).lock().await);
         let net = self
             .source
             .pod_network(pod, &req.provider, self.cfg.pod_network_timeout)
@@ -556,9 +560,14 @@ impl CniHandler {
         let lock = self.lock_for(&a.host_if);
         let held = lock.lock_owned().await;
         self.unplug_port(&a.host_if).await?;
+        // Held until the veth is gone: an ADD in the same namespace waits for it (see `add`).
+        let ns_held = match a.netns.filter(|n| !n.is_empty()) {
+            Some(n) => Some(self.lock_for(&netns_key(n)).lock_owned().await),
+            None => None,
+        };
         let (host, name) = (self.host.clone(), a.host_if.clone());
         tokio::spawn(async move {
-            let _held = held;
+            let _held = (held, ns_held);
             // A failure leaves the veth for the next DEL or GC of the attachment, which retry.
             let _ = host.delete_link(&name).await;
         });
@@ -731,6 +740,11 @@ impl CniHandler {
         }
         first_err.map_or(Ok(()), Err)
     }
+}
+
+/// The lock key of a network namespace: a path, which no interface name can be.
+fn netns_key(netns: &str) -> String {
+    format!("netns:{netns}")
 }
 
 #[cfg(test)]
@@ -1009,6 +1023,54 @@ mod tests {
         assert!(h.handle(&req).await.error.is_none());
         // The second DEL waited for the first's background veth deletion; let its own run.
         let _ = h.lock_for(HOST_IF).lock().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn add_waits_for_a_pending_deletion_in_its_namespace() {
+        let netns = std::env::temp_dir();
+        let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let mut host = MockNetdev::new();
+        let o = order.clone();
+        host.expect_delete_link()
+            .withf(|n| n != HOST_IF)
+            .times(1)
+            .returning(move |_| {
+                // The kernel's unregistration, slow.
+                std::thread::sleep(Duration::from_millis(200));
+                o.lock().unwrap().push("deleted");
+                Ok(())
+            });
+        let o = order.clone();
+        // Absent until created.
+        host.expect_link().returning(move |n| {
+            let created = o.lock().unwrap().contains(&"created");
+            Ok(created.then(|| link(n, "02:00:00:00:00:01")))
+        });
+        let o = order.clone();
+        host.expect_create_veth().times(1).returning(move |_| {
+            o.lock().unwrap().push("created");
+            Ok(())
+        });
+        host.expect_set_link_up().returning(|_, _| Ok(()));
+        let mut ovs = MockOpenVSwitch::new();
+        ovs.expect_port().returning(|_| None);
+        ovs.expect_qos().returning(|_| None);
+        ovs.expect_commit().returning(|_| Ok(()));
+        ovs.expect_wait_ovn_installed().returning(|_, _| Ok(()));
+        let mut probe = MockGatewayProbe::new();
+        probe
+            .expect_probe()
+            .returning(|_, _, _, _| Ok(Duration::from_millis(1)));
+        let h = handler(source_ok(), ovs, host, pod_side(), probe);
+        // An earlier attachment (another container) in the same namespace: its DEL returns at once.
+        let mut del = request(Command::Del, netns.to_str().unwrap());
+        del.container_id = Some("fedcba9876543210".into());
+        assert!(h.handle(&del).await.error.is_none());
+        assert!(order.lock().unwrap().is_empty(), "DEL waited for the veth");
+        let add = request(Command::Add, netns.to_str().unwrap());
+        let r = h.handle(&add).await;
+        assert!(r.error.is_none(), "{:?}", r.error);
+        assert_eq!(*order.lock().unwrap(), ["deleted", "created"]);
     }
 
     #[tokio::test]
