@@ -425,44 +425,47 @@ pub struct RowEvent {
     pub new: Option<Arc<CachedRow>>,
 }
 
-/// The rows under one index value: almost always one, kept inline.
+/// The rows under one index value (almost always one, kept inline): the rows themselves, so a lookup is one hash probe (no second one in
+/// the table by UUID). A row leaves every index before it is modified (see [`TableCache::remove`]), so an
+/// index never keeps a replaced row alive and the in-place modify still owns its row.
 #[derive(Debug)]
 enum Ids {
-    One(Uuid),
-    Many(Vec<Uuid>),
+    One(Arc<CachedRow>),
+    // Boxed: the enum stays two words, as most index values hold one row.
+    Many(Box<Vec<Arc<CachedRow>>>),
 }
 
 impl Ids {
-    fn first(&self) -> Option<&Uuid> {
+    fn first(&self) -> Option<&Arc<CachedRow>> {
         match self {
-            Ids::One(u) => Some(u),
+            Ids::One(r) => Some(r),
             Ids::Many(v) => v.first(),
         }
     }
 
-    fn as_slice(&self) -> &[Uuid] {
+    fn as_slice(&self) -> &[Arc<CachedRow>] {
         match self {
-            Ids::One(u) => std::slice::from_ref(u),
+            Ids::One(r) => std::slice::from_ref(r),
             Ids::Many(v) => v,
         }
     }
 
-    fn push(&mut self, u: Uuid) {
+    fn push(&mut self, r: Arc<CachedRow>) {
         match self {
-            Ids::One(a) => *self = Ids::Many(vec![*a, u]),
-            Ids::Many(v) => v.push(u),
+            Ids::One(a) => *self = Ids::Many(Box::new(vec![a.clone(), r])),
+            Ids::Many(v) => v.push(r),
         }
     }
 
-    /// Removes `u`; true if nothing is left.
+    /// Removes the row `u`; true if nothing is left.
     fn remove(&mut self, u: Uuid) -> bool {
         match self {
-            Ids::One(a) => *a == u,
+            Ids::One(a) => a.uuid == u,
             Ids::Many(v) => {
-                v.retain(|x| *x != u);
+                v.retain(|x| x.uuid != u);
                 let empty = v.is_empty();
                 if v.len() == 1 {
-                    let one = v[0];
+                    let one = v[0].clone();
                     *self = Ids::One(one);
                 }
                 empty
@@ -478,12 +481,12 @@ struct Index {
 }
 
 impl Index {
-    fn add(&mut self, cols: &TableColumns, row: &CachedRow) {
+    fn add(&mut self, cols: &TableColumns, row: &Arc<CachedRow>) {
         if let Some(k) = self.key.extract(cols, row) {
             match self.map.get_mut(k) {
-                Some(v) => v.push(row.uuid),
+                Some(v) => v.push(row.clone()),
                 None => {
-                    self.map.insert(k.into(), Ids::One(row.uuid));
+                    self.map.insert(k.into(), Ids::One(row.clone()));
                 }
             }
         }
@@ -706,8 +709,7 @@ impl CacheView<'_> {
     /// The first row whose indexed `column` has the string `value`.
     pub fn lookup(&self, table: &str, column: &str, value: &str) -> Option<&Arc<CachedRow>> {
         let tc = self.state.tables.get(table)?;
-        let u = tc.column_index(column)?.map.get(value)?.first()?;
-        tc.rows.get(u)
+        tc.column_index(column)?.map.get(value)?.first()
     }
 
     /// The first row whose `map_column` has `key` = `value` (needs [`CacheBuilder::map_key_index`]).
@@ -719,15 +721,13 @@ impl CacheView<'_> {
         value: &str,
     ) -> Option<&Arc<CachedRow>> {
         let tc = self.state.tables.get(table)?;
-        let u = tc.map_key_index(map_column, key)?.map.get(value)?.first()?;
-        tc.rows.get(u)
+        tc.map_key_index(map_column, key)?.map.get(value)?.first()
     }
 
     /// The first row whose indexed `key` has `value`.
     pub fn lookup_key(&self, table: &str, key: &IndexKey, value: &str) -> Option<&Arc<CachedRow>> {
         let tc = self.state.tables.get(table)?;
-        let u = tc.index(key)?.map.get(value)?.first()?;
-        tc.rows.get(u)
+        tc.index(key)?.map.get(value)?.first()
     }
 
     /// Every row whose indexed `key` has `value`.
@@ -737,7 +737,7 @@ impl CacheView<'_> {
         };
         tc.index(key)
             .and_then(|i| i.map.get(value))
-            .map(|v| v.as_slice().iter().filter_map(|u| tc.rows.get(u)).collect())
+            .map(|v| v.as_slice().iter().collect())
             .unwrap_or_default()
     }
 
