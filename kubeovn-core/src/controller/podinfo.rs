@@ -37,30 +37,45 @@ impl PodInfo {
     }
 }
 
-/// `len:key` `len:value` pairs, lengths in bytes, in decimal.
+/// The prefix of Kube-OVN's own annotations, stored once per pod as a marker instead of once per key.
+const OVN_PREFIX: &str = "ovn.kubernetes.io/";
+
+/// `len:key` `len:value` pairs, lengths in bytes, in decimal; a key written `len;rest` had [`OVN_PREFIX`].
 fn pack(a: &BTreeMap<String, String>) -> Box<str> {
     use std::fmt::Write;
     let mut out = String::with_capacity(a.iter().map(|(k, v)| k.len() + v.len() + 8).sum());
     for (k, v) in a {
-        let _ = write!(out, "{}:{k}{}:{v}", k.len(), v.len());
+        let _ = match k.strip_prefix(OVN_PREFIX) {
+            Some(rest) => write!(out, "{};{rest}", rest.len()),
+            None => write!(out, "{}:{k}", k.len()),
+        };
+        let _ = write!(out, "{}:{v}", v.len());
     }
     out.into_boxed_str()
 }
 
 fn unpack(mut s: &str) -> BTreeMap<String, String> {
-    fn field<'a>(s: &mut &'a str) -> Option<&'a str> {
-        let (n, rest) = s.split_once(':')?;
-        let n: usize = n.parse().ok()?;
+    /// One field and whether it was marked with `;`.
+    fn field<'a>(s: &mut &'a str) -> Option<(&'a str, bool)> {
+        let at = s.find([':', ';'])?;
+        let n: usize = s[..at].parse().ok()?;
+        let marked = s.as_bytes()[at] == b';';
+        let rest = &s[at + 1..];
         let v = rest.get(..n)?;
         *s = rest.get(n..)?;
-        Some(v)
+        Some((v, marked))
     }
     let mut out = BTreeMap::new();
     while !s.is_empty() {
-        let (Some(k), Some(v)) = (field(&mut s), field(&mut s)) else {
+        let (Some((k, marked)), Some((v, _))) = (field(&mut s), field(&mut s)) else {
             break;
         };
-        out.insert(k.to_owned(), v.to_owned());
+        let k = if marked {
+            format!("{OVN_PREFIX}{k}")
+        } else {
+            k.to_owned()
+        };
+        out.insert(k, v.to_owned());
     }
     out
 }
@@ -159,7 +174,9 @@ mod tests {
 
     proptest::proptest! {
         #[test]
-        fn pack_round_trips(a in proptest::collection::btree_map(".*", ".*", 0..8)) {
+        fn pack_round_trips(
+            a in proptest::collection::btree_map("(ovn\\.kubernetes\\.io/)?[^;]*;?.*", ".*", 0..8)
+        ) {
             proptest::prop_assert_eq!(unpack(&pack(&a)), a);
         }
     }
