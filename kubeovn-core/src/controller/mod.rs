@@ -1,12 +1,14 @@
 //! The Kube-OVN controller as a library: watches Kubernetes and Kube-OVN's CRDs, allocates addresses with
 //! kubeovn-ipam and writes the logical network through [`Northbound`].
 //!
-//! [`Controller::run`] does what kube-ovn-controller does at start, in order: leader election (a Lease, if
-//! configured), NB_Global options, the default VPC router, the `join` and default subnets (Subnet objects
-//! created if missing), the informers' first lists, the IPAM rebuild from every source at once (Subnets,
-//! IPPools, IP records, pod and node annotations and the northbound ports, so that an address still held by
-//! a port whose pod went away while the controller was down is never handed out again), then one work queue
-//! per kind with bounded concurrency, periodic garbage collection and Subnet status updates.
+//! [`Controller::run`] does what kube-ovn-controller does at start: leader election (a Lease, if configured);
+//! then, at the same time, the informers' first lists and the IP record list on one side, and on the other
+//! the northbound replica (with [`Controller::connecting`], still filling), NB_Global options, the default VPC
+//! router and the `join` and default subnets (Subnet objects created if missing); then the IPAM rebuild from
+//! every source at once (Subnets, IPPools, IP records, pod and node annotations and the northbound ports, so
+//! that an address still held by a port whose pod went away while the controller was down is never handed
+//! out again), then one work queue per kind with bounded concurrency, periodic garbage collection and Subnet
+//! status updates. Each step's time since the start is logged at info level.
 //!
 //! Pod handlers hand their northbound writes to one [`writer::NbWriter`], which commits what concurrent
 //! handlers produced within a short window as one transaction.
