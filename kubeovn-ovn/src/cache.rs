@@ -425,9 +425,10 @@ pub struct RowEvent {
     pub new: Option<Arc<CachedRow>>,
 }
 
-/// The rows under one index value (almost always one, kept inline): the rows themselves, so a lookup is one hash probe (no second one in
-/// the table by UUID). A row leaves every index before it is modified (see [`TableCache::remove`]), so an
-/// index never keeps a replaced row alive and the in-place modify still owns its row.
+/// The rows under one index value (almost always one, kept inline): the rows themselves, so a lookup is one
+/// hash probe (no second one in the table by UUID). A row leaves every index before it is modified (see
+/// [`TableCache::remove`]), so an index never keeps a replaced row alive and the in-place modify still owns
+/// its row.
 #[derive(Debug)]
 enum Ids {
     One(Arc<CachedRow>),

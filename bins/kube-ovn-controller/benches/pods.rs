@@ -12,8 +12,8 @@
 //!    (its key is queued behind every existing pod's).
 //!
 //! NB is preloaded with `CTRL_BENCH_PRELOAD` ports (default 50,000). `CTRL_BENCH_PERF=FILE` records the
-//! restart system-wide with `perf record` (every process: controller, ovsdb-server, the test API server). `cargo test --benches` runs a
-//! small smoke version.
+//! restart system-wide with `perf record` (every process: controller, ovsdb-server, the test API server).
+//! `cargo test --benches` runs a small smoke version.
 
 #![allow(clippy::unwrap_used)]
 
@@ -355,7 +355,6 @@ async fn main() {
         [
             "northbound replica ready",
             "informers listed",
-            "ipam rebuild sources",
             "ipam rebuilt",
             "controller started",
             "initial pods handled",

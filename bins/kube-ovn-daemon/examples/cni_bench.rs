@@ -12,8 +12,9 @@
 //! from the gateway (a logical router port): the pod is ready when ADD returns.
 //! Phases: fast ADD/DEL of N pods one at a time; the bridge growing to `--grow` ports (fast ADD latency per
 //! 100 ports); full ADD/DEL of N pods one at a time; a burst of `--burst` ADDs then DELs at once on the fast
-//! daemon (other pods); a burst of `--burst` full ADDs at once (wall time until all returned). `--peers` then runs ../shared/peer-bench/cni-peers.sh (bridge + host-local, and our shim
-//! on the fast daemon as section `ko`).
+//! daemon (other pods); a burst of `--burst` full ADDs at once (wall time until all returned). `--peers`
+//! then runs ../shared/peer-bench/cni-peers.sh (bridge + host-local, and our shim on the fast daemon as
+//! section `ko`).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -181,6 +182,37 @@ impl Bench {
             fails += usize::from(!ok);
         }
         (lat, fails)
+    }
+
+    /// ADD (or DEL) pods `range` all at once through `sock`, one thread each; also the wall time until the
+    /// last returned.
+    fn burst(
+        &self,
+        cmd: &'static str,
+        phase: &str,
+        sock: &Path,
+        range: std::ops::Range<usize>,
+    ) -> (Vec<Duration>, usize, Duration) {
+        let t0 = Instant::now();
+        let threads: Vec<_> = range
+            .map(|i| {
+                let (s, sock, id, ns) = (
+                    self.shim.clone(),
+                    sock.to_owned(),
+                    self.id(phase, i),
+                    self.netns[i].clone(),
+                );
+                std::thread::spawn(move || shim(&s, cmd, &sock, &id, &ns, i))
+            })
+            .collect();
+        let mut lat = Vec::new();
+        let mut fails = 0;
+        for t in threads {
+            let (d, ok) = t.join().unwrap();
+            lat.push(d);
+            fails += usize::from(!ok);
+        }
+        (lat, fails, t0.elapsed())
     }
 
     /// Waits until the veths of this run's DELs are gone (the daemon deletes them in the background), so
@@ -377,26 +409,8 @@ fn main() {
 
     // The same burst on the daemon that does not wait: what the daemon itself costs under concurrency.
     for op in ["ADD", "DEL"] {
-        let t0 = Instant::now();
-        let threads: Vec<_> = (quiet_base..quiet_base + a.burst)
-            .map(|i| {
-                let (s, sock, id, ns) = (
-                    shim_bin.clone(),
-                    fast_sock.clone(),
-                    bench.id("b", i),
-                    bench.netns[i].clone(),
-                );
-                std::thread::spawn(move || shim(&s, op, &sock, &id, &ns, i))
-            })
-            .collect();
-        let mut lat = Vec::new();
-        let mut fails = 0;
-        for t in threads {
-            let (d, ok) = t.join().unwrap();
-            lat.push(d);
-            fails += usize::from(!ok);
-        }
-        let wall = t0.elapsed();
+        let (mut lat, fails, wall) =
+            bench.burst(op, "b", &fast_sock, quiet_base..quiet_base + a.burst);
         report(
             &format!("burst of {} {op}s, no waits", a.burst),
             &mut lat,
@@ -405,26 +419,7 @@ fn main() {
         println!("  (wall {:.0} ms)", wall.as_secs_f64() * 1000.0);
     }
 
-    let t0 = Instant::now();
-    let threads: Vec<_> = (0..a.burst)
-        .map(|i| {
-            let (s, sock, id, ns) = (
-                shim_bin.clone(),
-                full_sock.clone(),
-                bench.id("b", i),
-                bench.netns[i].clone(),
-            );
-            std::thread::spawn(move || shim(&s, "ADD", &sock, &id, &ns, i))
-        })
-        .collect();
-    let mut lat = Vec::new();
-    let mut fails = 0;
-    for t in threads {
-        let (d, ok) = t.join().unwrap();
-        lat.push(d);
-        fails += usize::from(!ok);
-    }
-    let wall = t0.elapsed();
+    let (mut lat, fails, wall) = bench.burst("ADD", "b", &full_sock, 0..a.burst);
     report(
         &format!("burst of {} full ADDs at once", a.burst),
         &mut lat,
@@ -435,24 +430,13 @@ fn main() {
         a.burst,
         wall.as_secs_f64() * 1000.0
     );
-    let t0 = Instant::now();
-    let threads: Vec<_> = (0..a.burst)
-        .map(|i| {
-            let (s, sock, id, ns) = (
-                shim_bin.clone(),
-                full_sock.clone(),
-                bench.id("b", i),
-                bench.netns[i].clone(),
-            );
-            std::thread::spawn(move || shim(&s, "DEL", &sock, &id, &ns, i))
-        })
-        .collect();
-    let mut lat: Vec<Duration> = threads.into_iter().map(|t| t.join().unwrap().0).collect();
-    report(&format!("burst of {} DELs at once", a.burst), &mut lat, 0);
-    println!(
-        "  (burst DEL wall {:.0} ms)",
-        t0.elapsed().as_secs_f64() * 1000.0
+    let (mut lat, fails, wall) = bench.burst("DEL", "b", &full_sock, 0..a.burst);
+    report(
+        &format!("burst of {} DELs at once", a.burst),
+        &mut lat,
+        fails,
     );
+    println!("  (burst DEL wall {:.0} ms)", wall.as_secs_f64() * 1000.0);
 
     if a.peers {
         let conf = dir.path().join("ko.json");

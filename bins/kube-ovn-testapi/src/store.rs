@@ -562,24 +562,7 @@ impl Store {
         ns: Option<&str>,
         filter: impl Fn(&Value) -> bool,
     ) -> ListSnapshot {
-        let inner = self.lock();
-        let items = match inner.objects.get(&info.key()) {
-            None => Vec::new(),
-            Some(objs) => match ns.filter(|_| info.namespaced) {
-                Some(ns) => objs
-                    .range((ns.to_owned(), String::new())..)
-                    .take_while(|((n, _), _)| n == ns)
-                    .map(|(_, v)| v)
-                    .filter(|v| filter(v))
-                    .cloned()
-                    .collect(),
-                None => objs.values().filter(|v| filter(v)).cloned().collect(),
-            },
-        };
-        ListSnapshot {
-            rv: inner.rv,
-            items,
-        }
+        self.list_page(info, ns, None, usize::MAX, false, filter).0
     }
 
     /// One page of [`Self::list`]: at most `limit` matching objects after the key `after` (a continue

@@ -462,11 +462,16 @@ impl CniHandler {
                 .await
                 .map_err(netdev("disable DAD"))?;
         } else if self.cfg.ipv4_only_no_ipv6 && !existed {
-            // Before the link is up, so the kernel never sends a packet from a link-local address. A kernel
-            // without IPv6 has no such sysctl: nothing to turn off then.
-            let _ = pod
+            // Before the link is up, so the kernel never sends a packet from a link-local address.
+            match pod
                 .set_sysctl(&format!("net/ipv6/conf/{ifname}/disable_ipv6"), "1")
-                .await;
+                .await
+            {
+                Ok(()) => {}
+                // A kernel without IPv6 has no such sysctl: nothing to turn off.
+                Err(e) if e.errno() == Some(nix::errno::Errno::ENOENT as i32) => {}
+                Err(e) => return Err(netdev("disable IPv6")(e)),
+            }
         }
         for ip in &net.ips {
             pod.add_address(ifname, *ip)

@@ -422,12 +422,14 @@ impl Controller {
             None,
             |_| {},
         ));
-        let ip_records = tokio::spawn({
+        // A task of its own (decoding beside the replica's fill), stopped with the others if the start fails.
+        let (ip_tx, ip_records) = tokio::sync::oneshot::channel();
+        spawn(Box::pin({
             let client = client.clone();
-            async move { ip::list(&client).await }
-        });
-        // An error below drops the list with the rest of the start.
-        let _stop_ip_list = AbortTask(ip_records.abort_handle());
+            async move {
+                let _ = ip_tx.send(ip::list(&client).await);
+            }
+        }));
 
         let pending = self
             .nb
@@ -467,7 +469,7 @@ impl Controller {
             vpcs.wait_until_ready().await.map_err(ready)?;
             let ips = ip_records
                 .await
-                .map_err(|e| ControllerError::NotReady(format!("listing ip records: {e}")))??;
+                .map_err(|_| ControllerError::NotReady("the ip record list stopped".into()))??;
             tracing::info!(
                 pods = pods.len(),
                 ip_records = ips.len(),
@@ -507,14 +509,7 @@ impl Controller {
             pool_tombstones,
             queues,
         });
-        let t = std::time::Instant::now();
         let report = rebuild::rebuild(&ctx, &[join.clone(), default.clone()], records)?;
-        tracing::info!(
-            restored = report.restored,
-            conflicts = report.conflicts.len(),
-            elapsed_ms = t.elapsed().as_millis() as u64,
-            "ipam rebuilt"
-        );
         for c in &report.conflicts {
             tracing::warn!(subnet = %c.record.subnet, pod = %c.record.pod, error = %c.error, "ipam conflict at rebuild");
         }
@@ -587,14 +582,6 @@ impl Drop for AbortOnDrop {
         for t in self.0.lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
             t.abort();
         }
-    }
-}
-
-struct AbortTask(tokio::task::AbortHandle);
-
-impl Drop for AbortTask {
-    fn drop(&mut self) {
-        self.0.abort();
     }
 }
 

@@ -120,9 +120,11 @@ pub(crate) fn rebuild(
     let report = ctx.ipam.restore(recs);
     tracing::info!(
         records = n,
+        restored = report.restored,
+        conflicts = report.conflicts.len(),
         nb_ports_ms = from_nb.as_millis() as u64,
         restore_ms = (t.elapsed() - from_nb).as_millis() as u64,
-        "ipam rebuild sources"
+        "ipam rebuilt"
     );
     Ok(report)
 }
