@@ -46,6 +46,11 @@ impl DecodeError {
     }
 }
 
+/// The receive buffer's starting capacity.
+const INITIAL_CAPACITY: usize = 64 * 1024;
+/// The largest capacity kept once the buffer is drained.
+const RETAINED_CAPACITY: usize = 1 << 20;
+
 /// Splits a byte stream into complete JSON texts (objects or arrays).
 #[derive(Debug)]
 pub struct FrameDecoder {
@@ -78,7 +83,7 @@ impl FrameDecoder {
     /// A decoder that rejects messages longer than `max` bytes.
     pub fn with_max_message(max: usize) -> Self {
         FrameDecoder {
-            buf: Vec::with_capacity(64 * 1024),
+            buf: Vec::with_capacity(INITIAL_CAPACITY),
             start: 0,
             pos: 0,
             depth: 0,
@@ -96,6 +101,11 @@ impl FrameDecoder {
         }
         if self.start == self.buf.len() {
             self.buf.clear();
+            // A big message (an initial monitor reply of a large database) must not pin its buffer for the
+            // connection's life: it would cost the replica hundreds of bytes per row.
+            if self.buf.capacity() > RETAINED_CAPACITY {
+                self.buf.shrink_to(INITIAL_CAPACITY);
+            }
         } else if self.start >= self.buf.len() / 2 || self.start >= 1 << 20 {
             self.buf.drain(..self.start);
         } else {
@@ -573,6 +583,22 @@ mod tests {
             matches!(&msgs[2], Ok(Message::Notification { method, .. }) if method == "update2")
         );
         assert_eq!(d.pending_bytes(), 0);
+    }
+
+    #[test]
+    fn a_drained_big_message_does_not_pin_its_buffer() {
+        let big = format!(
+            r#"{{"id":1,"result":"{}","error":null}}"#,
+            "x".repeat(8 << 20)
+        );
+        let mut d = FrameDecoder::new();
+        d.feed(big.as_bytes());
+        assert_eq!(all(&mut d).len(), 1);
+        assert!(d.read_buffer(4096).capacity() <= RETAINED_CAPACITY);
+        // Input still pending is kept whole.
+        d.feed(br#"{"id":2,"result":1,"#);
+        d.feed(br#""error":null}"#);
+        assert_eq!(all(&mut d).len(), 1);
     }
 
     #[test]
