@@ -25,7 +25,7 @@ fn owner_alive(ctx: &Ctx, owner: &str, node: Option<&str>) -> bool {
         return ctx.node(n).is_some();
     }
     let (ns, name) = split_key(owner);
-    ctx.pod(ns, name).is_some()
+    ctx.pods.contains(ns, name)
 }
 
 /// Finds the orphans now.
@@ -56,7 +56,7 @@ pub(crate) async fn scan(ctx: &Ctx) -> Result<Orphans> {
         let alive = if r.namespace.is_empty() {
             ctx.node(&r.pod).is_some()
         } else {
-            ctx.pod(&r.namespace, &r.pod).is_some()
+            ctx.pods.contains(&r.namespace, &r.pod)
         };
         if !alive {
             o.ips.insert((r.name.clone(), r.owner(), r.subnet.clone()));

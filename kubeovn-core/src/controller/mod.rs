@@ -39,6 +39,7 @@ mod namespace;
 mod node;
 mod pod;
 pub mod podinfo;
+mod podstore;
 mod rebuild;
 mod subnet;
 mod vpc;
@@ -48,7 +49,7 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{Namespace, Node};
 use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -177,7 +178,7 @@ pub(crate) struct Ctx {
     pub subnets: RwLock<HashMap<String, Arc<SubnetInfo>>>,
     /// IPPools by name: (subnet, addresses).
     pub pools: RwLock<HashMap<String, (String, Vec<String>)>>,
-    pub pods: Store<PodInfo>,
+    pub pods: podstore::PodStore,
     pub nodes: Store<Node>,
     pub namespaces: Store<Namespace>,
     pub subnet_store: Store<DynamicObject>,
@@ -227,7 +228,7 @@ impl Ctx {
     }
 
     pub fn pod(&self, namespace: &str, name: &str) -> Option<Arc<PodInfo>> {
-        self.pods.get(&ObjectRef::new(name).within(namespace))
+        self.pods.get(namespace, name)
     }
 
     pub fn node(&self, name: &str) -> Option<Arc<Node>> {
@@ -372,7 +373,7 @@ impl Controller {
         let node_tombstones = Arc::new(Tombstones::default());
         let subnet_tombstones = Arc::new(Tombstones::default());
         let pool_tombstones = Arc::new(Tombstones::default());
-        let (pods, pods_w) = reflector::store::<PodInfo>();
+        let (pods, pods_w) = podstore::PodStore::new();
         let (nodes, nodes_w) = reflector::store::<Node>();
         let (namespaces, ns_w) = reflector::store::<Namespace>();
         let subnet_w = reflector::store::Writer::<DynamicObject>::new(subnet::resource());
@@ -461,7 +462,9 @@ impl Controller {
             let ready = |e: reflector::store::WriterDropped| {
                 ControllerError::NotReady(format!("informer stopped: {e}"))
             };
-            pods.wait_until_ready().await.map_err(ready)?;
+            pods.wait_until_ready()
+                .await
+                .map_err(|e| ControllerError::NotReady(e.to_string()))?;
             nodes.wait_until_ready().await.map_err(ready)?;
             namespaces.wait_until_ready().await.map_err(ready)?;
             subnet_store.wait_until_ready().await.map_err(ready)?;
@@ -645,9 +648,30 @@ pub(crate) fn key_of<K: Resource>(o: &K) -> String {
 /// Deleted objects by key.
 pub(crate) type Tombstones<K> = Mutex<HashMap<String, Arc<K>>>;
 
+/// Where an informer applies its events: kube-runtime's store, or the compact [`podstore::PodStore`].
+trait StoreWriter<K>: Send + 'static {
+    fn apply(&mut self, ev: &watcher::Event<K>);
+}
+
+impl<K> StoreWriter<K> for reflector::store::Writer<K>
+where
+    K: Resource + Clone + Send + Sync + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone + Send + Sync,
+{
+    fn apply(&mut self, ev: &watcher::Event<K>) {
+        self.apply_watcher_event(ev);
+    }
+}
+
+impl StoreWriter<PodInfo> for podstore::PodStoreWriter {
+    fn apply(&mut self, ev: &watcher::Event<PodInfo>) {
+        podstore::PodStoreWriter::apply(self, ev);
+    }
+}
+
 fn informer<K>(
     api: Api<K>,
-    writer: reflector::store::Writer<K>,
+    mut writer: impl StoreWriter<K>,
     queue: Arc<WorkQueue<String>>,
     tomb: Option<Arc<Tombstones<K>>>,
     trim: fn(&mut K),
@@ -664,7 +688,7 @@ where
                 o.meta_mut().managed_fields = None;
                 trim(o);
             });
-        let stream = reflector::reflector(writer, stream);
+        let stream = stream.inspect_ok(move |ev| writer.apply(ev));
         futures::pin_mut!(stream);
         while let Some(ev) = stream.next().await {
             match ev {

@@ -35,6 +35,29 @@ impl PodInfo {
             (None, None) => Cow::Borrowed(&NO_ANNOTATIONS),
         }
     }
+
+    /// Metadata (annotations moved into the packed string), spec and the packed annotations.
+    pub(crate) fn into_parts(mut self) -> (ObjectMeta, PodInfoSpec, Option<Box<str>>) {
+        if let Some(a) = self.metadata.annotations.take() {
+            if self.packed.is_none() && !a.is_empty() {
+                self.packed = Some(pack(&a));
+            }
+        }
+        (self.metadata, self.spec, self.packed)
+    }
+
+    /// A trimmed pod from its parts (see [`PodInfo::into_parts`]).
+    pub(crate) fn with_packed(
+        metadata: ObjectMeta,
+        spec: PodInfoSpec,
+        packed: Option<Box<str>>,
+    ) -> Self {
+        PodInfo {
+            metadata,
+            spec,
+            packed,
+        }
+    }
 }
 
 /// The prefix of Kube-OVN's own annotations, stored once per pod as a marker instead of once per key.
@@ -54,7 +77,7 @@ fn pack(a: &BTreeMap<String, String>) -> Box<str> {
     out.into_boxed_str()
 }
 
-fn unpack(mut s: &str) -> BTreeMap<String, String> {
+pub(crate) fn unpack(mut s: &str) -> BTreeMap<String, String> {
     /// One field and whether it was marked with `;`.
     fn field<'a>(s: &mut &'a str) -> Option<(&'a str, bool)> {
         let at = s.find([':', ';'])?;

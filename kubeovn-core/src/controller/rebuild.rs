@@ -8,7 +8,8 @@ use kube::ResourceExt;
 use kubeovn_ipam::{Allocation, Mac, RestoreReport};
 
 use super::error::Result;
-use super::{plan, subnet, Ctx, PodInfo, SubnetInfo};
+use super::podstore::PodStore;
+use super::{plan, subnet, Ctx, SubnetInfo};
 use crate::annotations::{NodeAnnotations, PodNetworkAnnotations, DEFAULT_PROVIDER};
 use crate::naming::{self, external_ids as ext};
 
@@ -31,25 +32,23 @@ fn record(subnet: &str, pod: &str, nic: &str, ips: &[IpAddr], mac: Option<Mac>) 
 }
 
 /// The allocations Kubernetes objects record: pod annotations (what running pods use) and node annotations.
-pub(crate) fn object_records(pods: &Store<PodInfo>, nodes: &Store<Node>) -> Vec<Allocation> {
+pub(crate) fn object_records(pods: &PodStore, nodes: &Store<Node>) -> Vec<Allocation> {
     let mut recs = Vec::new();
-    for pod in pods.state() {
-        let Ok(a) = PodNetworkAnnotations::parse(&pod.annotation_map(), DEFAULT_PROVIDER) else {
-            continue;
+    pods.for_each_annotations(|ns, name, annotations| {
+        let Ok(a) = PodNetworkAnnotations::parse(annotations, DEFAULT_PROVIDER) else {
+            return;
         };
         let (Some(ls), true) = (a.logical_switch.as_deref(), a.allocated) else {
-            continue;
+            return;
         };
-        let ns = pod.namespace().unwrap_or_default();
-        let name = pod.name_any();
         recs.push(record(
             ls,
-            &naming::pod_key(&ns, &name),
-            &naming::pod_port(&name, &ns, DEFAULT_PROVIDER),
+            &naming::pod_key(ns, name),
+            &naming::pod_port(name, ns, DEFAULT_PROVIDER),
             &a.ip_addresses,
             a.mac_address,
         ));
-    }
+    });
     for node in nodes.state() {
         let Ok(a) = NodeAnnotations::parse(node.annotations()) else {
             continue;
