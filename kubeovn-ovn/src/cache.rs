@@ -56,20 +56,23 @@ pub enum IndexKey {
 }
 
 impl IndexKey {
-    fn extract<'a>(&self, cols: &TableColumns, row: &'a CachedRow) -> Option<&'a str> {
+    /// The indexed column.
+    fn column(&self) -> &str {
         match self {
-            IndexKey::Column(c) => {
-                let i = cols.position(c)?;
-                match row.value(i)? {
-                    Datum::Atom(Atom::String(s)) => Some(s),
-                    Datum::Set(v) if v.len() == 1 => v[0].as_str(),
-                    _ => None,
-                }
-            }
-            IndexKey::MapKey { column, key } => {
-                let i = cols.position(column)?;
-                row.value(i)?.map_get(key)?.as_str()
-            }
+            IndexKey::Column(c) => c,
+            IndexKey::MapKey { column, .. } => column,
+        }
+    }
+
+    /// The indexed value of `row`, whose column `pos` is this key's column.
+    fn extract<'a>(&self, pos: usize, row: &'a CachedRow) -> Option<&'a str> {
+        match self {
+            IndexKey::Column(_) => match row.value(pos)? {
+                Datum::Atom(Atom::String(s)) => Some(s),
+                Datum::Set(v) if v.len() == 1 => v[0].as_str(),
+                _ => None,
+            },
+            IndexKey::MapKey { key, .. } => row.value(pos)?.map_get(key)?.as_str(),
         }
     }
 }
@@ -79,6 +82,9 @@ impl IndexKey {
 pub struct TableColumns {
     table: Arc<str>,
     names: Vec<String>,
+    /// Each name's position: rows are decoded and typed models read column by column, and a scan of
+    /// twenty names per column was a tenth of an initial sync.
+    positions: HashMap<String, u16, FastHash>,
     defaults: Vec<Datum>,
     types: Vec<ColumnType>,
 }
@@ -98,8 +104,14 @@ impl TableColumns {
             })
             .collect();
         let defaults = types.iter().map(default_datum).collect();
+        let positions = names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.clone(), i as u16))
+            .collect();
         TableColumns {
             table: ts.name.as_str().into(),
+            positions,
             names,
             defaults,
             types,
@@ -118,7 +130,7 @@ impl TableColumns {
 
     /// The position of a column among [`TableColumns::names`].
     pub fn position(&self, column: &str) -> Option<usize> {
-        self.names.iter().position(|n| n == column)
+        self.positions.get(column).map(|&i| usize::from(i))
     }
 }
 
@@ -483,12 +495,18 @@ impl Ids {
 #[derive(Debug)]
 struct Index {
     key: IndexKey,
+    /// The position of the key's column among the replicated ones (None: not replicated, nothing indexed).
+    pos: Option<usize>,
     map: HashMap<Box<str>, Ids, FastHash>,
 }
 
 impl Index {
-    fn add(&mut self, cols: &TableColumns, row: &Arc<CachedRow>) {
-        if let Some(k) = self.key.extract(cols, row) {
+    fn extract<'a>(&self, row: &'a CachedRow) -> Option<&'a str> {
+        self.key.extract(self.pos?, row)
+    }
+
+    fn add(&mut self, row: &Arc<CachedRow>) {
+        if let Some(k) = self.extract(row) {
             match self.map.get_mut(k) {
                 Some(v) => v.push(row.clone()),
                 None => {
@@ -498,8 +516,8 @@ impl Index {
         }
     }
 
-    fn remove(&mut self, cols: &TableColumns, row: &CachedRow) {
-        if let Some(k) = self.key.extract(cols, row) {
+    fn remove(&mut self, row: &CachedRow) {
+        if let Some(k) = self.extract(row) {
             if let Some(v) = self.map.get_mut(k) {
                 if v.remove(row.uuid) {
                     self.map.remove(k);
@@ -517,10 +535,15 @@ struct TableCache {
 }
 
 impl TableCache {
+    /// Room for `n` rows (not in the indexes: many rows may share a value, or have none).
+    fn reserve(&mut self, n: usize) {
+        self.rows.reserve(n);
+    }
+
     fn insert(&mut self, row: Arc<CachedRow>) -> Option<Arc<CachedRow>> {
         let old = self.remove(row.uuid);
         for ix in &mut self.indexes {
-            ix.add(&self.columns, &row);
+            ix.add(&row);
         }
         self.rows.insert(row.uuid, row);
         old
@@ -529,7 +552,7 @@ impl TableCache {
     fn remove(&mut self, uuid: Uuid) -> Option<Arc<CachedRow>> {
         let old = self.rows.remove(&uuid)?;
         for ix in &mut self.indexes {
-            ix.remove(&self.columns, &old);
+            ix.remove(&old);
         }
         Some(old)
     }
@@ -565,6 +588,10 @@ impl State {
             let Some(tc) = self.tables.get_mut(&t) else {
                 continue;
             };
+            if tc.rows.is_empty() {
+                // The initial contents: size the maps once instead of rehashing them as they grow.
+                tc.reserve(rows.len());
+            }
             for (uuid, ru) in rows {
                 let (kind, old, new) = match ru {
                     RowUpdate::Initial(r) | RowUpdate::Insert(r) => {
@@ -905,6 +932,7 @@ impl CacheBuilder {
             let indexes = keys
                 .into_iter()
                 .map(|key| Index {
+                    pos: columns.position(key.column()),
                     key,
                     map: HashMap::default(),
                 })

@@ -7,7 +7,21 @@ use kube_ovn_controller::{Args, Command, StderrLog};
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// `mi_option_purge_delay` in mimalloc 3's `mi_option_e` (the sys crate names only older options).
+const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
+
+/// Returns freed memory to the OS at once. mimalloc's default (1 s, and only when the freeing thread
+/// allocates again) left the buffers of bursts (watch events, the initial northbound sync) resident in
+/// idle workers: measured at 50,000 pods, RSS 156 -> 127 MiB, and 282 -> 116 MiB after a restart.
+#[allow(unsafe_code)]
+fn purge_freed_memory_at_once() {
+    // SAFETY: sets a process-wide option before any other thread exists (mi_option_set is not thread
+    // safe); the index is checked against mimalloc's default by the test below.
+    unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, 0) }
+}
+
 fn main() -> ExitCode {
+    purge_freed_memory_at_once();
     let args = match Args::parse(std::env::args().skip(1)) {
         Ok(a) => a,
         Err(e) => {
@@ -47,5 +61,23 @@ fn main() -> ExitCode {
             eprintln!("kube-ovn-controller: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    #[allow(unsafe_code)]
+    fn purge_delay_is_the_option_it_names() {
+        // SAFETY: reads an option.
+        let default = unsafe { libmimalloc_sys::mi_option_get(super::MI_OPTION_PURGE_DELAY) };
+        // mimalloc 3's default purge delay (options.c); another option at this index would differ.
+        assert_eq!(default, 1000);
+        super::purge_freed_memory_at_once();
+        // SAFETY: reads an option.
+        assert_eq!(
+            unsafe { libmimalloc_sys::mi_option_get(super::MI_OPTION_PURGE_DELAY) },
+            0
+        );
     }
 }
