@@ -366,6 +366,22 @@ impl CniHandler {
         b
     }
 
+    /// The host end is a bridge port and never needs an address. Its IPv6 link-local address would reach
+    /// ovs-vswitchd as a host address change, each one making it re-read every host interface's addresses
+    /// (getifaddrs, a dump of all links): a cost that grew with the number of pods on the node.
+    async fn host_ipv6_off(&self, host_if: &str) -> Result<(), Error> {
+        match self
+            .host
+            .set_sysctl(&format!("net/ipv6/conf/{host_if}/disable_ipv6"), "1")
+            .await
+        {
+            Ok(()) => Ok(()),
+            // A kernel without IPv6 has no such sysctl: nothing to turn off.
+            Err(e) if e.errno() == Some(nix::errno::Errno::ENOENT as i32) => Ok(()),
+            Err(e) => Err(netdev("disable IPv6 on the host interface")(e)),
+        }
+    }
+
     async fn plug(
         &self,
         req: &Request,
@@ -387,6 +403,9 @@ impl CniHandler {
         let batch = self.port_batch(req, pod, a, netns, net);
         // The host side (link up, OVS port) and the pod side (addresses, routes) are independent.
         let host_side = async {
+            if !host_existed {
+                self.host_ipv6_off(&a.host_if).await?;
+            }
             self.host
                 .set_link_up(&a.host_if, true)
                 .await
@@ -882,6 +901,10 @@ mod tests {
             })
             .times(1)
             .returning(|_| Ok(()));
+        host.expect_set_sysctl()
+            .withf(|k, v| k == format!("net/ipv6/conf/{HOST_IF}/disable_ipv6") && v == "1")
+            .times(1)
+            .returning(|_, _| Ok(()));
         host.expect_set_link_up().times(1).returning(|_, _| Ok(()));
         let mut ovs = MockOpenVSwitch::new();
         ovs.expect_port().returning(|_| None);
@@ -933,6 +956,7 @@ mod tests {
         let mut host = MockNetdev::new();
         host.expect_link().returning(|_| Ok(None));
         host.expect_create_veth().times(1).returning(|_| Ok(()));
+        host.expect_set_sysctl().returning(|_, _| Ok(()));
         host.expect_set_link_up().returning(|_, _| Ok(()));
         host.expect_delete_link()
             .withf(|n| n == HOST_IF)
@@ -1056,6 +1080,7 @@ mod tests {
             o.lock().unwrap().push("created");
             Ok(())
         });
+        host.expect_set_sysctl().returning(|_, _| Ok(()));
         host.expect_set_link_up().returning(|_, _| Ok(()));
         let mut ovs = MockOpenVSwitch::new();
         ovs.expect_port().returning(|_| None);
