@@ -84,7 +84,11 @@ impl Interner {
     }
 }
 
+/// The uid's bytes when it is a UUID in the lowercase form it is rebuilt in (else it is kept as text).
 fn parse_uid(s: &str) -> Option<[u8; 16]> {
+    if s.bytes().any(|c| c.is_ascii_uppercase()) {
+        return None;
+    }
     kubeovn_ovn::Uuid::parse(s).ok().map(|u| *u.as_bytes())
 }
 
@@ -323,12 +327,17 @@ mod tests {
         );
         assert_eq!(*store.get("n", "b").expect("b"), odd);
         assert!(store.get("m", "a").is_none() && !store.contains("n", "c"));
+        let upper = pod(serde_json::json!({
+            "metadata": {"name": "c", "namespace": "m", "uid": "6B1F0C2E-1111-4222-8333-000000000001"}
+        }));
+        w.apply(&Event::Apply(upper.clone()));
+        assert_eq!(*store.get("m", "c").expect("c"), upper);
         let mut seen = Vec::new();
         store.for_each_annotations(|ns, name, a| seen.push(format!("{ns}/{name}:{}", a.len())));
         seen.sort();
-        assert_eq!(seen, ["n/a:1", "n/b:0"]);
+        assert_eq!(seen, ["m/c:0", "n/a:1", "n/b:0"]);
         w.apply(&Event::Delete(full));
-        assert_eq!(store.len(), 1);
+        assert_eq!(store.len(), 2);
         // A relist replaces everything.
         w.apply(&Event::Init);
         w.apply(&Event::InitDone);
