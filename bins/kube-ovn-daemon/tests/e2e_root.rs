@@ -89,6 +89,20 @@ fn pods_ping_through_switch_and_router_and_del_cleans_up() {
         "{ids}"
     );
 
+    // The host end is a bridge port: IPv6 off, so no link-local address ever reaches ovs-vswitchd.
+    let host_v6 = std::fs::read_to_string(format!(
+        "/proc/sys/net/ipv6/conf/{}/disable_ipv6",
+        p1.host_if()
+    ));
+    if let Ok(v) = host_v6 {
+        assert_eq!(v.trim(), "1");
+        let addrs = std::process::Command::new("ip")
+            .args(["-6", "-o", "addr", "show", "dev", &p1.host_if()])
+            .output()
+            .expect("ip");
+        assert!(addrs.stdout.is_empty(), "{addrs:?}");
+    }
+
     assert!(h.ping(&p1, "10.231.1.11"), "p1 -> p2 on one switch");
     assert!(h.ping(&p2, "10.231.1.10"), "p2 -> p1");
     assert!(h.ping(&p3, "10.231.1.10"), "p3 -> p1 through the router");
