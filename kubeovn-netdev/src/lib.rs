@@ -5,12 +5,15 @@
 //! Each [`NetlinkNetdev`] owns a dedicated thread that entered its namespace with `setns` and opened its netlink
 //! socket there (the socket stays bound to that namespace); requests travel to it over a channel, so no tokio
 //! worker ever changes namespace. [`NetlinkNetdev::current`] is the same thing for the process's own namespace.
+//! [`Netdev::apply`] runs a list of steps ([`NetOp`]) in one round trip to that thread.
 //! Operations are idempotent: creating what exists with the same parameters and deleting what is absent succeed.
 //!
 //! Enable the `mock` feature for `MockNetdev` and `MockNamespaces` (mockall) in downstream tests.
 //!
 //! ```no_run
-//! use kubeovn_netdev::{host_nic_name, NamedNetns, Namespaces, Netdev, NetlinkNetdev, RouteSpec, VethSpec};
+//! use kubeovn_netdev::{
+//!     host_nic_name, NamedNetns, Namespaces, NetOp, Netdev, NetlinkNetdev, RouteSpec, VethSpec,
+//! };
 //!
 //! # async fn wire() -> kubeovn_netdev::Result<()> {
 //! let netns = NamedNetns::default();
@@ -20,12 +23,16 @@
 //! host.create_veth(&VethSpec::new(&host_if, "eth0", &pod_ns).mtu(1400)).await?;
 //! host.set_link_up(&host_if, true).await?;
 //!
+//! // The pod end in one round trip to the pod namespace's thread, in this order.
 //! let pod = NetlinkNetdev::open(&pod_ns)?;
-//! pod.set_sysctl("net.ipv4.conf.eth0.arp_notify", "1").await?;
-//! pod.add_address("eth0", "10.16.0.5/16".parse().expect("cidr")).await?;
-//! pod.set_link_up("lo", true).await?;
-//! pod.set_link_up("eth0", true).await?;
-//! pod.add_route(&RouteSpec::default_via("10.16.0.1".parse().expect("ip"))).await?;
+//! pod.apply(&[
+//!     NetOp::sysctl("net.ipv4.conf.eth0.arp_notify", "1"),
+//!     NetOp::address("eth0", "10.16.0.5/16".parse().expect("cidr")),
+//!     NetOp::up("lo"),
+//!     NetOp::up("eth0"),
+//!     NetOp::AddRoute(RouteSpec::default_via("10.16.0.1".parse().expect("ip"))),
+//! ])
+//! .await?;
 //! # Ok(())
 //! # }
 //! ```
@@ -41,7 +48,7 @@ pub use netdev::{MockNamespaces, MockNetdev};
 pub use netdev::{NamedNetns, Namespaces, Netdev, NetlinkNetdev};
 pub use netns::{create_named_netns, delete_named_netns, validate_netns_name, NETNS_RUN_DIR};
 pub use types::{
-    host_nic_name, sysctl_path, validate_ifname, Address, Link, MacAddr, OperState, Route,
+    host_nic_name, sysctl_path, validate_ifname, Address, Link, MacAddr, NetOp, OperState, Route,
     RouteSpec, VethSpec, MAX_IFNAME_LEN,
 };
 

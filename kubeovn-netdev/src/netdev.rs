@@ -22,9 +22,11 @@ use rtnetlink::{LinkMessageBuilder, LinkUnspec, LinkVeth};
 use crate::error::{nl_errno, Error, Result};
 use crate::netns::{create_named_netns, delete_named_netns, Ctx, Worker, NETNS_RUN_DIR};
 use crate::types::{
-    sysctl_path, validate_ifname, Address, Link, MacAddr, OperState, Route, RouteSpec, VethSpec,
+    sysctl_path, validate_ifname, Address, Link, MacAddr, NetOp, OperState, Route, RouteSpec,
+    VethSpec,
 };
 
+const ENOENT: i32 = 2;
 const ENODEV: i32 = 19;
 const EEXIST: i32 = 17;
 const ESRCH: i32 = 3;
@@ -93,6 +95,30 @@ pub trait Netdev: Send + Sync {
 
     /// Reads a sysctl of this namespace, trailing newline removed.
     async fn sysctl(&self, key: &str) -> Result<String>;
+
+    /// Runs `ops` in order and stops at the first failure, returning its error (the steps before it stay
+    /// done). [`NetlinkNetdev`] runs them all in one round trip to its thread; this default calls the
+    /// single-step methods.
+    async fn apply(&self, ops: &[NetOp]) -> Result<()> {
+        for op in ops {
+            match op {
+                NetOp::Sysctl {
+                    key,
+                    value,
+                    missing_ok,
+                } => match self.set_sysctl(key, value).await {
+                    Err(e) if *missing_ok && e.errno() == Some(ENOENT) => {}
+                    r => r?,
+                },
+                NetOp::SetUp { link, up } => self.set_link_up(link, *up).await?,
+                NetOp::SetMtu { link, mtu } => self.set_link_mtu(link, *mtu).await?,
+                NetOp::SetMac { link, mac } => self.set_link_mac(link, *mac).await?,
+                NetOp::AddAddress { link, addr } => self.add_address(link, *addr).await?,
+                NetOp::AddRoute(r) => self.add_route(r).await?,
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Named network namespaces and handles into them: the sandbox side of the plumbing. The `mock` feature generates
@@ -201,14 +227,15 @@ impl NetlinkNetdev {
     /// A handle on the namespace the process is in (the node's root namespace for the daemon).
     pub fn current() -> Result<Self> {
         Ok(NetlinkNetdev {
-            worker: Worker::spawn(None)?,
+            worker: Worker::spawn_ready(None)?,
             path: None,
             deleter: std::sync::OnceLock::new(),
         })
     }
 
     /// A handle on the namespace at `path`: `/var/run/netns/NAME`, `/proc/PID/ns/net`, a CNI `CNI_NETNS`.
-    /// Blocks briefly while the thread enters the namespace and opens its socket.
+    /// Returns at once: the thread enters the namespace and opens its socket while the first requests queue
+    /// (a failure to do so is their error).
     pub fn open(path: impl AsRef<Path>) -> Result<Self> {
         Ok(NetlinkNetdev {
             worker: Worker::spawn(Some(path.as_ref()))?,
@@ -538,39 +565,27 @@ impl Netdev for NetlinkNetdev {
     }
 
     async fn set_link_up(&self, name: &str, up: bool) -> Result<()> {
-        validate_ifname(name)?;
-        let name = name.to_string();
-        self.worker
-            .call(move |ctx| async move {
-                let b = LinkUnspec::new_with_name(&name);
-                let msg = if up { b.up() } else { b.down() }.build();
-                set_link(&ctx, &name, "set link up/down", msg).await
-            })
-            .await
+        self.apply(&[NetOp::SetUp {
+            link: name.to_string(),
+            up,
+        }])
+        .await
     }
 
     async fn set_link_mtu(&self, name: &str, mtu: u32) -> Result<()> {
-        validate_ifname(name)?;
-        let name = name.to_string();
-        self.worker
-            .call(move |ctx| async move {
-                let msg = LinkUnspec::new_with_name(&name).mtu(mtu).build();
-                set_link(&ctx, &name, "set link mtu", msg).await
-            })
-            .await
+        self.apply(&[NetOp::SetMtu {
+            link: name.to_string(),
+            mtu,
+        }])
+        .await
     }
 
     async fn set_link_mac(&self, name: &str, mac: MacAddr) -> Result<()> {
-        validate_ifname(name)?;
-        let name = name.to_string();
-        self.worker
-            .call(move |ctx| async move {
-                let msg = LinkUnspec::new_with_name(&name)
-                    .address(mac.0.to_vec())
-                    .build();
-                set_link(&ctx, &name, "set link mac", msg).await
-            })
-            .await
+        self.apply(&[NetOp::SetMac {
+            link: name.to_string(),
+            mac,
+        }])
+        .await
     }
 
     async fn delete_link(&self, name: &str) -> Result<()> {
@@ -589,29 +604,7 @@ impl Netdev for NetlinkNetdev {
     }
 
     async fn add_address(&self, link: &str, addr: IpNetwork) -> Result<()> {
-        validate_ifname(link)?;
-        let link = link.to_string();
-        self.worker
-            .call(move |ctx| async move {
-                let index = link_index(&ctx, &link).await?;
-                match ctx
-                    .handle
-                    .address()
-                    .add(index, addr.ip(), addr.prefix())
-                    .execute()
-                    .await
-                {
-                    Ok(()) => Ok(()),
-                    Err(e) if nl_errno(&e) == Some(EEXIST) => Ok(()),
-                    Err(e) => Err(Error::netlink(
-                        "add address",
-                        format!("{addr} dev {link}"),
-                        &ctx.netns,
-                        e,
-                    )),
-                }
-            })
-            .await
+        self.apply(&[NetOp::address(link, addr)]).await
     }
 
     async fn del_address(&self, link: &str, addr: IpNetwork) -> Result<()> {
@@ -663,42 +656,7 @@ impl Netdev for NetlinkNetdev {
     }
 
     async fn add_route(&self, route: &RouteSpec) -> Result<()> {
-        let dst = route.normalized_dst()?;
-        let spec = route.clone();
-        self.worker
-            .call(move |ctx| async move {
-                let oif = match &spec.dev {
-                    Some(d) => Some(link_index(&ctx, d).await?),
-                    None => None,
-                };
-                let msg = route_message(dst, spec.gateway, oif, false);
-                match ctx.handle.route().add(msg).execute().await {
-                    Ok(()) => Ok(()),
-                    Err(e) if nl_errno(&e) == Some(EEXIST) => {
-                        let routes = dump_routes(&ctx).await?;
-                        let same = routes.iter().any(|r| {
-                            r.dst == dst
-                                && r.gateway == spec.gateway
-                                && (oif.is_none() || r.oif == oif)
-                        });
-                        if same {
-                            return Ok(());
-                        }
-                        let have: Vec<String> = routes
-                            .iter()
-                            .filter(|r| r.dst == dst)
-                            .map(|r| format!("via {:?} oif {:?}", r.gateway, r.oif))
-                            .collect();
-                        Err(Error::Conflict {
-                            what: format!("route {dst}"),
-                            netns: ctx.netns.to_string(),
-                            detail: have.join(", "),
-                        })
-                    }
-                    Err(e) => Err(Error::netlink("add route", spec.to_string(), &ctx.netns, e)),
-                }
-            })
-            .await
+        self.apply(&[NetOp::AddRoute(route.clone())]).await
     }
 
     async fn del_route(&self, route: &RouteSpec) -> Result<()> {
@@ -730,16 +688,7 @@ impl Netdev for NetlinkNetdev {
     }
 
     async fn set_sysctl(&self, key: &str, value: &str) -> Result<()> {
-        let path = sysctl_path(key)?;
-        let value = value.to_string();
-        // /proc/sys/net resolves against the calling thread's namespace: write from the worker thread.
-        self.worker
-            .call(move |ctx| async move {
-                std::fs::write(&path, value.as_bytes()).map_err(|e| {
-                    Error::io("write sysctl", path.display().to_string(), &ctx.netns, e)
-                })
-            })
-            .await
+        self.apply(&[NetOp::sysctl(key, value)]).await
     }
 
     async fn sysctl(&self, key: &str) -> Result<String> {
@@ -752,5 +701,112 @@ impl Netdev for NetlinkNetdev {
                 Ok(s.trim_end_matches('\n').to_string())
             })
             .await
+    }
+
+    async fn apply(&self, ops: &[NetOp]) -> Result<()> {
+        for op in ops {
+            op.validate()?;
+        }
+        let ops = ops.to_vec();
+        self.worker
+            .call(move |ctx| async move {
+                for op in &ops {
+                    run_op(&ctx, op).await?;
+                }
+                Ok(())
+            })
+            .await
+    }
+}
+
+/// One [`NetOp`] on the namespace's thread (validated by the caller).
+async fn run_op(ctx: &Ctx, op: &NetOp) -> Result<()> {
+    match op {
+        NetOp::Sysctl {
+            key,
+            value,
+            missing_ok,
+        } => {
+            let path = sysctl_path(key)?;
+            // /proc/sys/net resolves against the calling thread's namespace: this is the worker thread.
+            match std::fs::write(&path, value.as_bytes()) {
+                Ok(()) => Ok(()),
+                Err(e) if *missing_ok && e.raw_os_error() == Some(ENOENT) => Ok(()),
+                Err(e) => Err(Error::io(
+                    "write sysctl",
+                    path.display().to_string(),
+                    &ctx.netns,
+                    e,
+                )),
+            }
+        }
+        NetOp::SetUp { link, up } => {
+            let b = LinkUnspec::new_with_name(link);
+            let msg = if *up { b.up() } else { b.down() }.build();
+            set_link(ctx, link, "set link up/down", msg).await
+        }
+        NetOp::SetMtu { link, mtu } => {
+            let msg = LinkUnspec::new_with_name(link).mtu(*mtu).build();
+            set_link(ctx, link, "set link mtu", msg).await
+        }
+        NetOp::SetMac { link, mac } => {
+            let msg = LinkUnspec::new_with_name(link)
+                .address(mac.0.to_vec())
+                .build();
+            set_link(ctx, link, "set link mac", msg).await
+        }
+        NetOp::AddAddress { link, addr } => {
+            let index = link_index(ctx, link).await?;
+            match ctx
+                .handle
+                .address()
+                .add(index, addr.ip(), addr.prefix())
+                .execute()
+                .await
+            {
+                Ok(()) => Ok(()),
+                Err(e) if nl_errno(&e) == Some(EEXIST) => Ok(()),
+                Err(e) => Err(Error::netlink(
+                    "add address",
+                    format!("{addr} dev {link}"),
+                    &ctx.netns,
+                    e,
+                )),
+            }
+        }
+        NetOp::AddRoute(spec) => add_route(ctx, spec).await,
+    }
+}
+
+/// Adds a route; the same route present is success, another one to the destination a conflict.
+async fn add_route(ctx: &Ctx, spec: &RouteSpec) -> Result<()> {
+    let dst = spec.normalized_dst()?;
+    let oif = match &spec.dev {
+        Some(d) => Some(link_index(ctx, d).await?),
+        None => None,
+    };
+    let msg = route_message(dst, spec.gateway, oif, false);
+    match ctx.handle.route().add(msg).execute().await {
+        Ok(()) => Ok(()),
+        Err(e) if nl_errno(&e) == Some(EEXIST) => {
+            let routes = dump_routes(ctx).await?;
+            let same = routes.iter().any(|r| {
+                r.dst == dst && r.gateway == spec.gateway && (oif.is_none() || r.oif == oif)
+            });
+            if same {
+                return Ok(());
+            }
+            let have: Vec<String> = routes
+                .iter()
+                .filter(|r| r.dst == dst)
+                .map(|r| format!("via {:?} oif {:?}", r.gateway, r.oif))
+                .collect();
+            Err(Error::Conflict {
+                what: format!("route {dst}"),
+                netns: ctx.netns.to_string(),
+                detail: have.join(", "),
+            })
+        }
+        Err(e) => Err(Error::netlink("add route", spec.to_string(), &ctx.netns, e)),
     }
 }

@@ -151,7 +151,37 @@ pub(crate) struct Ctx {
 }
 
 type LocalFuture = Pin<Box<dyn Future<Output = ()>>>;
-type Job = Box<dyn FnOnce(Ctx) -> LocalFuture + Send>;
+/// A job gets the context, or the error that kept the thread from entering its namespace.
+type Job = Box<dyn FnOnce(Result<Ctx>) -> LocalFuture + Send>;
+
+/// Why a worker could not start, kept to answer every job with it.
+struct StartFailure {
+    op: &'static str,
+    target: String,
+    errno: Option<i32>,
+    kind: io::ErrorKind,
+    message: String,
+}
+
+impl StartFailure {
+    fn new(op: &'static str, target: String, e: io::Error) -> Self {
+        StartFailure {
+            op,
+            target,
+            errno: e.raw_os_error(),
+            kind: e.kind(),
+            message: e.to_string(),
+        }
+    }
+
+    fn error(&self, netns: &str) -> Error {
+        let source = match self.errno {
+            Some(code) => io::Error::from_raw_os_error(code),
+            None => io::Error::new(self.kind, self.message.clone()),
+        };
+        Error::io(self.op, self.target.clone(), netns, source)
+    }
+}
 
 /// A thread inside one network namespace, running a current-thread runtime with the netlink connection, serving
 /// jobs one at a time from a channel. It stops when the last [`Worker`] clone is dropped.
@@ -162,8 +192,10 @@ pub(crate) struct Worker {
 }
 
 impl Worker {
-    /// Starts a worker in the namespace at `path`, or in the caller's namespace when `path` is `None`. Blocks until
-    /// the thread has entered the namespace and opened its socket (a fraction of a millisecond).
+    /// Starts a worker in the namespace at `path`, or in the caller's namespace when `path` is `None`, and
+    /// returns at once: jobs queue while the thread enters the namespace and opens its socket, and if that
+    /// fails each job gets the failure. A pod's ADD thus overlaps the thread's start with other work instead
+    /// of blocking a runtime worker on it. Opening the namespace file is checked here.
     pub(crate) fn spawn(path: Option<&Path>) -> Result<Self> {
         let netns: Arc<str> = match path {
             Some(p) => p.display().to_string().into(),
@@ -174,58 +206,75 @@ impl Worker {
             None => None,
         };
         let (tx, mut rx) = mpsc::unbounded_channel::<Job>();
-        let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel::<Result<()>>(1);
         let label = netns.clone();
         std::thread::Builder::new()
             .name("netns-netlink".into())
             .spawn(move || {
-                let start = || -> Result<(tokio::runtime::Runtime, Ctx)> {
-                    if let Some(fd) = fd {
-                        setns(&fd, CloneFlags::CLONE_NEWNET)
-                            .map_err(|e| Error::io("setns", label.to_string(), &label, e.into()))?;
-                    }
-                    let rt = tokio::runtime::Builder::new_current_thread()
-                        .enable_io()
-                        .build()
-                        .map_err(|e| Error::io("build runtime", "", &label, e))?;
-                    // The socket is created here, after setns: it stays bound to this namespace.
-                    let (conn, handle, _) = {
-                        let _guard = rt.enter();
-                        rtnetlink::new_connection_with_socket::<netlink_sys::TokioSocket>()
-                            .map_err(|e| Error::io("open netlink socket", "", &label, e))?
+                let start =
+                    || -> std::result::Result<(tokio::runtime::Runtime, Ctx), StartFailure> {
+                        if let Some(fd) = fd {
+                            setns(&fd, CloneFlags::CLONE_NEWNET).map_err(|e| {
+                                StartFailure::new("setns", label.to_string(), e.into())
+                            })?;
+                        }
+                        let rt = tokio::runtime::Builder::new_current_thread()
+                            .enable_io()
+                            .build()
+                            .map_err(|e| StartFailure::new("build runtime", String::new(), e))?;
+                        // The socket is created here, after setns: it stays bound to this namespace.
+                        let (conn, handle, _) = {
+                            let _guard = rt.enter();
+                            rtnetlink::new_connection_with_socket::<netlink_sys::TokioSocket>()
+                                .map_err(|e| {
+                                    StartFailure::new("open netlink socket", String::new(), e)
+                                })?
+                        };
+                        rt.spawn(conn);
+                        Ok((
+                            rt,
+                            Ctx {
+                                handle,
+                                netns: label.clone(),
+                            },
+                        ))
                     };
-                    rt.spawn(conn);
-                    Ok((
-                        rt,
-                        Ctx {
-                            handle,
-                            netns: label.clone(),
-                        },
-                    ))
-                };
-                let (rt, ctx) = match start() {
-                    Ok(v) => {
-                        let _ = ready_tx.send(Ok(()));
-                        v
+                match start() {
+                    Ok((rt, ctx)) => rt.block_on(async move {
+                        while let Some(job) = rx.recv().await {
+                            job(Ok(ctx.clone())).await;
+                        }
+                    }),
+                    Err(failure) => {
+                        // No runtime here: given an error, a job's future finishes at its first poll.
+                        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+                        while let Some(job) = rx.blocking_recv() {
+                            let _ = job(Err(failure.error(&label))).as_mut().poll(&mut cx);
+                        }
                     }
-                    Err(e) => {
-                        let _ = ready_tx.send(Err(e));
-                        return;
-                    }
-                };
-                rt.block_on(async move {
-                    while let Some(job) = rx.recv().await {
-                        job(ctx.clone()).await;
-                    }
-                });
+                }
             })
-            .map_err(|e| Error::io("spawn thread", netns.to_string(), &netns, e))?;
-        match ready_rx.recv() {
-            Ok(Ok(())) => Ok(Worker { tx, netns }),
-            Ok(Err(e)) => Err(e),
-            Err(_) => Err(Error::WorkerGone {
-                netns: netns.to_string(),
-            }),
+            .map_err(|e| io_err("spawn thread", Path::new(&*netns), &netns, e))?;
+        Ok(Worker { tx, netns })
+    }
+
+    /// Like [`Worker::spawn`], then waits until the thread is in its namespace with its socket open, so a
+    /// failure to start is this call's error (for long-lived handles such as the node's own namespace).
+    pub(crate) fn spawn_ready(path: Option<&Path>) -> Result<Self> {
+        let w = Self::spawn(path)?;
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Result<()>>(1);
+        let job: Job = Box::new(move |ctx| {
+            Box::pin(async move {
+                let _ = tx.send(ctx.map(|_| ()));
+            })
+        });
+        w.tx.send(job).map_err(|_| w.gone())?;
+        rx.recv().map_err(|_| w.gone())??;
+        Ok(w)
+    }
+
+    fn gone(&self) -> Error {
+        Error::WorkerGone {
+            netns: self.netns.to_string(),
         }
     }
 
@@ -245,13 +294,13 @@ impl Worker {
         let (tx, rx) = oneshot::channel();
         let job: Job = Box::new(move |ctx| {
             Box::pin(async move {
-                let _ = tx.send(f(ctx).await);
+                let _ = tx.send(match ctx {
+                    Ok(ctx) => f(ctx).await,
+                    Err(e) => Err(e),
+                });
             })
         });
-        let gone = || Error::WorkerGone {
-            netns: self.netns.to_string(),
-        };
-        self.tx.send(job).map_err(|_| gone())?;
-        rx.await.map_err(|_| gone())?
+        self.tx.send(job).map_err(|_| self.gone())?;
+        rx.await.map_err(|_| self.gone())?
     }
 }

@@ -293,6 +293,100 @@ impl fmt::Display for RouteSpec {
     }
 }
 
+/// One step of [`Netdev::apply`](crate::Netdev::apply): a list of them configures an interface in one round
+/// trip to the namespace's thread.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NetOp {
+    /// Writes a sysctl (as [`Netdev::set_sysctl`](crate::Netdev::set_sysctl)); with `missing_ok`, a key the
+    /// kernel does not have (no IPv6, say) is skipped.
+    Sysctl {
+        /// The key, dotted or slash form.
+        key: String,
+        /// The value written.
+        value: String,
+        /// Whether an absent key is success.
+        missing_ok: bool,
+    },
+    /// Sets a link administratively up or down.
+    SetUp {
+        /// The link.
+        link: String,
+        /// Up (true) or down.
+        up: bool,
+    },
+    /// Sets a link's MTU.
+    SetMtu {
+        /// The link.
+        link: String,
+        /// The MTU.
+        mtu: u32,
+    },
+    /// Sets a link's hardware address.
+    SetMac {
+        /// The link.
+        link: String,
+        /// The MAC.
+        mac: MacAddr,
+    },
+    /// Adds an address to a link (present is success).
+    AddAddress {
+        /// The link.
+        link: String,
+        /// Address and prefix.
+        addr: IpNetwork,
+    },
+    /// Adds a route to the main table (as [`Netdev::add_route`](crate::Netdev::add_route)).
+    AddRoute(RouteSpec),
+}
+
+impl NetOp {
+    /// Writes `key` = `value`.
+    pub fn sysctl(key: impl Into<String>, value: impl Into<String>) -> Self {
+        NetOp::Sysctl {
+            key: key.into(),
+            value: value.into(),
+            missing_ok: false,
+        }
+    }
+
+    /// Writes `key` = `value` if the kernel has the key.
+    pub fn sysctl_if_present(key: impl Into<String>, value: impl Into<String>) -> Self {
+        NetOp::Sysctl {
+            key: key.into(),
+            value: value.into(),
+            missing_ok: true,
+        }
+    }
+
+    /// Sets `link` up.
+    pub fn up(link: impl Into<String>) -> Self {
+        NetOp::SetUp {
+            link: link.into(),
+            up: true,
+        }
+    }
+
+    /// Adds `addr` to `link`.
+    pub fn address(link: impl Into<String>, addr: IpNetwork) -> Self {
+        NetOp::AddAddress {
+            link: link.into(),
+            addr,
+        }
+    }
+
+    /// Checks the step's names, key and route, as the single-step methods do.
+    pub(crate) fn validate(&self) -> Result<()> {
+        match self {
+            NetOp::Sysctl { key, .. } => sysctl_path(key).map(|_| ()),
+            NetOp::SetUp { link, .. }
+            | NetOp::SetMtu { link, .. }
+            | NetOp::SetMac { link, .. }
+            | NetOp::AddAddress { link, .. } => validate_ifname(link),
+            NetOp::AddRoute(r) => r.normalized_dst().map(|_| ()),
+        }
+    }
+}
+
 /// A veth pair to create: the host end in the handle's namespace, the peer created directly in `peer_netns`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct VethSpec {

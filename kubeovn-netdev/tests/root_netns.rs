@@ -10,8 +10,8 @@ use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use kubeovn_netdev::{
-    delete_named_netns, Error, MacAddr, NamedNetns, Namespaces, Netdev, NetlinkNetdev, OperState,
-    RouteSpec, VethSpec, NETNS_RUN_DIR,
+    delete_named_netns, Error, MacAddr, NamedNetns, Namespaces, NetOp, Netdev, NetlinkNetdev,
+    OperState, RouteSpec, VethSpec, NETNS_RUN_DIR,
 };
 use serde_json::Value;
 
@@ -498,4 +498,130 @@ async fn root_host_handle_creates_peer_in_place() {
     assert!(by_pid.link(&name).await.expect("query").is_some());
     host.delete_link(&name).await.expect("delete");
     assert!(host.link(&name).await.expect("query").is_none());
+}
+
+#[tokio::test]
+async fn root_apply_runs_steps_in_order_and_stops_at_the_first_failure() {
+    require_root!();
+    let pod_ns = TestNs::new("ap");
+    let node_ns = TestNs::new("aq");
+    let node = NetlinkNetdev::open(&node_ns.path).expect("open node");
+    node.create_veth(&VethSpec::new("a0", "eth0", &pod_ns.path).mtu(1400))
+        .await
+        .expect("veth");
+    // The far end up: eth0 has carrier the moment it comes up, so it would get a link-local address
+    // if IPv6 were still on then.
+    node.set_link_up("a0", true).await.expect("a0 up");
+    let pod = NetlinkNetdev::open(&pod_ns.path).expect("open pod");
+    let mac: MacAddr = "0a:00:00:00:aa:01".parse().expect("mac");
+    let steps = [
+        NetOp::SetMac {
+            link: "eth0".into(),
+            mac,
+        },
+        NetOp::SetMtu {
+            link: "eth0".into(),
+            mtu: 1300,
+        },
+        NetOp::sysctl_if_present("net/ipv6/conf/eth0/disable_ipv6", "1"),
+        // A key no kernel has: skipped, not an error.
+        NetOp::sysctl_if_present("net/ipv4/conf/eth0/no_such_key", "1"),
+        NetOp::address("eth0", "10.78.0.2/24".parse().expect("cidr")),
+        NetOp::up("lo"),
+        NetOp::up("eth0"),
+        NetOp::AddRoute(RouteSpec::default_via(ip("10.78.0.1"))),
+        NetOp::AddRoute(RouteSpec::on_link(
+            "10.79.0.0/16".parse().expect("cidr"),
+            "eth0",
+        )),
+    ];
+    pod.apply(&steps).await.expect("apply");
+    // Twice: every step is idempotent.
+    pod.apply(&steps).await.expect("apply again");
+
+    let links = ip_json(Some(&pod_ns.name), &["link", "show", "eth0"]);
+    assert_eq!(links[0]["address"], "0a:00:00:00:aa:01");
+    assert_eq!(links[0]["mtu"], 1300);
+    assert!(links[0]["flags"]
+        .as_array()
+        .expect("flags")
+        .iter()
+        .any(|f| f == "UP"));
+    let addrs = ip_json(Some(&pod_ns.name), &["addr", "show", "eth0"]);
+    let infos = addrs[0]["addr_info"].as_array().expect("addr_info");
+    assert!(infos
+        .iter()
+        .any(|a| a["local"] == "10.78.0.2" && a["prefixlen"] == 24));
+    // IPv6 went off before the link came up: no link-local address ever.
+    assert!(!infos.iter().any(|a| a["family"] == "inet6"), "{infos:?}");
+    let routes = ip_json(Some(&pod_ns.name), &["route", "show"]);
+    let routes = routes.as_array().expect("routes");
+    assert!(routes
+        .iter()
+        .any(|r| r["dst"] == "default" && r["gateway"] == "10.78.0.1"));
+    assert!(routes
+        .iter()
+        .any(|r| r["dst"] == "10.79.0.0/16" && r["dev"] == "eth0"));
+
+    // A failing step stops the list: the ones before it are done, the ones after are not.
+    let e = pod
+        .apply(&[
+            NetOp::address("eth0", "10.78.0.3/24".parse().expect("cidr")),
+            NetOp::up("nope0"),
+            NetOp::address("eth0", "10.78.0.4/24".parse().expect("cidr")),
+        ])
+        .await
+        .expect_err("no such link");
+    assert!(
+        matches!(e, Error::LinkNotFound { ref link, .. } if link == "nope0"),
+        "{e}"
+    );
+    let addrs = ip_json(Some(&pod_ns.name), &["addr", "show", "eth0"]);
+    let have: Vec<&str> = addrs[0]["addr_info"]
+        .as_array()
+        .expect("addr_info")
+        .iter()
+        .filter_map(|a| a["local"].as_str())
+        .collect();
+    assert!(
+        have.contains(&"10.78.0.3") && !have.contains(&"10.78.0.4"),
+        "{have:?}"
+    );
+    // A missing key without `missing_ok` is an error; bad input is refused before anything runs.
+    assert!(matches!(
+        pod.apply(&[NetOp::sysctl("net/ipv4/conf/eth0/no_such_key", "1")])
+            .await,
+        Err(Error::Io { .. })
+    ));
+    assert!(matches!(
+        pod.apply(&[
+            NetOp::address("eth0", "10.78.0.5/24".parse().expect("cidr")),
+            NetOp::up("bad/name"),
+        ])
+        .await,
+        Err(Error::InvalidName { .. })
+    ));
+    assert!(!ip_json(Some(&pod_ns.name), &["addr", "show", "eth0"])
+        .to_string()
+        .contains("10.78.0.5"));
+}
+
+#[tokio::test]
+async fn root_a_file_that_is_no_namespace_fails_on_first_use() {
+    require_root!();
+    // Opening does not wait for the thread to enter the namespace; the failure to enter it is every
+    // request's error, and nothing hangs.
+    let file = tempfile::NamedTempFile::new().expect("temp file");
+    let dev = NetlinkNetdev::open(file.path()).expect("open returns at once");
+    for _ in 0..2 {
+        let e = dev.link("lo").await.expect_err("not a netns");
+        assert!(matches!(e, Error::Io { op: "setns", .. }), "{e}");
+    }
+    assert!(matches!(
+        NetlinkNetdev::open("/nonexistent/netns"),
+        Err(Error::Io {
+            op: "open netns",
+            ..
+        })
+    ));
 }

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ipnetwork::IpNetwork;
-use kubeovn_netdev::{host_nic_name, MacAddr, Namespaces, Netdev, RouteSpec, VethSpec};
+use kubeovn_netdev::{host_nic_name, MacAddr, Namespaces, NetOp, Netdev, RouteSpec, VethSpec};
 use kubeovn_ovn::vswitch::{OpenVSwitch, OvsBatch, PortSpec, QosSpec, QueueSpec};
 
 use super::probe::GatewayProbe;
@@ -366,22 +366,6 @@ impl CniHandler {
         b
     }
 
-    /// The host end is a bridge port and never needs an address. Its IPv6 link-local address would reach
-    /// ovs-vswitchd as a host address change, each one making it re-read every host interface's addresses
-    /// (getifaddrs, a dump of all links): a cost that grew with the number of pods on the node.
-    async fn host_ipv6_off(&self, host_if: &str) -> Result<(), Error> {
-        match self
-            .host
-            .set_sysctl(&format!("net/ipv6/conf/{host_if}/disable_ipv6"), "1")
-            .await
-        {
-            Ok(()) => Ok(()),
-            // A kernel without IPv6 has no such sysctl: nothing to turn off.
-            Err(e) if e.errno() == Some(nix::errno::Errno::ENOENT as i32) => Ok(()),
-            Err(e) => Err(netdev("disable IPv6 on the host interface")(e)),
-        }
-    }
-
     async fn plug(
         &self,
         req: &Request,
@@ -403,13 +387,22 @@ impl CniHandler {
         let batch = self.port_batch(req, pod, a, netns, net);
         // The host side (link up, OVS port) and the pod side (addresses, routes) are independent.
         let host_side = async {
+            let mut ops = Vec::with_capacity(2);
             if !host_existed {
-                self.host_ipv6_off(&a.host_if).await?;
+                // The host end is a bridge port and never needs an address. Its IPv6 link-local address
+                // would reach ovs-vswitchd as a host address change, each one making it re-read every host
+                // interface's addresses (getifaddrs, a dump of all links): a cost that grew with the number
+                // of pods on the node. Off before the link is up; a kernel without IPv6 has nothing to turn off.
+                ops.push(NetOp::sysctl_if_present(
+                    format!("net/ipv6/conf/{}/disable_ipv6", a.host_if),
+                    "1",
+                ));
             }
+            ops.push(NetOp::up(&a.host_if));
             self.host
-                .set_link_up(&a.host_if, true)
+                .apply(&ops)
                 .await
-                .map_err(netdev("set host interface up"))?;
+                .map_err(netdev("bring the host interface up"))?;
             self.ovs.commit(batch).await.map_err(ovs("add port"))?;
             let link = self
                 .host
@@ -463,64 +456,16 @@ impl CniHandler {
             .namespaces
             .open(Path::new(netns))
             .map_err(netdev("enter pod netns"))?;
-        let ifname = a.ifname;
-        if existed {
-            // A repeated ADD: make sure the parameters are what this ADD asks for.
-            if let Some(mac) = net.mac {
-                pod.set_link_mac(ifname, mac)
-                    .await
-                    .map_err(netdev("set pod MAC"))?;
-            }
-            pod.set_link_mtu(ifname, mtu)
-                .await
-                .map_err(netdev("set pod MTU"))?;
-        }
-        if net.ips.iter().any(|i| i.is_ipv6()) {
-            // No duplicate address detection: OVN owns the address, and DAD would hold it back ~1 s.
-            pod.set_sysctl(&format!("net/ipv6/conf/{ifname}/accept_dad"), "0")
-                .await
-                .map_err(netdev("disable DAD"))?;
-        } else if self.cfg.ipv4_only_no_ipv6 && !existed {
-            // Before the link is up, so the kernel never sends a packet from a link-local address.
-            match pod
-                .set_sysctl(&format!("net/ipv6/conf/{ifname}/disable_ipv6"), "1")
-                .await
-            {
-                Ok(()) => {}
-                // A kernel without IPv6 has no such sysctl: nothing to turn off.
-                Err(e) if e.errno() == Some(nix::errno::Errno::ENOENT as i32) => {}
-                Err(e) => return Err(netdev("disable IPv6")(e)),
-            }
-        }
-        for ip in &net.ips {
-            pod.add_address(ifname, *ip)
-                .await
-                .map_err(netdev("add pod address"))?;
-        }
-        pod.set_link_up("lo", true)
+        let ops = pod_ops(a.ifname, net, mtu, existed, self.cfg.ipv4_only_no_ipv6);
+        // One round trip to the namespace's thread for the whole interface: each one costs two thread
+        // wake-ups, and those grow long on a node whose cores are busy with ovs-vswitchd.
+        pod.apply(&ops)
             .await
-            .map_err(netdev("set lo up"))?;
-        pod.set_link_up(ifname, true)
-            .await
-            .map_err(netdev("set pod interface up"))?;
-        for gw in default_gateways(net) {
-            pod.add_route(&RouteSpec::default_via(gw))
-                .await
-                .map_err(netdev("add default route"))?;
-        }
-        for r in &net.routes {
-            let spec = match r.gw {
-                Some(gw) => RouteSpec::via(r.dst, gw),
-                None => RouteSpec::on_link(r.dst, ifname),
-            };
-            pod.add_route(&spec)
-                .await
-                .map_err(netdev("add pod route"))?;
-        }
+            .map_err(netdev("configure the pod interface"))?;
         match net.mac {
             Some(m) => Ok(Some(m)),
             None => Ok(pod
-                .link(ifname)
+                .link(a.ifname)
                 .await
                 .map_err(netdev("look up pod interface"))?
                 .and_then(|l| l.mac)),
@@ -766,6 +711,53 @@ impl CniHandler {
     }
 }
 
+/// The steps that configure a pod's interface `ifname`, in order: on a repeated ADD (`existed`) its MAC and
+/// MTU again; IPv6 DAD off for IPv6 addresses, or IPv6 off altogether for an IPv4-only pod (`no_ipv6`)
+/// before the link is up, so the kernel never sends from a link-local address; the addresses; `lo` and the
+/// interface up; the default routes via the gateways, then the pod's own routes.
+fn pod_ops(ifname: &str, net: &PodNetwork, mtu: u32, existed: bool, no_ipv6: bool) -> Vec<NetOp> {
+    let mut ops = Vec::with_capacity(8);
+    if existed {
+        if let Some(mac) = net.mac {
+            ops.push(NetOp::SetMac {
+                link: ifname.to_owned(),
+                mac,
+            });
+        }
+        ops.push(NetOp::SetMtu {
+            link: ifname.to_owned(),
+            mtu,
+        });
+    }
+    if net.ips.iter().any(|i| i.is_ipv6()) {
+        // No duplicate address detection: OVN owns the address, and DAD would hold it back ~1 s.
+        ops.push(NetOp::sysctl(
+            format!("net/ipv6/conf/{ifname}/accept_dad"),
+            "0",
+        ));
+    } else if no_ipv6 && !existed {
+        ops.push(NetOp::sysctl_if_present(
+            format!("net/ipv6/conf/{ifname}/disable_ipv6"),
+            "1",
+        ));
+    }
+    for ip in &net.ips {
+        ops.push(NetOp::address(ifname, *ip));
+    }
+    ops.push(NetOp::up("lo"));
+    ops.push(NetOp::up(ifname));
+    for gw in default_gateways(net) {
+        ops.push(NetOp::AddRoute(RouteSpec::default_via(gw)));
+    }
+    for r in &net.routes {
+        ops.push(NetOp::AddRoute(match r.gw {
+            Some(gw) => RouteSpec::via(r.dst, gw),
+            None => RouteSpec::on_link(r.dst, ifname),
+        }));
+    }
+    ops
+}
+
 /// The lock key of a network namespace: a path, which no interface name can be.
 fn netns_key(netns: &str) -> String {
     format!("netns:{netns}")
@@ -846,19 +838,19 @@ mod tests {
         let mut ns = MockNamespaces::new();
         ns.expect_open().returning(|_| {
             let mut pod = MockNetdev::new();
-            pod.expect_add_address()
-                .withf(|l, a| l == "eth0" && a.to_string() == "10.16.0.5/16")
-                .times(1)
-                .returning(|_, _| Ok(()));
-            pod.expect_set_link_up().times(2).returning(|_, _| Ok(()));
-            pod.expect_add_route()
-                .withf(|r| r.dst.prefix() == 0 && r.gateway == Some("10.16.0.1".parse().unwrap()))
+            // An IPv4-only pod: IPv6 off on its interface before it is up, then address, links, route.
+            pod.expect_apply()
+                .withf(|ops| {
+                    ops == [
+                        NetOp::sysctl_if_present("net/ipv6/conf/eth0/disable_ipv6", "1"),
+                        NetOp::address("eth0", "10.16.0.5/16".parse().unwrap()),
+                        NetOp::up("lo"),
+                        NetOp::up("eth0"),
+                        NetOp::AddRoute(RouteSpec::default_via("10.16.0.1".parse().unwrap())),
+                    ]
+                })
                 .times(1)
                 .returning(|_| Ok(()));
-            // An IPv4-only pod: IPv6 off on its interface.
-            pod.expect_set_sysctl()
-                .withf(|k, v| k == "net/ipv6/conf/eth0/disable_ipv6" && v == "1")
-                .returning(|_, _| Ok(()));
             Ok(Arc::new(pod))
         });
         ns
@@ -901,11 +893,15 @@ mod tests {
             })
             .times(1)
             .returning(|_| Ok(()));
-        host.expect_set_sysctl()
-            .withf(|k, v| k == format!("net/ipv6/conf/{HOST_IF}/disable_ipv6") && v == "1")
+        host.expect_apply()
+            .withf(|ops| {
+                ops == [
+                    NetOp::sysctl_if_present(format!("net/ipv6/conf/{HOST_IF}/disable_ipv6"), "1"),
+                    NetOp::up(HOST_IF),
+                ]
+            })
             .times(1)
-            .returning(|_, _| Ok(()));
-        host.expect_set_link_up().times(1).returning(|_, _| Ok(()));
+            .returning(|_| Ok(()));
         let mut ovs = MockOpenVSwitch::new();
         ovs.expect_port().returning(|_| None);
         ovs.expect_qos().returning(|_| None);
@@ -956,8 +952,7 @@ mod tests {
         let mut host = MockNetdev::new();
         host.expect_link().returning(|_| Ok(None));
         host.expect_create_veth().times(1).returning(|_| Ok(()));
-        host.expect_set_sysctl().returning(|_, _| Ok(()));
-        host.expect_set_link_up().returning(|_, _| Ok(()));
+        host.expect_apply().returning(|_| Ok(()));
         host.expect_delete_link()
             .withf(|n| n == HOST_IF)
             .times(1)
@@ -992,7 +987,10 @@ mod tests {
         host.expect_link()
             .returning(|_| Ok(Some(link(HOST_IF, "02:00:00:00:00:01"))));
         host.expect_create_veth().returning(|_| Ok(()));
-        host.expect_set_link_up().returning(|_, _| Ok(()));
+        // The host end existed: it is only brought up, IPv6 is left as it is.
+        host.expect_apply()
+            .withf(|ops| ops == [NetOp::up(HOST_IF)])
+            .returning(|_| Ok(()));
         host.expect_delete_link().times(0);
         let mut ovs = MockOpenVSwitch::new();
         ovs.expect_port().returning(|_| Some(Default::default()));
@@ -1006,11 +1004,14 @@ mod tests {
         let mut ns = MockNamespaces::new();
         ns.expect_open().returning(|_| {
             let mut pod = MockNetdev::new();
-            pod.expect_set_link_mac().returning(|_, _| Ok(()));
-            pod.expect_set_link_mtu().returning(|_, _| Ok(()));
-            pod.expect_add_address().returning(|_, _| Ok(()));
-            pod.expect_set_link_up().returning(|_, _| Ok(()));
-            pod.expect_add_route().returning(|_| Ok(()));
+            // A repeated ADD sets MAC and MTU again and leaves IPv6 as the first ADD left it.
+            pod.expect_apply()
+                .withf(|ops| {
+                    matches!(&ops[0], NetOp::SetMac { link, .. } if link == "eth0")
+                        && matches!(&ops[1], NetOp::SetMtu { link, mtu: 1400 } if link == "eth0")
+                        && !ops.iter().any(|o| matches!(o, NetOp::Sysctl { .. }))
+                })
+                .returning(|_| Ok(()));
             Ok(Arc::new(pod))
         });
         let h = handler(source_ok(), ovs, host, ns, MockGatewayProbe::new());
@@ -1080,8 +1081,7 @@ mod tests {
             o.lock().unwrap().push("created");
             Ok(())
         });
-        host.expect_set_sysctl().returning(|_, _| Ok(()));
-        host.expect_set_link_up().returning(|_, _| Ok(()));
+        host.expect_apply().returning(|_| Ok(()));
         let mut ovs = MockOpenVSwitch::new();
         ovs.expect_port().returning(|_| None);
         ovs.expect_qos().returning(|_| None);
