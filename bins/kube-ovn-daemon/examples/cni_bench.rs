@@ -3,8 +3,11 @@
 //!
 //! ```text
 //! cargo build --release -p kube-ovn-cni -p kube-ovn-daemon --example cni_bench
-//! target/release/examples/cni_bench [-n 200] [--burst 100] [--grow 500] [--peers]
+//! target/release/examples/cni_bench [-n 200] [--burst 100] [--grow 500] [--peers] [--shim PATH]
 //! ```
+//!
+//! `--shim` picks the shim binary (default: `kube-ovn` beside the bench's own target directory);
+//! `scripts/bench-cni.sh` builds the statically linked one the image ships and runs the bench with it.
 //!
 //! Two daemons share one Open_vSwitch connection: `fast` answers without waiting for ovn-controller or the
 //! gateway (the logical switch ports are created and the pods' networks published beforehand, so nothing
@@ -42,6 +45,7 @@ struct Args {
     burst: usize,
     grow: usize,
     peers: bool,
+    shim: Option<PathBuf>,
 }
 
 fn args() -> Args {
@@ -50,6 +54,7 @@ fn args() -> Args {
         burst: 100,
         grow: 500,
         peers: false,
+        shim: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(k) = it.next() {
@@ -63,7 +68,8 @@ fn args() -> Args {
             "--burst" => a.burst = num(),
             "--grow" => a.grow = num(),
             "--peers" => a.peers = true,
-            _ => panic!("usage: cni_bench [-n N] [--burst B] [--grow G] [--peers]"),
+            "--shim" => a.shim = Some(it.next().expect("a path after --shim").into()),
+            _ => panic!("usage: cni_bench [-n N] [--burst B] [--grow G] [--peers] [--shim PATH]"),
         }
     }
     a
@@ -246,7 +252,7 @@ fn main() {
     // milliseconds before.
     let quiet_base = a.n.max(a.grow).max(a.burst);
     let max = quiet_base + a.burst;
-    let shim_bin = shim_path();
+    let shim_bin = a.shim.clone().unwrap_or_else(shim_path);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
