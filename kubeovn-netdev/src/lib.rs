@@ -20,8 +20,10 @@
 //! let pod_ns = netns.create("pod-a")?; // like `ip netns add pod-a`
 //! let host = NetlinkNetdev::current()?;
 //! let (host_if, _) = host_nic_name("0123456789abcdef", "eth0")?; // "0123456789ab_h"
-//! host.create_veth(&VethSpec::new(&host_if, "eth0", &pod_ns).mtu(1400)).await?;
-//! host.set_link_up(&host_if, true).await?;
+//! // The pair, then the host end up, in one round trip to this namespace's thread.
+//! let spec = VethSpec::new(&host_if, "eth0", &pod_ns).mtu(1400).then([NetOp::up(&host_if)]);
+//! let pair = host.create_veth(&spec).await?;
+//! println!("host end {} mac {:?} (new: {})", pair.host.name, pair.host.mac, pair.created);
 //!
 //! // The pod end in one round trip to the pod namespace's thread, in this order.
 //! let pod = NetlinkNetdev::open(&pod_ns)?;
@@ -49,7 +51,7 @@ pub use netdev::{NamedNetns, Namespaces, Netdev, NetlinkNetdev};
 pub use netns::{create_named_netns, delete_named_netns, validate_netns_name, NETNS_RUN_DIR};
 pub use types::{
     host_nic_name, sysctl_path, validate_ifname, Address, Link, MacAddr, NetOp, OperState, Route,
-    RouteSpec, VethSpec, MAX_IFNAME_LEN,
+    RouteSpec, VethPair, VethSpec, MAX_IFNAME_LEN,
 };
 
 /// The wire crates this crate speaks, re-exported so users never mismatch versions.

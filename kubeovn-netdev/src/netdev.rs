@@ -23,7 +23,7 @@ use crate::error::{nl_errno, Error, Result};
 use crate::netns::{create_named_netns, delete_named_netns, Ctx, Worker, NETNS_RUN_DIR};
 use crate::types::{
     sysctl_path, validate_ifname, Address, Link, MacAddr, NetOp, OperState, Route, RouteSpec,
-    VethSpec,
+    VethPair, VethSpec,
 };
 
 const ENOENT: i32 = 2;
@@ -45,10 +45,12 @@ const RT_TABLE_MAIN: u32 = 254;
 #[async_trait]
 pub trait Netdev: Send + Sync {
     /// Creates a veth pair: `spec.host_name` in this namespace, `spec.peer_name` created directly inside
-    /// `spec.peer_netns` (`IFLA_NET_NS_FD` on the peer, no move afterwards). Both ends stay down.
+    /// `spec.peer_netns` (`IFLA_NET_NS_FD` on the peer, no move afterwards). Both ends stay down unless a `spec.then` step brings one up.
     ///
     /// If a veth named `spec.host_name` already exists with the asked MTU, this succeeds (the peer is not checked).
-    async fn create_veth(&self, spec: &VethSpec) -> Result<()>;
+    /// Then runs `spec.then` on the host end in the same round trip (a pair this call created is deleted again if
+    /// a step fails) and returns the host end as it is afterwards.
+    async fn create_veth(&self, spec: &VethSpec) -> Result<VethPair>;
 
     /// The link named `name`, or `None`.
     async fn link(&self, name: &str) -> Result<Option<Link>>;
@@ -459,81 +461,35 @@ async fn set_link(ctx: &Ctx, name: &str, op: &'static str, msg: LinkMessage) -> 
 
 #[async_trait]
 impl Netdev for NetlinkNetdev {
-    async fn create_veth(&self, spec: &VethSpec) -> Result<()> {
+    async fn create_veth(&self, spec: &VethSpec) -> Result<VethPair> {
         validate_ifname(&spec.host_name)?;
         validate_ifname(&spec.peer_name)?;
+        for op in &spec.then {
+            op.validate()?;
+        }
         let spec = spec.clone();
         self.worker
             .call(move |ctx| async move {
-                let peer_ns = std::fs::File::open(&spec.peer_netns).map_err(|e| {
-                    Error::io(
-                        "open netns",
-                        spec.peer_netns.display().to_string(),
-                        &ctx.netns,
-                        e,
-                    )
-                })?;
-                let mut peer =
-                    LinkUnspec::new_with_name(&spec.peer_name).setns_by_fd(peer_ns.as_raw_fd());
-                let mut host = LinkMessageBuilder::<LinkVeth>::new_with_info_kind(InfoKind::Veth)
-                    .name(spec.host_name.clone());
-                if let Some(mtu) = spec.mtu {
-                    peer = peer.mtu(mtu);
-                    host = host.mtu(mtu);
-                }
-                if let Some(mac) = spec.peer_mac {
-                    peer = peer.address(mac.0.to_vec());
-                }
-                if let Some(mac) = spec.host_mac {
-                    host = host.address(mac.0.to_vec());
-                }
-                let msg = host
-                    .set_info_data(InfoData::Veth(InfoVeth::Peer(peer.build())))
-                    .build();
-                let res = ctx.handle.link().add(msg).execute().await;
-                drop(peer_ns);
-                match res {
-                    Ok(()) => Ok(()),
-                    Err(e) if nl_errno(&e) == Some(EEXIST) => {
-                        let what = format!("link {}", spec.host_name);
-                        let conflict = |detail: String| Error::Conflict {
-                            what: what.clone(),
-                            netns: ctx.netns.to_string(),
-                            detail,
-                        };
-                        let Some(existing) =
-                            get_link(&ctx, &spec.host_name).await?.map(|m| to_link(&m))
-                        else {
-                            return Err(conflict(format!(
-                                "peer {} exists in {}",
-                                spec.peer_name,
-                                spec.peer_netns.display()
-                            )));
-                        };
-                        if existing.kind.as_deref() != Some("veth") {
-                            return Err(conflict(format!("kind {:?}, not veth", existing.kind)));
+                let created = add_veth(&ctx, &spec).await?;
+                for op in &spec.then {
+                    if let Err(e) = run_op(&ctx, op).await {
+                        if created {
+                            // Leave nothing half-made: the caller sees an error and no new pair.
+                            let msg = LinkUnspec::new_with_name(&spec.host_name).build();
+                            let _ = ctx.handle.link().del_with_message(msg).execute().await;
                         }
-                        if let Some(mtu) = spec.mtu {
-                            if existing.mtu != mtu {
-                                return Err(conflict(format!(
-                                    "mtu {} (asked {mtu})",
-                                    existing.mtu
-                                )));
-                            }
-                        }
-                        if let (Some(mac), Some(have)) = (spec.host_mac, existing.mac) {
-                            if mac != have {
-                                return Err(conflict(format!("mac {have} (asked {mac})")));
-                            }
-                        }
-                        Ok(())
+                        return Err(e);
                     }
-                    Err(e) => Err(Error::netlink(
-                        "add veth",
-                        spec.host_name.clone(),
-                        &ctx.netns,
-                        e,
-                    )),
+                }
+                match get_link(&ctx, &spec.host_name).await? {
+                    Some(m) => Ok(VethPair {
+                        created,
+                        host: to_link(&m),
+                    }),
+                    None => Err(Error::LinkNotFound {
+                        link: spec.host_name.clone(),
+                        netns: ctx.netns.to_string(),
+                    }),
                 }
             })
             .await
@@ -716,6 +672,74 @@ impl Netdev for NetlinkNetdev {
                 Ok(())
             })
             .await
+    }
+}
+
+/// Creates the pair (true), or finds a matching veth named `spec.host_name` (false).
+async fn add_veth(ctx: &Ctx, spec: &VethSpec) -> Result<bool> {
+    let peer_ns = std::fs::File::open(&spec.peer_netns).map_err(|e| {
+        Error::io(
+            "open netns",
+            spec.peer_netns.display().to_string(),
+            &ctx.netns,
+            e,
+        )
+    })?;
+    let mut peer = LinkUnspec::new_with_name(&spec.peer_name).setns_by_fd(peer_ns.as_raw_fd());
+    let mut host = LinkMessageBuilder::<LinkVeth>::new_with_info_kind(InfoKind::Veth)
+        .name(spec.host_name.clone());
+    if let Some(mtu) = spec.mtu {
+        peer = peer.mtu(mtu);
+        host = host.mtu(mtu);
+    }
+    if let Some(mac) = spec.peer_mac {
+        peer = peer.address(mac.0.to_vec());
+    }
+    if let Some(mac) = spec.host_mac {
+        host = host.address(mac.0.to_vec());
+    }
+    let msg = host
+        .set_info_data(InfoData::Veth(InfoVeth::Peer(peer.build())))
+        .build();
+    let res = ctx.handle.link().add(msg).execute().await;
+    drop(peer_ns);
+    match res {
+        Ok(()) => Ok(true),
+        Err(e) if nl_errno(&e) == Some(EEXIST) => {
+            let what = format!("link {}", spec.host_name);
+            let conflict = |detail: String| Error::Conflict {
+                what: what.clone(),
+                netns: ctx.netns.to_string(),
+                detail,
+            };
+            let Some(existing) = get_link(ctx, &spec.host_name).await?.map(|m| to_link(&m)) else {
+                return Err(conflict(format!(
+                    "peer {} exists in {}",
+                    spec.peer_name,
+                    spec.peer_netns.display()
+                )));
+            };
+            if existing.kind.as_deref() != Some("veth") {
+                return Err(conflict(format!("kind {:?}, not veth", existing.kind)));
+            }
+            if let Some(mtu) = spec.mtu {
+                if existing.mtu != mtu {
+                    return Err(conflict(format!("mtu {} (asked {mtu})", existing.mtu)));
+                }
+            }
+            if let (Some(mac), Some(have)) = (spec.host_mac, existing.mac) {
+                if mac != have {
+                    return Err(conflict(format!("mac {have} (asked {mac})")));
+                }
+            }
+            Ok(false)
+        }
+        Err(e) => Err(Error::netlink(
+            "add veth",
+            spec.host_name.clone(),
+            &ctx.netns,
+            e,
+        )),
     }
 }
 

@@ -402,6 +402,9 @@ pub struct VethSpec {
     pub host_mac: Option<MacAddr>,
     /// MAC of the pod end; random when `None`.
     pub peer_mac: Option<MacAddr>,
+    /// Steps run in the host end's namespace once the pair exists (created or found), in the same round trip
+    /// to the namespace's thread; see [`VethSpec::then`].
+    pub then: Vec<NetOp>,
 }
 
 impl VethSpec {
@@ -418,6 +421,7 @@ impl VethSpec {
             mtu: None,
             host_mac: None,
             peer_mac: None,
+            then: Vec::new(),
         }
     }
 
@@ -438,6 +442,22 @@ impl VethSpec {
         self.host_mac = Some(mac);
         self
     }
+
+    /// Steps for the host end (a sysctl, link up, ...) run right after the pair exists, with no second round
+    /// trip; if one fails, a pair this call created is deleted again.
+    pub fn then(mut self, ops: impl IntoIterator<Item = NetOp>) -> Self {
+        self.then.extend(ops);
+        self
+    }
+}
+
+/// What [`Netdev::create_veth`](crate::Netdev::create_veth) found or made.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VethPair {
+    /// The pair was created by this call (false: a matching host end existed already).
+    pub created: bool,
+    /// The host end after [`VethSpec::then`] ran.
+    pub host: Link,
 }
 
 /// Turns `net.ipv6.conf.eth0.accept_dad` or `net/ipv6/conf/eth0/accept_dad` into a path under `/proc/sys`.

@@ -316,10 +316,13 @@ async fn root_operations_are_idempotent_and_typed() {
     let node = NetlinkNetdev::open(&node_ns.path).expect("open");
     let spec = VethSpec::new("h0", "eth0", &pod_ns.path).mtu(1450);
 
-    node.create_veth(&spec).await.expect("first create");
-    node.create_veth(&spec)
+    assert!(node.create_veth(&spec).await.expect("first create").created);
+    let again = node
+        .create_veth(&spec)
         .await
         .expect("same create again is success");
+    assert!(!again.created);
+    assert_eq!((again.host.name.as_str(), again.host.mtu), ("h0", 1450));
     let err = node
         .create_veth(&spec.clone().mtu(1300))
         .await
@@ -604,6 +607,59 @@ async fn root_apply_runs_steps_in_order_and_stops_at_the_first_failure() {
     assert!(!ip_json(Some(&pod_ns.name), &["addr", "show", "eth0"])
         .to_string()
         .contains("10.78.0.5"));
+}
+
+#[tokio::test]
+async fn root_create_veth_then_runs_host_steps_and_undoes_a_new_pair_on_failure() {
+    require_root!();
+    let pod_ns = TestNs::new("vp");
+    let node_ns = TestNs::new("vq");
+    let node = NetlinkNetdev::open(&node_ns.path).expect("open node");
+    let host_mac: MacAddr = "0a:00:00:00:bb:01".parse().expect("mac");
+    let spec = VethSpec::new("t0", "eth0", &pod_ns.path)
+        .mtu(1400)
+        .host_mac(host_mac)
+        .then([
+            NetOp::sysctl_if_present("net/ipv6/conf/t0/disable_ipv6", "1"),
+            NetOp::up("t0"),
+        ]);
+    let pair = node.create_veth(&spec).await.expect("create");
+    assert!(pair.created);
+    // The returned link is read after the steps ran.
+    assert!(pair.host.admin_up, "{:?}", pair.host);
+    assert_eq!(pair.host.mac, Some(host_mac));
+    let links = ip_json(Some(&node_ns.name), &["link", "show", "t0"]);
+    assert!(links[0]["flags"]
+        .as_array()
+        .expect("flags")
+        .iter()
+        .any(|f| f == "UP"));
+    let again = node.create_veth(&spec).await.expect("create again");
+    assert!(!again.created && again.host.admin_up);
+
+    // A failing step after creating a pair removes that pair; after finding one, it stays.
+    let failing = VethSpec::new("t1", "eth1", &pod_ns.path).then([NetOp::up("nope0")]);
+    let e = node.create_veth(&failing).await.expect_err("no such link");
+    assert!(
+        matches!(e, Error::LinkNotFound { ref link, .. } if link == "nope0"),
+        "{e}"
+    );
+    assert!(node.link("t1").await.expect("query").is_none());
+    let pod = NetlinkNetdev::open(&pod_ns.path).expect("open pod");
+    assert!(pod.link("eth1").await.expect("query").is_none());
+    let e = node
+        .create_veth(&spec.clone().then([NetOp::up("nope0")]))
+        .await
+        .expect_err("no such link");
+    assert!(matches!(e, Error::LinkNotFound { .. }), "{e}");
+    assert!(node.link("t0").await.expect("query").is_some());
+    // Bad steps are refused before anything is created.
+    let bad = VethSpec::new("t2", "eth2", &pod_ns.path).then([NetOp::up("bad/name")]);
+    assert!(matches!(
+        node.create_veth(&bad).await,
+        Err(Error::InvalidName { .. })
+    ));
+    assert!(node.link("t2").await.expect("query").is_none());
 }
 
 #[tokio::test]

@@ -7,7 +7,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ipnetwork::IpNetwork;
-use kubeovn_netdev::{host_nic_name, MacAddr, Namespaces, NetOp, Netdev, RouteSpec, VethSpec};
+use kubeovn_netdev::{
+    host_nic_name, MacAddr, Namespaces, NetOp, Netdev, RouteSpec, VethPair, VethSpec,
+};
 use kubeovn_ovn::vswitch::{OpenVSwitch, OvsBatch, PortSpec, QosSpec, QueueSpec};
 
 use super::probe::GatewayProbe;
@@ -284,14 +286,29 @@ impl CniHandler {
             name: pod.name.clone(),
             reason,
         })?;
-        let host_existed = self
-            .host
-            .link(&a.host_if)
-            .await
-            .map_err(netdev("look up host interface"))?
-            .is_some();
         let port_existed = self.ovs.port(&a.host_if).is_some();
-        match self.plug(req, pod, &a, netns, &net, host_existed).await {
+        let mtu = net.mtu.unwrap_or(self.cfg.mtu);
+        let mut spec = VethSpec::new(&a.host_if, a.ifname, netns)
+            .mtu(mtu)
+            // The host end is a bridge port and never needs an address. Its IPv6 link-local address would
+            // reach ovs-vswitchd as a host address change, each one making it re-read every host interface's
+            // addresses (getifaddrs, a dump of all links): a cost that grew with the number of pods on the
+            // node. Off before the link is up; a kernel without IPv6 has nothing to turn off. All in the
+            // round trip that creates the pair.
+            .then([
+                NetOp::sysctl_if_present(format!("net/ipv6/conf/{}/disable_ipv6", a.host_if), "1"),
+                NetOp::up(&a.host_if),
+            ]);
+        if let Some(mac) = net.mac {
+            spec = spec.peer_mac(mac);
+        }
+        // A failed create leaves no new pair behind; after it, undo what this ADD made.
+        let pair = self
+            .host
+            .create_veth(&spec)
+            .await
+            .map_err(netdev("create veth"))?;
+        match self.plug(req, pod, &a, netns, &net, &pair).await {
             Ok(r) => Ok(r),
             Err(e) => {
                 if !port_existed {
@@ -299,7 +316,7 @@ impl CniHandler {
                     b.delete_port(a.host_if.clone());
                     let _ = self.ovs.commit(b).await;
                 }
-                if !host_existed {
+                if pair.created {
                     let _ = self.host.delete_link(&a.host_if).await;
                 }
                 Err(e)
@@ -373,46 +390,15 @@ impl CniHandler {
         a: &Attachment<'_>,
         netns: &str,
         net: &PodNetwork,
-        host_existed: bool,
+        pair: &VethPair,
     ) -> Result<CniResult, Error> {
         let mtu = net.mtu.unwrap_or(self.cfg.mtu);
-        let mut spec = VethSpec::new(&a.host_if, a.ifname, netns).mtu(mtu);
-        if let Some(mac) = net.mac {
-            spec = spec.peer_mac(mac);
-        }
-        self.host
-            .create_veth(&spec)
-            .await
-            .map_err(netdev("create veth"))?;
         let batch = self.port_batch(req, pod, a, netns, net);
-        // The host side (link up, OVS port) and the pod side (addresses, routes) are independent.
-        let host_side = async {
-            let mut ops = Vec::with_capacity(2);
-            if !host_existed {
-                // The host end is a bridge port and never needs an address. Its IPv6 link-local address
-                // would reach ovs-vswitchd as a host address change, each one making it re-read every host
-                // interface's addresses (getifaddrs, a dump of all links): a cost that grew with the number
-                // of pods on the node. Off before the link is up; a kernel without IPv6 has nothing to turn off.
-                ops.push(NetOp::sysctl_if_present(
-                    format!("net/ipv6/conf/{}/disable_ipv6", a.host_if),
-                    "1",
-                ));
-            }
-            ops.push(NetOp::up(&a.host_if));
-            self.host
-                .apply(&ops)
-                .await
-                .map_err(netdev("bring the host interface up"))?;
-            self.ovs.commit(batch).await.map_err(ovs("add port"))?;
-            let link = self
-                .host
-                .link(&a.host_if)
-                .await
-                .map_err(netdev("look up host interface"))?;
-            Ok::<_, Error>(link.and_then(|l| l.mac))
-        };
-        let pod_side = self.configure_pod(a, netns, net, mtu, host_existed);
-        let (host_mac, pod_mac) = tokio::try_join!(host_side, pod_side)?;
+        // The OVS port and the pod side (addresses, routes) are independent.
+        let host_side = async { self.ovs.commit(batch).await.map_err(ovs("add port")) };
+        let pod_side = self.configure_pod(a, netns, net, mtu, !pair.created);
+        let ((), pod_mac) = tokio::try_join!(host_side, pod_side)?;
+        let host_mac = pair.host.mac;
 
         if let Some(t) = self.cfg.ovn_installed_timeout {
             self.ovs
@@ -828,6 +814,13 @@ mod tests {
         }
     }
 
+    fn pair(created: bool) -> VethPair {
+        VethPair {
+            created,
+            host: link(HOST_IF, "02:00:00:00:00:01"),
+        }
+    }
+
     fn source_ok() -> MockPodNetworkSource {
         let mut s = MockPodNetworkSource::new();
         s.expect_pod_network().returning(|_, _, _| Ok(pod_net()));
@@ -877,31 +870,26 @@ mod tests {
     async fn add_plugs_port_and_configures_pod() {
         let netns = std::env::temp_dir();
         let mut host = MockNetdev::new();
-        let looked = Arc::new(AtomicUsize::new(0));
-        let l2 = looked.clone();
-        host.expect_link().returning(move |n| {
-            assert_eq!(n, HOST_IF);
-            // Absent before the ADD, present after the veth is created.
-            Ok((l2.fetch_add(1, Ordering::SeqCst) > 0).then(|| link(HOST_IF, "02:00:00:00:00:01")))
-        });
+        // One round trip on the host side: the pair, IPv6 off on the host end, then link up.
         host.expect_create_veth()
             .withf(|s| {
                 s.host_name == HOST_IF
                     && s.peer_name == "eth0"
                     && s.mtu == Some(1400)
                     && s.peer_mac.map(|m| m.to_string()) == Some("00:00:00:01:02:03".into())
+                    && s.then
+                        == [
+                            NetOp::sysctl_if_present(
+                                format!("net/ipv6/conf/{HOST_IF}/disable_ipv6"),
+                                "1",
+                            ),
+                            NetOp::up(HOST_IF),
+                        ]
             })
             .times(1)
-            .returning(|_| Ok(()));
-        host.expect_apply()
-            .withf(|ops| {
-                ops == [
-                    NetOp::sysctl_if_present(format!("net/ipv6/conf/{HOST_IF}/disable_ipv6"), "1"),
-                    NetOp::up(HOST_IF),
-                ]
-            })
-            .times(1)
-            .returning(|_| Ok(()));
+            .returning(|_| Ok(pair(true)));
+        host.expect_link().times(0);
+        host.expect_apply().times(0);
         let mut ovs = MockOpenVSwitch::new();
         ovs.expect_port().returning(|_| None);
         ovs.expect_qos().returning(|_| None);
@@ -950,9 +938,9 @@ mod tests {
     async fn failed_add_rolls_back_what_it_created() {
         let netns = std::env::temp_dir();
         let mut host = MockNetdev::new();
-        host.expect_link().returning(|_| Ok(None));
-        host.expect_create_veth().times(1).returning(|_| Ok(()));
-        host.expect_apply().returning(|_| Ok(()));
+        host.expect_create_veth()
+            .times(1)
+            .returning(|_| Ok(pair(true)));
         host.expect_delete_link()
             .withf(|n| n == HOST_IF)
             .times(1)
@@ -981,16 +969,41 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn failed_veth_creation_touches_nothing_else() {
+        let netns = std::env::temp_dir();
+        let mut host = MockNetdev::new();
+        // create_veth itself removes a pair it made when a host step fails.
+        host.expect_create_veth().times(1).returning(|_| {
+            Err(kubeovn_netdev::Error::LinkNotFound {
+                link: HOST_IF.into(),
+                netns: "host".into(),
+            })
+        });
+        host.expect_delete_link().times(0);
+        let mut ovs = MockOpenVSwitch::new();
+        ovs.expect_port().returning(|_| None);
+        ovs.expect_commit().times(0);
+        let h = handler(
+            source_ok(),
+            ovs,
+            host,
+            MockNamespaces::new(),
+            MockGatewayProbe::new(),
+        );
+        let e = h
+            .handle(&request(Command::Add, netns.to_str().unwrap()))
+            .await
+            .into_outcome()
+            .unwrap_err();
+        assert!(e.msg.contains("create veth"), "{e:?}");
+    }
+
+    #[tokio::test]
     async fn repeated_add_failure_keeps_what_existed() {
         let netns = std::env::temp_dir();
         let mut host = MockNetdev::new();
-        host.expect_link()
-            .returning(|_| Ok(Some(link(HOST_IF, "02:00:00:00:00:01"))));
-        host.expect_create_veth().returning(|_| Ok(()));
-        // The host end existed: it is only brought up, IPv6 is left as it is.
-        host.expect_apply()
-            .withf(|ops| ops == [NetOp::up(HOST_IF)])
-            .returning(|_| Ok(()));
+        // The pair existed: a failed ADD leaves it.
+        host.expect_create_veth().returning(|_| Ok(pair(false)));
         host.expect_delete_link().times(0);
         let mut ovs = MockOpenVSwitch::new();
         ovs.expect_port().returning(|_| Some(Default::default()));
@@ -1071,17 +1084,10 @@ mod tests {
                 Ok(())
             });
         let o = order.clone();
-        // Absent until created.
-        host.expect_link().returning(move |n| {
-            let created = o.lock().unwrap().contains(&"created");
-            Ok(created.then(|| link(n, "02:00:00:00:00:01")))
-        });
-        let o = order.clone();
         host.expect_create_veth().times(1).returning(move |_| {
             o.lock().unwrap().push("created");
-            Ok(())
+            Ok(pair(true))
         });
-        host.expect_apply().returning(|_| Ok(()));
         let mut ovs = MockOpenVSwitch::new();
         ovs.expect_port().returning(|_| None);
         ovs.expect_qos().returning(|_| None);
