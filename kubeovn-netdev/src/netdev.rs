@@ -20,7 +20,7 @@ use rtnetlink::packet_route::AddressFamily;
 use rtnetlink::{LinkMessageBuilder, LinkUnspec, LinkVeth};
 
 use crate::error::{nl_errno, Error, Result};
-use crate::netns::{create_named_netns, delete_named_netns, Ctx, Worker, NETNS_RUN_DIR};
+use crate::netns::{create_named_netns, delete_named_netns, in_netns, Ctx, Worker, NETNS_RUN_DIR};
 use crate::types::{
     sysctl_path, validate_ifname, Address, Link, MacAddr, NetOp, OperState, Route, RouteSpec,
     VethPair, VethSpec,
@@ -48,8 +48,8 @@ pub trait Netdev: Send + Sync {
     /// `spec.peer_netns` (`IFLA_NET_NS_FD` on the peer, no move afterwards). Both ends stay down unless a `spec.then` step brings one up.
     ///
     /// If a veth named `spec.host_name` already exists with the asked MTU, this succeeds (the peer is not checked).
-    /// Then runs `spec.then` on the host end in the same round trip (a pair this call created is deleted again if
-    /// a step fails) and returns the host end as it is afterwards.
+    /// Then runs `spec.then` on the host end and `spec.peer_then` on the pod end in the same round trip (a pair
+    /// this call created is deleted again if a step fails) and returns the ends as they are afterwards.
     async fn create_veth(&self, spec: &VethSpec) -> Result<VethPair>;
 
     /// The link named `name`, or `None`.
@@ -464,32 +464,27 @@ impl Netdev for NetlinkNetdev {
     async fn create_veth(&self, spec: &VethSpec) -> Result<VethPair> {
         validate_ifname(&spec.host_name)?;
         validate_ifname(&spec.peer_name)?;
-        for op in &spec.then {
+        for op in spec.then.iter().chain(&spec.peer_then) {
             op.validate()?;
         }
         let spec = spec.clone();
         self.worker
             .call(move |ctx| async move {
                 let created = add_veth(&ctx, &spec).await?;
-                for op in &spec.then {
-                    if let Err(e) = run_op(&ctx, op).await {
+                match configure_pair(&ctx, &spec).await {
+                    Ok((host, peer)) => Ok(VethPair {
+                        created,
+                        host,
+                        peer,
+                    }),
+                    Err(e) => {
                         if created {
                             // Leave nothing half-made: the caller sees an error and no new pair.
                             let msg = LinkUnspec::new_with_name(&spec.host_name).build();
                             let _ = ctx.handle.link().del_with_message(msg).execute().await;
                         }
-                        return Err(e);
+                        Err(e)
                     }
-                }
-                match get_link(&ctx, &spec.host_name).await? {
-                    Some(m) => Ok(VethPair {
-                        created,
-                        host: to_link(&m),
-                    }),
-                    None => Err(Error::LinkNotFound {
-                        link: spec.host_name.clone(),
-                        netns: ctx.netns.to_string(),
-                    }),
                 }
             })
             .await
@@ -675,6 +670,60 @@ impl Netdev for NetlinkNetdev {
     }
 }
 
+/// Runs a new or found pair's steps: the host end's, then the pod end's over a socket opened in its namespace;
+/// returns both ends as they are afterwards.
+async fn configure_pair(ctx: &Ctx, spec: &VethSpec) -> Result<(Link, Option<Link>)> {
+    for op in &spec.then {
+        run_op(ctx, op).await?;
+    }
+    let peer = if spec.peer_then.is_empty() {
+        None
+    } else {
+        let label: Arc<str> = spec.peer_netns.display().to_string().into();
+        let ns = std::fs::File::open(&spec.peer_netns)
+            .map_err(|e| Error::io("open netns", label.to_string(), &ctx.netns, e))?;
+        // One short visit to the pod's namespace: its sysctls (/proc/sys/net resolves against the calling
+        // thread's namespace) and a netlink socket, which stays bound to it. No thread per pod.
+        let opened = in_netns(&ns, &label, || -> Result<_> {
+            for op in &spec.peer_then {
+                if let NetOp::Sysctl { .. } = op {
+                    write_sysctl(&label, op)?;
+                }
+            }
+            rtnetlink::new_connection_with_socket::<netlink_sys::TokioSocket>()
+                .map_err(|e| Error::io("open netlink socket", label.to_string(), &label, e))
+        })??;
+        let (conn, handle, _) = opened;
+        // The connection ends when `peer_ctx` (its last handle) is dropped below.
+        tokio::spawn(conn);
+        let peer_ctx = Ctx {
+            handle,
+            netns: label,
+        };
+        for op in &spec.peer_then {
+            if !matches!(op, NetOp::Sysctl { .. }) {
+                run_op(&peer_ctx, op).await?;
+            }
+        }
+        match get_link(&peer_ctx, &spec.peer_name).await? {
+            Some(m) => Some(to_link(&m)),
+            None => {
+                return Err(Error::LinkNotFound {
+                    link: spec.peer_name.clone(),
+                    netns: peer_ctx.netns.to_string(),
+                })
+            }
+        }
+    };
+    match get_link(ctx, &spec.host_name).await? {
+        Some(m) => Ok((to_link(&m), peer)),
+        None => Err(Error::LinkNotFound {
+            link: spec.host_name.clone(),
+            netns: ctx.netns.to_string(),
+        }),
+    }
+}
+
 /// Creates the pair (true), or finds a matching veth named `spec.host_name` (false).
 async fn add_veth(ctx: &Ctx, spec: &VethSpec) -> Result<bool> {
     let peer_ns = std::fs::File::open(&spec.peer_netns).map_err(|e| {
@@ -743,27 +792,34 @@ async fn add_veth(ctx: &Ctx, spec: &VethSpec) -> Result<bool> {
     }
 }
 
+/// Writes a [`NetOp::Sysctl`] in the calling thread's namespace (other steps are no-ops here).
+fn write_sysctl(netns: &str, op: &NetOp) -> Result<()> {
+    let NetOp::Sysctl {
+        key,
+        value,
+        missing_ok,
+    } = op
+    else {
+        return Ok(());
+    };
+    let path = sysctl_path(key)?;
+    match std::fs::write(&path, value.as_bytes()) {
+        Ok(()) => Ok(()),
+        Err(e) if *missing_ok && e.raw_os_error() == Some(ENOENT) => Ok(()),
+        Err(e) => Err(Error::io(
+            "write sysctl",
+            path.display().to_string(),
+            netns,
+            e,
+        )),
+    }
+}
+
 /// One [`NetOp`] on the namespace's thread (validated by the caller).
 async fn run_op(ctx: &Ctx, op: &NetOp) -> Result<()> {
     match op {
-        NetOp::Sysctl {
-            key,
-            value,
-            missing_ok,
-        } => {
-            let path = sysctl_path(key)?;
-            // /proc/sys/net resolves against the calling thread's namespace: this is the worker thread.
-            match std::fs::write(&path, value.as_bytes()) {
-                Ok(()) => Ok(()),
-                Err(e) if *missing_ok && e.raw_os_error() == Some(ENOENT) => Ok(()),
-                Err(e) => Err(Error::io(
-                    "write sysctl",
-                    path.display().to_string(),
-                    &ctx.netns,
-                    e,
-                )),
-            }
-        }
+        // /proc/sys/net resolves against the calling thread's namespace: this is the worker thread.
+        NetOp::Sysctl { .. } => write_sysctl(&ctx.netns, op),
         NetOp::SetUp { link, up } => {
             let b = LinkUnspec::new_with_name(link);
             let msg = if *up { b.up() } else { b.down() }.build();

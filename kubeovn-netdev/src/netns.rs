@@ -154,6 +154,33 @@ type LocalFuture = Pin<Box<dyn Future<Output = ()>>>;
 /// A job gets the context, or the error that kept the thread from entering its namespace.
 type Job = Box<dyn FnOnce(Result<Ctx>) -> LocalFuture + Send>;
 
+/// Runs `f` with the calling worker thread inside the namespace `target`, then moves the thread back to the
+/// namespace it was in. For short synchronous work only (a sysctl, opening a socket): nothing else runs on the
+/// thread meanwhile, since `f` cannot await.
+pub(crate) fn in_netns<T>(target: &File, label: &str, f: impl FnOnce() -> T) -> Result<T> {
+    let own = File::open("/proc/thread-self/ns/net").map_err(|e| {
+        io_err(
+            "open netns",
+            Path::new("/proc/thread-self/ns/net"),
+            label,
+            e,
+        )
+    })?;
+    setns(target, CloneFlags::CLONE_NEWNET)
+        .map_err(|e| io_err("setns", Path::new(label), label, io::Error::from(e)))?;
+    let out = f();
+    // Back before anything else runs here: the worker's later sysctls resolve against this thread's namespace.
+    setns(&own, CloneFlags::CLONE_NEWNET).map_err(|e| {
+        io_err(
+            "setns back",
+            Path::new("/proc/thread-self/ns/net"),
+            label,
+            io::Error::from(e),
+        )
+    })?;
+    Ok(out)
+}
+
 /// Why a worker could not start, kept to answer every job with it.
 struct StartFailure {
     op: &'static str,

@@ -405,6 +405,8 @@ pub struct VethSpec {
     /// Steps run in the host end's namespace once the pair exists (created or found), in the same round trip
     /// to the namespace's thread; see [`VethSpec::then`].
     pub then: Vec<NetOp>,
+    /// Steps for the pod end, in its namespace, in the same round trip; see [`VethSpec::peer_then`].
+    pub peer_then: Vec<NetOp>,
 }
 
 impl VethSpec {
@@ -422,6 +424,7 @@ impl VethSpec {
             host_mac: None,
             peer_mac: None,
             then: Vec::new(),
+            peer_then: Vec::new(),
         }
     }
 
@@ -449,6 +452,15 @@ impl VethSpec {
         self.then.extend(ops);
         self
     }
+
+    /// Steps for the pod end (addresses, routes, link up, sysctls) run in `peer_netns` in the same round trip,
+    /// over a netlink socket opened there for the call: no thread of the pod's namespace. Sysctls run first
+    /// (they need the thread inside the namespace for a moment), then the other steps in order. If one fails,
+    /// a pair this call created is deleted again.
+    pub fn peer_then(mut self, ops: impl IntoIterator<Item = NetOp>) -> Self {
+        self.peer_then.extend(ops);
+        self
+    }
 }
 
 /// What [`Netdev::create_veth`](crate::Netdev::create_veth) found or made.
@@ -458,6 +470,8 @@ pub struct VethPair {
     pub created: bool,
     /// The host end after [`VethSpec::then`] ran.
     pub host: Link,
+    /// The pod end after [`VethSpec::peer_then`] ran; `None` when there were no pod-end steps.
+    pub peer: Option<Link>,
 }
 
 /// Turns `net.ipv6.conf.eth0.accept_dad` or `net/ipv6/conf/eth0/accept_dad` into a path under `/proc/sys`.

@@ -636,6 +636,51 @@ async fn root_create_veth_then_runs_host_steps_and_undoes_a_new_pair_on_failure(
         .any(|f| f == "UP"));
     let again = node.create_veth(&spec).await.expect("create again");
     assert!(!again.created && again.host.admin_up);
+    assert_eq!(again.peer, None);
+
+    // The pod end configured in the same call, from the node's thread (a socket opened in the pod's
+    // namespace); sysctls first, so IPv6 is off before eth0 comes up.
+    let pod_mac: MacAddr = "0a:00:00:00:bb:02".parse().expect("mac");
+    let spec3 = VethSpec::new("t3", "eth3", &pod_ns.path)
+        .mtu(1400)
+        .peer_mac(pod_mac)
+        .then([NetOp::up("t3")])
+        .peer_then([
+            NetOp::address("eth3", "10.76.0.2/24".parse().expect("cidr")),
+            NetOp::up("lo"),
+            NetOp::up("eth3"),
+            NetOp::AddRoute(RouteSpec::default_via(ip("10.76.0.1"))),
+            NetOp::sysctl_if_present("net/ipv6/conf/eth3/disable_ipv6", "1"),
+        ]);
+    let pair = node
+        .create_veth(&spec3)
+        .await
+        .expect("create with pod steps");
+    let peer = pair.peer.expect("pod end");
+    assert!(peer.admin_up && peer.mac == Some(pod_mac), "{peer:?}");
+    let addrs = ip_json(Some(&pod_ns.name), &["addr", "show", "eth3"]);
+    let infos = addrs[0]["addr_info"].as_array().expect("addr_info");
+    assert!(infos.iter().any(|a| a["local"] == "10.76.0.2"), "{infos:?}");
+    assert!(!infos.iter().any(|a| a["family"] == "inet6"), "{infos:?}");
+    let routes = ip_json(Some(&pod_ns.name), &["route", "show"]);
+    assert!(routes
+        .as_array()
+        .expect("routes")
+        .iter()
+        .any(|r| r["dst"] == "default" && r["gateway"] == "10.76.0.1"));
+    // The node's thread is back in the node's namespace: its sysctls still see t3 (absent in the pod's).
+    assert_eq!(
+        node.sysctl("net/ipv6/conf/t3/disable_ipv6")
+            .await
+            .expect("node sysctl"),
+        "0"
+    );
+    node.create_veth(&spec3).await.expect("idempotent");
+    // A failing pod-end step undoes a new pair too.
+    let failing = VethSpec::new("t4", "eth4", &pod_ns.path).peer_then([NetOp::up("nope0")]);
+    let e = node.create_veth(&failing).await.expect_err("no such link");
+    assert!(matches!(e, Error::LinkNotFound { .. }), "{e}");
+    assert!(node.link("t4").await.expect("query").is_none());
 
     // A failing step after creating a pair removes that pair; after finding one, it stays.
     let failing = VethSpec::new("t1", "eth1", &pod_ns.path).then([NetOp::up("nope0")]);

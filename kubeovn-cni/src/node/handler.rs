@@ -302,6 +302,9 @@ impl CniHandler {
         if let Some(mac) = net.mac {
             spec = spec.peer_mac(mac);
         }
+        // The pod end in the same round trip: a socket opened in the pod's namespace from the node's thread
+        // (a thread per pod cost two wake-ups and a runtime start, long on a node busy with ovs-vswitchd).
+        spec = spec.peer_then(pod_ops(a.ifname, &net, mtu, self.cfg.ipv4_only_no_ipv6));
         // A failed create leaves no new pair behind; after it, undo what this ADD made.
         let pair = self
             .host
@@ -394,11 +397,8 @@ impl CniHandler {
     ) -> Result<CniResult, Error> {
         let mtu = net.mtu.unwrap_or(self.cfg.mtu);
         let batch = self.port_batch(req, pod, a, netns, net);
-        // The OVS port and the pod side (addresses, routes) are independent.
-        let host_side = async { self.ovs.commit(batch).await.map_err(ovs("add port")) };
-        let pod_side = self.configure_pod(a, netns, net, mtu, !pair.created);
-        let ((), pod_mac) = tokio::try_join!(host_side, pod_side)?;
-        let host_mac = pair.host.mac;
+        // Last, once the pod end is ready: the port makes ovs-vswitchd and ovn-controller busy.
+        self.ovs.commit(batch).await.map_err(ovs("add port"))?;
 
         if let Some(t) = self.cfg.ovn_installed_timeout {
             self.ovs
@@ -427,35 +427,8 @@ impl CniHandler {
             });
             futures::future::try_join_all(probes).await?;
         }
-        Ok(self.result(a, netns, net, mtu, host_mac, pod_mac))
-    }
-
-    async fn configure_pod(
-        &self,
-        a: &Attachment<'_>,
-        netns: &str,
-        net: &PodNetwork,
-        mtu: u32,
-        existed: bool,
-    ) -> Result<Option<MacAddr>, Error> {
-        let pod = self
-            .namespaces
-            .open(Path::new(netns))
-            .map_err(netdev("enter pod netns"))?;
-        let ops = pod_ops(a.ifname, net, mtu, existed, self.cfg.ipv4_only_no_ipv6);
-        // One round trip to the namespace's thread for the whole interface: each one costs two thread
-        // wake-ups, and those grow long on a node whose cores are busy with ovs-vswitchd.
-        pod.apply(&ops)
-            .await
-            .map_err(netdev("configure the pod interface"))?;
-        match net.mac {
-            Some(m) => Ok(Some(m)),
-            None => Ok(pod
-                .link(a.ifname)
-                .await
-                .map_err(netdev("look up pod interface"))?
-                .and_then(|l| l.mac)),
-        }
+        let pod_mac = net.mac.or(pair.peer.as_ref().and_then(|l| l.mac));
+        Ok(self.result(a, netns, net, mtu, pair.host.mac, pod_mac))
     }
 
     fn result(
@@ -701,27 +674,26 @@ impl CniHandler {
 /// MTU again; IPv6 DAD off for IPv6 addresses, or IPv6 off altogether for an IPv4-only pod (`no_ipv6`)
 /// before the link is up, so the kernel never sends from a link-local address; the addresses; `lo` and the
 /// interface up; the default routes via the gateways, then the pod's own routes.
-fn pod_ops(ifname: &str, net: &PodNetwork, mtu: u32, existed: bool, no_ipv6: bool) -> Vec<NetOp> {
+fn pod_ops(ifname: &str, net: &PodNetwork, mtu: u32, no_ipv6: bool) -> Vec<NetOp> {
     let mut ops = Vec::with_capacity(8);
-    if existed {
-        if let Some(mac) = net.mac {
-            ops.push(NetOp::SetMac {
-                link: ifname.to_owned(),
-                mac,
-            });
-        }
-        ops.push(NetOp::SetMtu {
+    // A new pair has both already; a pod end left by an earlier ADD may not (no-ops for the kernel otherwise).
+    if let Some(mac) = net.mac {
+        ops.push(NetOp::SetMac {
             link: ifname.to_owned(),
-            mtu,
+            mac,
         });
     }
+    ops.push(NetOp::SetMtu {
+        link: ifname.to_owned(),
+        mtu,
+    });
     if net.ips.iter().any(|i| i.is_ipv6()) {
         // No duplicate address detection: OVN owns the address, and DAD would hold it back ~1 s.
         ops.push(NetOp::sysctl(
             format!("net/ipv6/conf/{ifname}/accept_dad"),
             "0",
         ));
-    } else if no_ipv6 && !existed {
+    } else if no_ipv6 {
         ops.push(NetOp::sysctl_if_present(
             format!("net/ipv6/conf/{ifname}/disable_ipv6"),
             "1",
@@ -818,6 +790,7 @@ mod tests {
         VethPair {
             created,
             host: link(HOST_IF, "02:00:00:00:00:01"),
+            peer: Some(link("eth0", "00:00:00:01:02:03")),
         }
     }
 
@@ -827,25 +800,30 @@ mod tests {
         s
     }
 
-    fn pod_side() -> MockNamespaces {
+    /// An IPv4-only pod's end: MAC and MTU (a no-op on a new pair), IPv6 off before it is up, then address,
+    /// links, route.
+    fn pod_ops_v4() -> Vec<NetOp> {
+        vec![
+            NetOp::SetMac {
+                link: "eth0".into(),
+                mac: "00:00:00:01:02:03".parse().unwrap(),
+            },
+            NetOp::SetMtu {
+                link: "eth0".into(),
+                mtu: 1400,
+            },
+            NetOp::sysctl_if_present("net/ipv6/conf/eth0/disable_ipv6", "1"),
+            NetOp::address("eth0", "10.16.0.5/16".parse().unwrap()),
+            NetOp::up("lo"),
+            NetOp::up("eth0"),
+            NetOp::AddRoute(RouteSpec::default_via("10.16.0.1".parse().unwrap())),
+        ]
+    }
+
+    /// The ADD path never starts a thread in the pod's namespace.
+    fn no_pod_thread() -> MockNamespaces {
         let mut ns = MockNamespaces::new();
-        ns.expect_open().returning(|_| {
-            let mut pod = MockNetdev::new();
-            // An IPv4-only pod: IPv6 off on its interface before it is up, then address, links, route.
-            pod.expect_apply()
-                .withf(|ops| {
-                    ops == [
-                        NetOp::sysctl_if_present("net/ipv6/conf/eth0/disable_ipv6", "1"),
-                        NetOp::address("eth0", "10.16.0.5/16".parse().unwrap()),
-                        NetOp::up("lo"),
-                        NetOp::up("eth0"),
-                        NetOp::AddRoute(RouteSpec::default_via("10.16.0.1".parse().unwrap())),
-                    ]
-                })
-                .times(1)
-                .returning(|_| Ok(()));
-            Ok(Arc::new(pod))
-        });
+        ns.expect_open().times(0);
         ns
     }
 
@@ -885,6 +863,7 @@ mod tests {
                             ),
                             NetOp::up(HOST_IF),
                         ]
+                    && s.peer_then == pod_ops_v4()
             })
             .times(1)
             .returning(|_| Ok(pair(true)));
@@ -922,7 +901,7 @@ mod tests {
             .withf(|_, ifname, gw, _| ifname == "eth0" && gw.to_string() == "10.16.0.1")
             .times(1)
             .returning(|_, _, _, _| Ok(Duration::from_millis(1)));
-        let h = handler(source_ok(), ovs, host, pod_side(), probe);
+        let h = handler(source_ok(), ovs, host, no_pod_thread(), probe);
         let req = request(Command::Add, netns.to_str().unwrap());
         let resp = h.handle(&req).await;
         let r = resp.into_outcome().unwrap().unwrap();
@@ -957,7 +936,13 @@ mod tests {
         ovs.expect_wait_ovn_installed().returning(|i, t| {
             Err(kubeovn_ovn::vswitch::OvsError::Timeout(t, format!("ovn-installed of {i}")).into())
         });
-        let h = handler(source_ok(), ovs, host, pod_side(), MockGatewayProbe::new());
+        let h = handler(
+            source_ok(),
+            ovs,
+            host,
+            no_pod_thread(),
+            MockGatewayProbe::new(),
+        );
         let resp = h
             .handle(&request(Command::Add, netns.to_str().unwrap()))
             .await;
@@ -1014,20 +999,13 @@ mod tests {
                 what: "refused".into(),
             })
         });
-        let mut ns = MockNamespaces::new();
-        ns.expect_open().returning(|_| {
-            let mut pod = MockNetdev::new();
-            // A repeated ADD sets MAC and MTU again and leaves IPv6 as the first ADD left it.
-            pod.expect_apply()
-                .withf(|ops| {
-                    matches!(&ops[0], NetOp::SetMac { link, .. } if link == "eth0")
-                        && matches!(&ops[1], NetOp::SetMtu { link, mtu: 1400 } if link == "eth0")
-                        && !ops.iter().any(|o| matches!(o, NetOp::Sysctl { .. }))
-                })
-                .returning(|_| Ok(()));
-            Ok(Arc::new(pod))
-        });
-        let h = handler(source_ok(), ovs, host, ns, MockGatewayProbe::new());
+        let h = handler(
+            source_ok(),
+            ovs,
+            host,
+            no_pod_thread(),
+            MockGatewayProbe::new(),
+        );
         let e = h
             .handle(&request(Command::Add, netns.to_str().unwrap()))
             .await
@@ -1097,7 +1075,7 @@ mod tests {
         probe
             .expect_probe()
             .returning(|_, _, _, _| Ok(Duration::from_millis(1)));
-        let h = handler(source_ok(), ovs, host, pod_side(), probe);
+        let h = handler(source_ok(), ovs, host, no_pod_thread(), probe);
         // An earlier attachment (another container) in the same namespace: its DEL returns at once.
         let mut del = request(Command::Del, netns.to_str().unwrap());
         del.container_id = Some("fedcba9876543210".into());
