@@ -245,6 +245,31 @@ impl Bench {
     }
 }
 
+/// Removes the pod namespaces (and with them their veths) and the bridge device of an earlier run that was
+/// killed: hundreds of stale namespaces slow ovs-vswitchd's link queries and skew every figure after.
+fn remove_stale(names: &NamedNetns) {
+    let alive = |tag: &str| {
+        tag.parse::<u32>()
+            .is_ok_and(|t| Path::new(&format!("/proc/{t}")).exists())
+    };
+    let Ok(dir) = std::fs::read_dir(kubeovn_netdev::NETNS_RUN_DIR) else {
+        return;
+    };
+    let mut removed = 0;
+    for e in dir.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some((tag, _)) = name.strip_prefix("kb").and_then(|r| r.split_once('-')) else {
+            continue;
+        };
+        if !tag.is_empty() && tag.bytes().all(|b| b.is_ascii_digit()) && !alive(tag) {
+            removed += usize::from(names.delete(&name).is_ok());
+        }
+    }
+    if removed > 0 {
+        println!("removed {removed} namespaces left by killed runs");
+    }
+}
+
 fn main() {
     let a = args();
     // The no-wait burst uses pods of its own, after every other phase's: ovn-controller (23.03) may never
@@ -339,7 +364,8 @@ fn main() {
     });
     let (fast_sock, full_sock) = (fast.socket().to_owned(), full.socket().to_owned());
     let names = NamedNetns::default();
-    let tag = std::process::id() % 100_000;
+    remove_stale(&names);
+    let tag = std::process::id();
     let netns: Vec<PathBuf> = (0..max)
         .map(|i| names.create(&format!("kb{tag}-{i}")).unwrap())
         .collect();
