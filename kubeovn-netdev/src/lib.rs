@@ -5,7 +5,9 @@
 //! Each [`NetlinkNetdev`] owns a dedicated thread that entered its namespace with `setns` and opened its netlink
 //! socket there (the socket stays bound to that namespace); requests travel to it over a channel, so no tokio
 //! worker ever changes namespace. [`NetlinkNetdev::current`] is the same thing for the process's own namespace.
-//! [`Netdev::apply`] runs a list of steps ([`NetOp`]) in one round trip to that thread.
+//! [`Netdev::apply`] runs a list of steps ([`NetOp`]) in one round trip to that thread; [`VethSpec::then`] and
+//! [`VethSpec::peer_then`] configure both ends of a pair in the round trip that creates it (the pod end over a socket
+//! opened in the pod's namespace, with no thread there).
 //! Operations are idempotent: creating what exists with the same parameters and deleting what is absent succeed.
 //!
 //! Enable the `mock` feature for `MockNetdev` and `MockNamespaces` (mockall) in downstream tests.
