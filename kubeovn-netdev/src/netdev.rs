@@ -45,7 +45,8 @@ const RT_TABLE_MAIN: u32 = 254;
 #[async_trait]
 pub trait Netdev: Send + Sync {
     /// Creates a veth pair: `spec.host_name` in this namespace, `spec.peer_name` created directly inside
-    /// `spec.peer_netns` (`IFLA_NET_NS_FD` on the peer, no move afterwards). Both ends stay down unless a `spec.then` step brings one up.
+    /// `spec.peer_netns` (`IFLA_NET_NS_FD` on the peer, no move afterwards). Both ends stay down unless a step
+    /// brings one up.
     ///
     /// If a veth named `spec.host_name` already exists with the asked MTU, this succeeds (the peer is not checked).
     /// Then runs `spec.then` on the host end and `spec.peer_then` on the pod end in the same round trip (a pair
@@ -277,14 +278,18 @@ async fn get_link(ctx: &Ctx, name: &str) -> Result<Option<LinkMessage>> {
     }
 }
 
-async fn link_index(ctx: &Ctx, name: &str) -> Result<u32> {
-    match get_link(ctx, name).await? {
-        Some(m) => Ok(m.header.index),
-        None => Err(Error::LinkNotFound {
+/// The link named `name`; its absence is [`Error::LinkNotFound`].
+async fn existing_link(ctx: &Ctx, name: &str) -> Result<LinkMessage> {
+    get_link(ctx, name)
+        .await?
+        .ok_or_else(|| Error::LinkNotFound {
             link: name.to_string(),
             netns: ctx.netns.to_string(),
-        }),
-    }
+        })
+}
+
+async fn link_index(ctx: &Ctx, name: &str) -> Result<u32> {
+    Ok(existing_link(ctx, name).await?.header.index)
 }
 
 fn to_link(m: &LinkMessage) -> Link {
@@ -470,8 +475,17 @@ impl Netdev for NetlinkNetdev {
         let spec = spec.clone();
         self.worker
             .call(move |ctx| async move {
-                let created = add_veth(&ctx, &spec).await?;
-                match configure_pair(&ctx, &spec).await {
+                // Opened once: the veth's peer is created in it, and the pod-end steps visit it.
+                let peer_ns = std::fs::File::open(&spec.peer_netns).map_err(|e| {
+                    Error::io(
+                        "open netns",
+                        spec.peer_netns.display().to_string(),
+                        &ctx.netns,
+                        e,
+                    )
+                })?;
+                let created = add_veth(&ctx, &spec, &peer_ns).await?;
+                match configure_pair(&ctx, &spec, &peer_ns).await {
                     Ok((host, peer)) => Ok(VethPair {
                         created,
                         host,
@@ -672,7 +686,11 @@ impl Netdev for NetlinkNetdev {
 
 /// Runs a new or found pair's steps: the host end's, then the pod end's over a socket opened in its namespace;
 /// returns both ends as they are afterwards.
-async fn configure_pair(ctx: &Ctx, spec: &VethSpec) -> Result<(Link, Option<Link>)> {
+async fn configure_pair(
+    ctx: &Ctx,
+    spec: &VethSpec,
+    peer_ns: &std::fs::File,
+) -> Result<(Link, Option<Link>)> {
     for op in &spec.then {
         run_op(ctx, op).await?;
     }
@@ -680,11 +698,9 @@ async fn configure_pair(ctx: &Ctx, spec: &VethSpec) -> Result<(Link, Option<Link
         None
     } else {
         let label: Arc<str> = spec.peer_netns.display().to_string().into();
-        let ns = std::fs::File::open(&spec.peer_netns)
-            .map_err(|e| Error::io("open netns", label.to_string(), &ctx.netns, e))?;
         // One short visit to the pod's namespace: its sysctls (/proc/sys/net resolves against the calling
         // thread's namespace) and a netlink socket, which stays bound to it. No thread per pod.
-        let opened = in_netns(&ns, &label, || -> Result<_> {
+        let opened = in_netns(peer_ns, &label, || -> Result<_> {
             for op in &spec.peer_then {
                 if let NetOp::Sysctl { .. } = op {
                     write_sysctl(&label, op)?;
@@ -705,35 +721,13 @@ async fn configure_pair(ctx: &Ctx, spec: &VethSpec) -> Result<(Link, Option<Link
                 run_op(&peer_ctx, op).await?;
             }
         }
-        match get_link(&peer_ctx, &spec.peer_name).await? {
-            Some(m) => Some(to_link(&m)),
-            None => {
-                return Err(Error::LinkNotFound {
-                    link: spec.peer_name.clone(),
-                    netns: peer_ctx.netns.to_string(),
-                })
-            }
-        }
+        Some(to_link(&existing_link(&peer_ctx, &spec.peer_name).await?))
     };
-    match get_link(ctx, &spec.host_name).await? {
-        Some(m) => Ok((to_link(&m), peer)),
-        None => Err(Error::LinkNotFound {
-            link: spec.host_name.clone(),
-            netns: ctx.netns.to_string(),
-        }),
-    }
+    Ok((to_link(&existing_link(ctx, &spec.host_name).await?), peer))
 }
 
 /// Creates the pair (true), or finds a matching veth named `spec.host_name` (false).
-async fn add_veth(ctx: &Ctx, spec: &VethSpec) -> Result<bool> {
-    let peer_ns = std::fs::File::open(&spec.peer_netns).map_err(|e| {
-        Error::io(
-            "open netns",
-            spec.peer_netns.display().to_string(),
-            &ctx.netns,
-            e,
-        )
-    })?;
+async fn add_veth(ctx: &Ctx, spec: &VethSpec, peer_ns: &std::fs::File) -> Result<bool> {
     let mut peer = LinkUnspec::new_with_name(&spec.peer_name).setns_by_fd(peer_ns.as_raw_fd());
     let mut host = LinkMessageBuilder::<LinkVeth>::new_with_info_kind(InfoKind::Veth)
         .name(spec.host_name.clone());
@@ -750,9 +744,7 @@ async fn add_veth(ctx: &Ctx, spec: &VethSpec) -> Result<bool> {
     let msg = host
         .set_info_data(InfoData::Veth(InfoVeth::Peer(peer.build())))
         .build();
-    let res = ctx.handle.link().add(msg).execute().await;
-    drop(peer_ns);
-    match res {
+    match ctx.handle.link().add(msg).execute().await {
         Ok(()) => Ok(true),
         Err(e) if nl_errno(&e) == Some(EEXIST) => {
             let what = format!("link {}", spec.host_name);

@@ -104,6 +104,13 @@ fn ping(ns: &str, dst: &str) -> bool {
     })
 }
 
+/// Whether a link of `ip -j link show` carries `flag`.
+fn has_flag(link: &Value, flag: &str) -> bool {
+    link["flags"]
+        .as_array()
+        .is_some_and(|f| f.iter().any(|x| x == flag))
+}
+
 fn ip(s: &str) -> IpAddr {
     s.parse().expect("ip")
 }
@@ -545,11 +552,7 @@ async fn root_apply_runs_steps_in_order_and_stops_at_the_first_failure() {
     let links = ip_json(Some(&pod_ns.name), &["link", "show", "eth0"]);
     assert_eq!(links[0]["address"], "0a:00:00:00:aa:01");
     assert_eq!(links[0]["mtu"], 1300);
-    assert!(links[0]["flags"]
-        .as_array()
-        .expect("flags")
-        .iter()
-        .any(|f| f == "UP"));
+    assert!(has_flag(&links[0], "UP"), "{links}");
     let addrs = ip_json(Some(&pod_ns.name), &["addr", "show", "eth0"]);
     let infos = addrs[0]["addr_info"].as_array().expect("addr_info");
     assert!(infos
@@ -629,11 +632,7 @@ async fn root_create_veth_then_runs_host_steps_and_undoes_a_new_pair_on_failure(
     assert!(pair.host.admin_up, "{:?}", pair.host);
     assert_eq!(pair.host.mac, Some(host_mac));
     let links = ip_json(Some(&node_ns.name), &["link", "show", "t0"]);
-    assert!(links[0]["flags"]
-        .as_array()
-        .expect("flags")
-        .iter()
-        .any(|f| f == "UP"));
+    assert!(has_flag(&links[0], "UP"), "{links}");
     let again = node.create_veth(&spec).await.expect("create again");
     assert!(!again.created && again.host.admin_up);
     assert_eq!(again.peer, None);

@@ -245,23 +245,23 @@ impl Bench {
     }
 }
 
-/// Removes the pod namespaces (and with them their veths) and the bridge device of an earlier run that was
-/// killed: hundreds of stale namespaces slow ovs-vswitchd's link queries and skew every figure after.
+/// Removes the pod namespaces (and with them their veths) of an earlier run that was killed (`kb<pid>-<i>` of
+/// a pid no longer running): hundreds of stale namespaces slow ovs-vswitchd's link queries and skew every figure.
 fn remove_stale(names: &NamedNetns) {
-    let alive = |tag: &str| {
-        tag.parse::<u32>()
-            .is_ok_and(|t| Path::new(&format!("/proc/{t}")).exists())
-    };
     let Ok(dir) = std::fs::read_dir(kubeovn_netdev::NETNS_RUN_DIR) else {
         return;
     };
     let mut removed = 0;
     for e in dir.flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
-        let Some((tag, _)) = name.strip_prefix("kb").and_then(|r| r.split_once('-')) else {
+        let Some(Ok(pid)) = name
+            .strip_prefix("kb")
+            .and_then(|r| r.split_once('-'))
+            .map(|(tag, _)| tag.parse::<u32>())
+        else {
             continue;
         };
-        if !tag.is_empty() && tag.bytes().all(|b| b.is_ascii_digit()) && !alive(tag) {
+        if !Path::new(&format!("/proc/{pid}")).exists() {
             removed += usize::from(names.delete(&name).is_ok());
         }
     }
@@ -379,8 +379,9 @@ fn main() {
     );
 
     // Warm-up (page cache, first connections).
-    let _ = bench.seq("ADD", "w", &fast_sock, 0..5);
-    let _ = bench.seq("DEL", "w", &fast_sock, 0..5);
+    let warm = 0..max.min(5);
+    let _ = bench.seq("ADD", "w", &fast_sock, warm.clone());
+    let _ = bench.seq("DEL", "w", &fast_sock, warm);
     bench.settle();
 
     // The floor under every ADD: exec the shim, one HTTP round trip to the daemon, a handler that only

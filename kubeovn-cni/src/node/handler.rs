@@ -395,7 +395,8 @@ impl CniHandler {
         net: &PodNetwork,
         pair: &VethPair,
     ) -> Result<CniResult, Error> {
-        let mtu = net.mtu.unwrap_or(self.cfg.mtu);
+        // The MTU asked for: a new pair was made with it, and a found one is refused unless it has it.
+        let mtu = pair.host.mtu;
         let batch = self.port_batch(req, pod, a, netns, net);
         // Last, once the pod end is ready: the port makes ovs-vswitchd and ovn-controller busy.
         self.ovs.commit(batch).await.map_err(ovs("add port"))?;
@@ -670,13 +671,12 @@ impl CniHandler {
     }
 }
 
-/// The steps that configure a pod's interface `ifname`, in order: on a repeated ADD (`existed`) its MAC and
-/// MTU again; IPv6 DAD off for IPv6 addresses, or IPv6 off altogether for an IPv4-only pod (`no_ipv6`)
-/// before the link is up, so the kernel never sends from a link-local address; the addresses; `lo` and the
-/// interface up; the default routes via the gateways, then the pod's own routes.
+/// The steps that configure a pod's interface `ifname`, in order: its MAC and MTU (already so on a new pair,
+/// restored on one an earlier ADD left); IPv6 DAD off for IPv6 addresses, or IPv6 off altogether for an
+/// IPv4-only pod (`no_ipv6`) before the link is up, so the kernel never sends from a link-local address; the
+/// addresses; `lo` and the interface up; the default routes via the gateways, then the pod's own routes.
 fn pod_ops(ifname: &str, net: &PodNetwork, mtu: u32, no_ipv6: bool) -> Vec<NetOp> {
     let mut ops = Vec::with_capacity(8);
-    // A new pair has both already; a pod end left by an earlier ADD may not (no-ops for the kernel otherwise).
     if let Some(mac) = net.mac {
         ops.push(NetOp::SetMac {
             link: ifname.to_owned(),
@@ -784,6 +784,15 @@ mod tests {
             oper_state: OperState::Up,
             kind: Some("veth".into()),
         }
+    }
+
+    /// The CNI error of an ADD that must fail.
+    async fn add_error(h: &CniHandler) -> CniError {
+        let netns = std::env::temp_dir();
+        h.handle(&request(Command::Add, netns.to_str().unwrap()))
+            .await
+            .into_outcome()
+            .unwrap_err()
     }
 
     fn pair(created: bool) -> VethPair {
@@ -915,7 +924,6 @@ mod tests {
 
     #[tokio::test]
     async fn failed_add_rolls_back_what_it_created() {
-        let netns = std::env::temp_dir();
         let mut host = MockNetdev::new();
         host.expect_create_veth()
             .times(1)
@@ -943,10 +951,7 @@ mod tests {
             no_pod_thread(),
             MockGatewayProbe::new(),
         );
-        let resp = h
-            .handle(&request(Command::Add, netns.to_str().unwrap()))
-            .await;
-        let e = resp.into_outcome().unwrap_err();
+        let e = add_error(&h).await;
         assert_eq!(e.code, ErrorCode::TRY_AGAIN_LATER, "{e:?}");
         let commits = commits.lock().unwrap();
         assert_eq!(commits.len(), 2);
@@ -955,7 +960,6 @@ mod tests {
 
     #[tokio::test]
     async fn failed_veth_creation_touches_nothing_else() {
-        let netns = std::env::temp_dir();
         let mut host = MockNetdev::new();
         // create_veth itself removes a pair it made when a host step fails.
         host.expect_create_veth().times(1).returning(|_| {
@@ -972,20 +976,15 @@ mod tests {
             source_ok(),
             ovs,
             host,
-            MockNamespaces::new(),
+            no_pod_thread(),
             MockGatewayProbe::new(),
         );
-        let e = h
-            .handle(&request(Command::Add, netns.to_str().unwrap()))
-            .await
-            .into_outcome()
-            .unwrap_err();
+        let e = add_error(&h).await;
         assert!(e.msg.contains("create veth"), "{e:?}");
     }
 
     #[tokio::test]
     async fn repeated_add_failure_keeps_what_existed() {
-        let netns = std::env::temp_dir();
         let mut host = MockNetdev::new();
         // The pair existed: a failed ADD leaves it.
         host.expect_create_veth().returning(|_| Ok(pair(false)));
@@ -1006,11 +1005,7 @@ mod tests {
             no_pod_thread(),
             MockGatewayProbe::new(),
         );
-        let e = h
-            .handle(&request(Command::Add, netns.to_str().unwrap()))
-            .await
-            .into_outcome()
-            .unwrap_err();
+        let e = add_error(&h).await;
         assert_eq!(e.code, crate::node::CODE_OVS, "{e:?}");
     }
 
