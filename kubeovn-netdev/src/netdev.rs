@@ -9,9 +9,12 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use futures::TryStreamExt;
 use ipnetwork::IpNetwork;
-use rtnetlink::packet_route::address::{AddressAttribute, AddressMessage};
+use rtnetlink::packet_route::address::{
+    AddressAttribute, AddressFlags, AddressHeaderFlags, AddressMessage,
+};
 use rtnetlink::packet_route::link::{
-    InfoData, InfoKind, InfoVeth, LinkAttribute, LinkFlags, LinkInfo, LinkMessage, State,
+    AfSpecInet6, AfSpecUnspec, In6AddrGenMode, InfoData, InfoKind, InfoVeth, LinkAttribute,
+    LinkFlags, LinkInfo, LinkMessage, State,
 };
 use rtnetlink::packet_route::route::{
     RouteAddress, RouteAttribute, RouteHeader, RouteMessage, RouteProtocol, RouteScope, RouteType,
@@ -31,6 +34,7 @@ const ENODEV: i32 = 19;
 const EEXIST: i32 = 17;
 const ESRCH: i32 = 3;
 const EADDRNOTAVAIL: i32 = 99;
+const EAFNOSUPPORT: i32 = 97;
 const RT_TABLE_MAIN: u32 = 254;
 
 /// One network namespace's devices, seen from the node agent.
@@ -45,12 +49,13 @@ const RT_TABLE_MAIN: u32 = 254;
 #[async_trait]
 pub trait Netdev: Send + Sync {
     /// Creates a veth pair: `spec.host_name` in this namespace, `spec.peer_name` created directly inside
-    /// `spec.peer_netns` (`IFLA_NET_NS_FD` on the peer, no move afterwards). Both ends stay down unless a step
-    /// brings one up.
+    /// `spec.peer_netns` (`IFLA_NET_NS_FD` on the peer, no move afterwards). Both ends stay down unless
+    /// `spec.host_up` or a step brings one up.
     ///
     /// If a veth named `spec.host_name` already exists with the asked MTU, this succeeds (the peer is not checked).
     /// Then runs `spec.then` on the host end and `spec.peer_then` on the pod end in the same round trip (a pair
-    /// this call created is deleted again if a step fails) and returns the ends as they are afterwards.
+    /// this call created is deleted again if a step fails; on a new pair, steps its create request did are
+    /// skipped) and returns the ends as they are afterwards.
     async fn create_veth(&self, spec: &VethSpec) -> Result<VethPair>;
 
     /// The link named `name`, or `None`.
@@ -73,6 +78,14 @@ pub trait Netdev: Send + Sync {
 
     /// Adds `addr` (address/prefix) to `link`. Already present is success.
     async fn add_address(&self, link: &str, addr: IpNetwork) -> Result<()>;
+
+    /// Adds `addr` as [`add_address`](Netdev::add_address) does, an IPv6 one without duplicate address
+    /// detection (`IFA_F_NODAD`).
+    async fn add_address_no_dad(&self, link: &str, addr: IpNetwork) -> Result<()>;
+
+    /// Stops the kernel generating IPv6 addresses for `link` (addrgenmode none; see
+    /// [`NetOp::Ipv6AddrGenNone`]). A kernel without IPv6 is success.
+    async fn set_ipv6_addr_gen_none(&self, link: &str) -> Result<()>;
 
     /// Removes `addr` from `link`. Absent (or the link absent) is success.
     async fn del_address(&self, link: &str, addr: IpNetwork) -> Result<()>;
@@ -116,7 +129,17 @@ pub trait Netdev: Send + Sync {
                 NetOp::SetUp { link, up } => self.set_link_up(link, *up).await?,
                 NetOp::SetMtu { link, mtu } => self.set_link_mtu(link, *mtu).await?,
                 NetOp::SetMac { link, mac } => self.set_link_mac(link, *mac).await?,
-                NetOp::AddAddress { link, addr } => self.add_address(link, *addr).await?,
+                NetOp::AddAddress {
+                    link,
+                    addr,
+                    no_dad: false,
+                } => self.add_address(link, *addr).await?,
+                NetOp::AddAddress {
+                    link,
+                    addr,
+                    no_dad: true,
+                } => self.add_address_no_dad(link, *addr).await?,
+                NetOp::Ipv6AddrGenNone { link } => self.set_ipv6_addr_gen_none(link).await?,
                 NetOp::AddRoute(r) => self.add_route(r).await?,
             }
         }
@@ -485,7 +508,7 @@ impl Netdev for NetlinkNetdev {
                     )
                 })?;
                 let created = add_veth(&ctx, &spec, &peer_ns).await?;
-                match configure_pair(&ctx, &spec, &peer_ns).await {
+                match configure_pair(&ctx, &spec, &peer_ns, created).await {
                     Ok((host, peer)) => Ok(VethPair {
                         created,
                         host,
@@ -570,6 +593,14 @@ impl Netdev for NetlinkNetdev {
 
     async fn add_address(&self, link: &str, addr: IpNetwork) -> Result<()> {
         self.apply(&[NetOp::address(link, addr)]).await
+    }
+
+    async fn add_address_no_dad(&self, link: &str, addr: IpNetwork) -> Result<()> {
+        self.apply(&[NetOp::address_no_dad(link, addr)]).await
+    }
+
+    async fn set_ipv6_addr_gen_none(&self, link: &str) -> Result<()> {
+        self.apply(&[NetOp::ipv6_addr_gen_none(link)]).await
     }
 
     async fn del_address(&self, link: &str, addr: IpNetwork) -> Result<()> {
@@ -684,15 +715,36 @@ impl Netdev for NetlinkNetdev {
     }
 }
 
-/// Runs a new or found pair's steps: the host end's, then the pod end's over a socket opened in its namespace;
-/// returns both ends as they are afterwards.
+/// Whether the request that created the pair already did `op` (on the host end, or the pod end with `peer`).
+fn done_by_create(spec: &VethSpec, op: &NetOp, peer: bool) -> bool {
+    let (name, mac) = if peer {
+        (&spec.peer_name, spec.peer_mac)
+    } else {
+        (&spec.host_name, spec.host_mac)
+    };
+    match op {
+        NetOp::SetMtu { link, mtu } => link == name && spec.mtu == Some(*mtu),
+        NetOp::SetMac { link, mac: m } => link == name && mac == Some(*m),
+        NetOp::SetUp { link, up: true } => !peer && link == name && spec.host_up,
+        _ => false,
+    }
+}
+
+/// Runs a new or found pair's steps: the host end's, then the pod end's over a socket opened in its namespace
+/// (on a new pair, without those its create request did); returns both ends as they are afterwards.
 async fn configure_pair(
     ctx: &Ctx,
     spec: &VethSpec,
     peer_ns: &std::fs::File,
+    created: bool,
 ) -> Result<(Link, Option<Link>)> {
+    if spec.host_up && !created {
+        run_op(ctx, &NetOp::up(&spec.host_name)).await?;
+    }
     for op in &spec.then {
-        run_op(ctx, op).await?;
+        if !(created && done_by_create(spec, op, false)) {
+            run_op(ctx, op).await?;
+        }
     }
     let peer = if spec.peer_then.is_empty() {
         None
@@ -717,7 +769,9 @@ async fn configure_pair(
             netns: label,
         };
         for op in &spec.peer_then {
-            if !matches!(op, NetOp::Sysctl { .. }) {
+            let skip =
+                matches!(op, NetOp::Sysctl { .. }) || (created && done_by_create(spec, op, true));
+            if !skip {
                 run_op(&peer_ctx, op).await?;
             }
         }
@@ -740,6 +794,9 @@ async fn add_veth(ctx: &Ctx, spec: &VethSpec, peer_ns: &std::fs::File) -> Result
     }
     if let Some(mac) = spec.host_mac {
         host = host.address(mac.0.to_vec());
+    }
+    if spec.host_up {
+        host = host.up();
     }
     let msg = host
         .set_info_data(InfoData::Veth(InfoVeth::Peer(peer.build())))
@@ -827,15 +884,16 @@ async fn run_op(ctx: &Ctx, op: &NetOp) -> Result<()> {
                 .build();
             set_link(ctx, link, "set link mac", msg).await
         }
-        NetOp::AddAddress { link, addr } => {
+        NetOp::AddAddress { link, addr, no_dad } => {
             let index = link_index(ctx, link).await?;
-            match ctx
-                .handle
-                .address()
-                .add(index, addr.ip(), addr.prefix())
-                .execute()
-                .await
-            {
+            let mut req = ctx.handle.address().add(index, addr.ip(), addr.prefix());
+            if *no_dad && addr.is_ipv6() {
+                let m = req.message_mut();
+                m.header.flags |= AddressHeaderFlags::Nodad;
+                m.attributes
+                    .push(AddressAttribute::Flags(AddressFlags::Nodad));
+            }
+            match req.execute().await {
                 Ok(()) => Ok(()),
                 Err(e) if nl_errno(&e) == Some(EEXIST) => Ok(()),
                 Err(e) => Err(Error::netlink(
@@ -847,6 +905,21 @@ async fn run_op(ctx: &Ctx, op: &NetOp) -> Result<()> {
             }
         }
         NetOp::AddRoute(spec) => add_route(ctx, spec).await,
+        NetOp::Ipv6AddrGenNone { link } => {
+            let msg = LinkUnspec::new_with_name(link)
+                .append_extra_attribute(LinkAttribute::AfSpecUnspec(vec![AfSpecUnspec::Inet6(
+                    vec![AfSpecInet6::AddrGenMode(In6AddrGenMode::None)],
+                )]))
+                .build();
+            match set_link(ctx, link, "set addrgenmode none", msg).await {
+                // No IPv6 in this kernel: nothing generates addresses.
+                Err(Error::Netlink {
+                    errno: Some(EAFNOSUPPORT),
+                    ..
+                }) => Ok(()),
+                r => r,
+            }
+        }
     }
 }
 
@@ -880,5 +953,49 @@ async fn add_route(ctx: &Ctx, spec: &RouteSpec) -> Result<()> {
             })
         }
         Err(e) => Err(Error::netlink("add route", spec.to_string(), &ctx.netns, e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn steps_the_create_request_did_are_recognised() {
+        let mac: MacAddr = "0a:00:00:00:00:01".parse().unwrap();
+        let other: MacAddr = "0a:00:00:00:00:02".parse().unwrap();
+        let spec = VethSpec::new("h0", "eth0", "/x")
+            .mtu(1400)
+            .peer_mac(mac)
+            .host_up();
+        let mtu = |link: &str, mtu| NetOp::SetMtu {
+            link: link.into(),
+            mtu,
+        };
+        let set_mac = |link: &str, mac| NetOp::SetMac {
+            link: link.into(),
+            mac,
+        };
+        assert!(done_by_create(&spec, &mtu("eth0", 1400), true));
+        assert!(done_by_create(&spec, &mtu("h0", 1400), false));
+        assert!(!done_by_create(&spec, &mtu("eth0", 1500), true));
+        assert!(!done_by_create(&spec, &mtu("lo", 1400), true));
+        assert!(done_by_create(&spec, &set_mac("eth0", mac), true));
+        assert!(!done_by_create(&spec, &set_mac("eth0", other), true));
+        // No host MAC was asked for: a step setting one is not done.
+        assert!(!done_by_create(&spec, &set_mac("h0", mac), false));
+        assert!(done_by_create(&spec, &NetOp::up("h0"), false));
+        // The pod end is created down.
+        assert!(!done_by_create(&spec, &NetOp::up("eth0"), true));
+        assert!(!done_by_create(
+            &VethSpec::new("h0", "eth0", "/x"),
+            &NetOp::up("h0"),
+            false
+        ));
+        assert!(!done_by_create(
+            &spec,
+            &NetOp::ipv6_addr_gen_none("eth0"),
+            true
+        ));
     }
 }

@@ -334,6 +334,17 @@ pub enum NetOp {
         link: String,
         /// Address and prefix.
         addr: IpNetwork,
+        /// An IPv6 address usable at once, without duplicate address detection (`IFA_F_NODAD`): for
+        /// addresses an IPAM made unique. No effect on IPv4.
+        no_dad: bool,
+    },
+    /// Stops the kernel generating IPv6 addresses for a link (`ip link set X addrgenmode none`, over
+    /// netlink): no link-local address, so none of the duplicate address detection, router solicitations
+    /// and MLD reports a new interface sends. Before the link has carrier, or its link-local address is
+    /// already made. A kernel without IPv6 has nothing to stop: success.
+    Ipv6AddrGenNone {
+        /// The link.
+        link: String,
     },
     /// Adds a route to the main table (as [`Netdev::add_route`](crate::Netdev::add_route)).
     AddRoute(RouteSpec),
@@ -371,7 +382,22 @@ impl NetOp {
         NetOp::AddAddress {
             link: link.into(),
             addr,
+            no_dad: false,
         }
+    }
+
+    /// Adds `addr` to `link`, an IPv6 one without duplicate address detection.
+    pub fn address_no_dad(link: impl Into<String>, addr: IpNetwork) -> Self {
+        NetOp::AddAddress {
+            link: link.into(),
+            addr,
+            no_dad: true,
+        }
+    }
+
+    /// No IPv6 addresses generated for `link` (see [`NetOp::Ipv6AddrGenNone`]).
+    pub fn ipv6_addr_gen_none(link: impl Into<String>) -> Self {
+        NetOp::Ipv6AddrGenNone { link: link.into() }
     }
 
     /// Checks the step's names, key and route, as the single-step methods do.
@@ -381,7 +407,8 @@ impl NetOp {
             NetOp::SetUp { link, .. }
             | NetOp::SetMtu { link, .. }
             | NetOp::SetMac { link, .. }
-            | NetOp::AddAddress { link, .. } => validate_ifname(link),
+            | NetOp::AddAddress { link, .. }
+            | NetOp::Ipv6AddrGenNone { link } => validate_ifname(link),
             NetOp::AddRoute(r) => r.normalized_dst().map(|_| ()),
         }
     }
@@ -402,6 +429,9 @@ pub struct VethSpec {
     pub host_mac: Option<MacAddr>,
     /// MAC of the pod end; random when `None`.
     pub peer_mac: Option<MacAddr>,
+    /// Create the host end up (in the request that creates the pair; a found one is set up). It has no
+    /// carrier until the pod end is up too, so steps that must come before the carrier still do.
+    pub host_up: bool,
     /// Steps run in the host end's namespace once the pair exists (created or found), in the same round trip
     /// to the namespace's thread; see [`VethSpec::then`].
     pub then: Vec<NetOp>,
@@ -423,6 +453,7 @@ impl VethSpec {
             mtu: None,
             host_mac: None,
             peer_mac: None,
+            host_up: false,
             then: Vec::new(),
             peer_then: Vec::new(),
         }
@@ -446,8 +477,15 @@ impl VethSpec {
         self
     }
 
+    /// Creates the host end up (see [`VethSpec::host_up`]): one request and one link notification fewer.
+    pub fn host_up(mut self) -> Self {
+        self.host_up = true;
+        self
+    }
+
     /// Steps for the host end (a sysctl, link up, ...) run right after the pair exists, with no second round
-    /// trip; if one fails, a pair this call created is deleted again.
+    /// trip; if one fails, a pair this call created is deleted again. Steps the create request already did
+    /// on a new pair (its MTU, MACs, up) are skipped; they run on a found one.
     pub fn then(mut self, ops: impl IntoIterator<Item = NetOp>) -> Self {
         self.then.extend(ops);
         self

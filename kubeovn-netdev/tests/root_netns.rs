@@ -706,6 +706,101 @@ async fn root_create_veth_then_runs_host_steps_and_undoes_a_new_pair_on_failure(
     assert!(node.link("t2").await.expect("query").is_none());
 }
 
+/// Polls `ip -j` until `f` holds (up to 3 s): carrier and link-local addresses come from kernel work queues.
+fn eventually(mut f: impl FnMut() -> bool) -> bool {
+    let t0 = std::time::Instant::now();
+    while t0.elapsed() < std::time::Duration::from_secs(3) {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    false
+}
+
+fn inet6_addrs(ns: &str, link: &str) -> Vec<Value> {
+    ip_json(Some(ns), &["addr", "show", link])[0]["addr_info"]
+        .as_array()
+        .expect("addr_info")
+        .iter()
+        .filter(|a| a["family"] == "inet6")
+        .cloned()
+        .collect()
+}
+
+#[tokio::test]
+async fn root_create_veth_as_the_daemon_does_host_up_no_ipv6_addresses_no_dad() {
+    require_root!();
+    let pod_ns = TestNs::new("va");
+    let node_ns = TestNs::new("vn");
+    let node = NetlinkNetdev::open(&node_ns.path).expect("open node");
+    let mac: MacAddr = "0a:00:00:00:cc:01".parse().expect("mac");
+    // IPv4 pod: no IPv6 address generated on either end, host end up from its create request.
+    let spec = VethSpec::new("a0", "eth0", &pod_ns.path)
+        .mtu(1400)
+        .peer_mac(mac)
+        .host_up()
+        .then([NetOp::ipv6_addr_gen_none("a0")])
+        .peer_then([
+            NetOp::SetMac {
+                link: "eth0".into(),
+                mac,
+            },
+            NetOp::SetMtu {
+                link: "eth0".into(),
+                mtu: 1400,
+            },
+            NetOp::ipv6_addr_gen_none("eth0"),
+            NetOp::address_no_dad("eth0", "10.75.0.2/24".parse().expect("cidr")),
+            NetOp::up("eth0"),
+        ]);
+    let pair = node.create_veth(&spec).await.expect("create");
+    assert!(pair.created && pair.host.admin_up, "{:?}", pair.host);
+    assert_eq!(pair.host.mtu, 1400);
+    let peer = pair.peer.expect("pod end");
+    assert!(
+        peer.admin_up && peer.mac == Some(mac) && peer.mtu == 1400,
+        "{peer:?}"
+    );
+    // Both ends have carrier, and still no IPv6 address (a link-local one would come with the carrier).
+    assert!(eventually(|| {
+        has_flag(
+            &ip_json(Some(&node_ns.name), &["link", "show", "a0"])[0],
+            "LOWER_UP",
+        )
+    }));
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    assert_eq!(inet6_addrs(&node_ns.name, "a0"), Vec::<Value>::new());
+    assert_eq!(inet6_addrs(&pod_ns.name, "eth0"), Vec::<Value>::new());
+    let again = node.create_veth(&spec).await.expect("idempotent");
+    assert!(!again.created && again.host.admin_up);
+
+    // Control: without the step, the kernel makes a link-local address once there is carrier.
+    let ctl = VethSpec::new("a1", "eth1", &pod_ns.path)
+        .host_up()
+        .peer_then([
+            NetOp::up("eth1"),
+            // IPv6 with and without duplicate address detection: only the first is usable at once.
+            NetOp::address_no_dad("eth1", "fd00:75::2/64".parse().expect("cidr")),
+            NetOp::address("eth1", "fd00:75::3/64".parse().expect("cidr")),
+        ]);
+    node.create_veth(&ctl).await.expect("create control");
+    assert!(eventually(|| inet6_addrs(&node_ns.name, "a1")
+        .iter()
+        .any(|a| a["scope"] == "link")));
+    let v6 = inet6_addrs(&pod_ns.name, "eth1");
+    let find = |addr: &str| {
+        v6.iter()
+            .find(|a| a["local"] == addr)
+            .cloned()
+            .unwrap_or_else(|| panic!("{addr} missing: {v6:?}"))
+    };
+    let no_dad = find("fd00:75::2");
+    assert_eq!(no_dad["nodad"], true, "{no_dad}");
+    assert_ne!(no_dad["tentative"], true, "{no_dad}");
+    assert_eq!(find("fd00:75::3")["tentative"], true, "{v6:?}");
+}
+
 #[tokio::test]
 async fn root_a_file_that_is_no_namespace_fails_on_first_use() {
     require_root!();

@@ -89,19 +89,26 @@ fn pods_ping_through_switch_and_router_and_del_cleans_up() {
         "{ids}"
     );
 
-    // The host end is a bridge port: IPv6 off, so no link-local address ever reaches ovs-vswitchd.
-    let host_v6 = std::fs::read_to_string(format!(
-        "/proc/sys/net/ipv6/conf/{}/disable_ipv6",
-        p1.host_if()
-    ));
-    if let Ok(v) = host_v6 {
-        assert_eq!(v.trim(), "1");
-        let addrs = std::process::Command::new("ip")
-            .args(["-6", "-o", "addr", "show", "dev", &p1.host_if()])
-            .output()
-            .expect("ip");
-        assert!(addrs.stdout.is_empty(), "{addrs:?}");
-    }
+    // The host end is a bridge port: no IPv6 address generated, so no link-local address ever reaches
+    // ovs-vswitchd; neither has the IPv4 pod's eth0 one (its carrier is long up by now).
+    let detail = std::process::Command::new("ip")
+        .args(["-d", "link", "show", "dev", &p1.host_if()])
+        .output()
+        .expect("ip");
+    let detail = String::from_utf8_lossy(&detail.stdout).into_owned();
+    assert!(detail.contains("addrgenmode none"), "{detail}");
+    let addrs = std::process::Command::new("ip")
+        .args(["-6", "-o", "addr", "show", "dev", &p1.host_if()])
+        .output()
+        .expect("ip");
+    assert!(addrs.stdout.is_empty(), "{addrs:?}");
+    let pod_v6 = std::process::Command::new("nsenter")
+        .arg(format!("--net={}", p1.netns.display()))
+        .args(["ip", "-6", "-o", "addr", "show", "dev", "eth0"])
+        .output()
+        .expect("nsenter ip");
+    assert!(pod_v6.status.success(), "{pod_v6:?}");
+    assert!(pod_v6.stdout.is_empty(), "{pod_v6:?}");
 
     assert!(h.ping(&p1, "10.231.1.11"), "p1 -> p2 on one switch");
     assert!(h.ping(&p2, "10.231.1.10"), "p2 -> p1");

@@ -8,7 +8,8 @@
 //!
 //! [`ovn`] starts a single-node OVN (NB, SB, ovn-northd, ovs-vswitchd on the userspace datapath,
 //! ovn-controller) in a directory, each process with its own sockets, and stops it by pid; the end-to-end
-//! tests of the daemon and the controller use it.
+//! tests of the daemon and the controller use it; [`cgroup`] can give its parts CPU cgroups of their own, as
+//! on a node (the node benchmark does).
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), kube_ovn_sandbox::SandboxError> {
@@ -21,6 +22,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod cgroup;
 pub mod cni;
 pub mod exec;
 pub mod kubelet;

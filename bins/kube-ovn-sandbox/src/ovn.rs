@@ -26,6 +26,7 @@ use kubeovn_ovn::ops::{Operation, Transaction};
 use kubeovn_ovn::vswitch::{BridgeSpec, GlobalSpec, OpenVSwitch, OvsBatch, OvsdbOpenVSwitch};
 use kubeovn_ovn::Client;
 
+use crate::cgroup::CpuGroup;
 use crate::SandboxError;
 
 /// The Open_vSwitch schema Debian installs.
@@ -54,6 +55,10 @@ pub struct OvnOptions {
     pub configure_chassis: bool,
     /// How long to wait for each process to come up.
     pub start_timeout: Duration,
+    /// Run each part in a CPU cgroup of its own, as on a node ([`crate::cgroup`]): `<prefix>-ovn-central`
+    /// (NB, SB, ovn-northd) and `<prefix>-ovs-ovn` (the Open_vSwitch database, ovs-vswitchd, ovn-controller),
+    /// like Kube-OVN's pods of those names. `None`: the processes stay in this process's group.
+    pub cgroup_prefix: Option<String>,
 }
 
 impl OvnOptions {
@@ -69,7 +74,14 @@ impl OvnOptions {
             chassis: true,
             configure_chassis: true,
             start_timeout: Duration::from_secs(15),
+            cgroup_prefix: None,
         }
+    }
+
+    /// Each part in a CPU cgroup of its own, named `<prefix>-ovn-central` and `<prefix>-ovs-ovn`.
+    pub fn in_cgroups(mut self, prefix: impl Into<String>) -> Self {
+        self.cgroup_prefix = Some(prefix.into());
+        self
     }
 
     /// NB, SB and ovn-northd only.
@@ -98,6 +110,8 @@ pub struct OvnStack {
     opts: OvnOptions,
     procs: Mutex<Vec<Proc>>,
     taps: Mutex<Vec<String>>,
+    /// `ovn-central` and `ovs-ovn`, when asked for; removed once the processes are stopped.
+    groups: Mutex<Vec<(&'static str, CpuGroup)>>,
 }
 
 impl std::fmt::Debug for OvnStack {
@@ -145,7 +159,14 @@ impl OvnStack {
             opts,
             procs: Mutex::new(Vec::new()),
             taps: Mutex::new(Vec::new()),
+            groups: Mutex::new(Vec::new()),
         };
+        if let Some(prefix) = &stack.opts.cgroup_prefix {
+            let mut groups = stack.groups.lock().unwrap_or_else(|e| e.into_inner());
+            for part in ["ovn-central", "ovs-ovn"] {
+                groups.push((part, CpuGroup::create(&format!("{prefix}-{part}"))?));
+            }
+        }
         // Drop stops what was started if a later step fails.
         stack.start_all().await?;
         Ok(stack)
@@ -306,6 +327,25 @@ impl OvnStack {
         let child = cmd
             .spawn()
             .map_err(|e| SandboxError::io("spawn", Path::new(name), e))?;
+        // Moved right after the start, before it does any work worth scheduling.
+        let part = if matches!(stem, "nb" | "sb" | "northd") {
+            "ovn-central"
+        } else {
+            "ovs-ovn"
+        };
+        let moved = self
+            .groups
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .find(|(p, _)| *p == part)
+            .map(|(_, g)| g.add(child.id()));
+        let mut child = child;
+        if let Some(Err(e)) = moved {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(e);
+        }
         self.procs
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -405,6 +445,10 @@ impl OvnStack {
         for mut p in procs.into_iter().rev() {
             stop_child(&mut p.child);
         }
+        self.groups
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
         if had_vswitchd {
             let mut names = vec![self.opts.bridge.clone()];
             names.append(&mut self.taps.lock().unwrap_or_else(|e| e.into_inner()));
@@ -413,7 +457,8 @@ impl OvnStack {
     }
 
     /// Leaves the processes running (they outlive this process: the sandbox's `up` returns while they run)
-    /// and returns their pids; the stack no longer stops them, whoever has the pids does.
+    /// and returns their pids; the stack no longer stops them, whoever has the pids does. Its CPU cgroups
+    /// are given up: the processes go back to the root group.
     pub fn detach(self) -> Vec<(&'static str, u32)> {
         let procs: Vec<Proc> =
             std::mem::take(&mut *self.procs.lock().unwrap_or_else(|e| e.into_inner()));
