@@ -7,7 +7,9 @@
 //! worker ever changes namespace. [`NetlinkNetdev::current`] is the same thing for the process's own namespace.
 //! [`Netdev::apply`] runs a list of steps ([`NetOp`]) in one round trip to that thread; [`VethSpec::then`] and
 //! [`VethSpec::peer_then`] configure both ends of a pair in the round trip that creates it (the pod end over a socket
-//! opened in the pod's namespace, with no thread there).
+//! opened in the pod's namespace, with no thread there); [`VethSpec::host_up`] creates the host end up, and
+//! [`NetOp::ipv6_addr_gen_none`] keeps a link free of IPv6 addresses over netlink, with no `/proc/sys` lookup (the
+//! first one in a new namespace costs more with every namespace on the node).
 //! Operations are idempotent: creating what exists with the same parameters and deleting what is absent succeed.
 //!
 //! Enable the `mock` feature for `MockNetdev` and `MockNamespaces` (mockall) in downstream tests.
@@ -22,8 +24,11 @@
 //! let pod_ns = netns.create("pod-a")?; // like `ip netns add pod-a`
 //! let host = NetlinkNetdev::current()?;
 //! let (host_if, _) = host_nic_name("0123456789abcdef", "eth0")?; // "0123456789ab_h"
-//! // The pair, then the host end up, in one round trip to this namespace's thread.
-//! let spec = VethSpec::new(&host_if, "eth0", &pod_ns).mtu(1400).then([NetOp::up(&host_if)]);
+//! // The pair with its host end up and without IPv6 addresses, in one round trip to this namespace's thread.
+//! let spec = VethSpec::new(&host_if, "eth0", &pod_ns)
+//!     .mtu(1400)
+//!     .host_up()
+//!     .then([NetOp::ipv6_addr_gen_none(&host_if)]);
 //! let pair = host.create_veth(&spec).await?;
 //! println!("host end {} mac {:?} (new: {})", pair.host.name, pair.host.mac, pair.created);
 //!
