@@ -322,3 +322,72 @@ fn qos_gc_and_half_gone_del() {
     let (code, out) = h.shim("STATUS", &a, &conf);
     assert_eq!(code, 0, "{out}");
 }
+
+/// A dual-stack pod: its IPv6 address usable as soon as ADD returns (no duplicate address detection), its
+/// link-local address kept, and IPv4 and IPv6 pings through the logical switch and to the router.
+#[test]
+fn dual_stack_pods_ping_over_ipv4_and_ipv6() {
+    if !common::runnable() {
+        return;
+    }
+    let mut h = Harness::start(|_| {});
+    h.subnet_with(
+        "ls-6",
+        "lr6",
+        "00:00:00:ee:00:06",
+        &["10.231.6.1/24", "fd00:231:6::1/64"],
+    );
+    let q1 = h.pod("q1");
+    let q2 = h.pod("q2");
+    for (p, mac, v4, v6) in [
+        (&q1, "00:00:00:aa:06:01", "10.231.6.10", "fd00:231:6::10"),
+        (&q2, "00:00:00:aa:06:02", "10.231.6.11", "fd00:231:6::11"),
+    ] {
+        h.lsp("ls-6", p, mac, &format!("{v4} {v6}"));
+        let mut n = net(&format!("{v4}/24"), "10.231.6.1", mac, "ls-6");
+        n.ips.push(format!("{v6}/64").parse().unwrap());
+        n.gateways.push("fd00:231:6::1".parse().unwrap());
+        h.publish(p, n);
+    }
+    let conf = h.netconf("1.0.0");
+    for p in [&q1, &q2] {
+        let (code, r) = h.shim("ADD", p, &conf);
+        assert_eq!(code, 0, "{r}");
+        assert_eq!(r["ips"].as_array().map(Vec::len), Some(2), "{r}");
+    }
+    assert_eq!(h.shim("ADD", &q1, &conf).0, 0, "ADD twice is idempotent");
+    let out = std::process::Command::new("ip")
+        .args([
+            "-n",
+            &q1.netns_name,
+            "-j",
+            "-6",
+            "addr",
+            "show",
+            "dev",
+            "eth0",
+        ])
+        .output()
+        .expect("ip");
+    let addrs: Value = serde_json::from_slice(&out.stdout).expect("ip -j");
+    let infos = addrs[0]["addr_info"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let global = infos
+        .iter()
+        .find(|a| a["local"] == "fd00:231:6::10")
+        .unwrap_or_else(|| panic!("no IPv6 address: {infos:?}"));
+    assert_eq!(global["nodad"], true, "{global}");
+    assert_ne!(global["tentative"], true, "{global}");
+    assert!(
+        infos.iter().any(|a| a["scope"] == "link"),
+        "an IPv6 pod keeps its link-local address: {infos:?}"
+    );
+    assert!(h.ping(&q1, "10.231.6.11"), "q1 -> q2 over IPv4");
+    assert!(h.ping(&q1, "fd00:231:6::11"), "q1 -> q2 over IPv6");
+    assert!(h.ping(&q2, "fd00:231:6::1"), "q2 -> its IPv6 gateway");
+    for p in [&q1, &q2] {
+        assert_eq!(h.shim("DEL", p, &conf).0, 0);
+    }
+}

@@ -195,11 +195,16 @@ impl Harness {
 
     /// Logical switch `name` with its gateway `gw_cidr` on router `router` (patch pair).
     pub fn subnet(&self, name: &str, router: &str, gw_mac: &str, gw_cidr: &str) {
+        self.subnet_with(name, router, gw_mac, &[gw_cidr]);
+    }
+
+    /// [`Harness::subnet`] with several gateway networks on the router port (dual stack).
+    pub fn subnet_with(&self, name: &str, router: &str, gw_mac: &str, gw_cidrs: &[&str]) {
         self.rt.block_on(async {
             let mut b = Batch::new();
             b.add(LogicalSwitch::new(name));
             b.add(Router::new(router));
-            b.patch(Patch::new(name, router, gw_mac, [gw_cidr]));
+            b.patch(Patch::new(name, router, gw_mac, gw_cidrs.iter().copied()));
             self.nb.commit(b).await.unwrap();
         });
     }
