@@ -9,9 +9,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use futures::TryStreamExt;
 use ipnetwork::IpNetwork;
-use rtnetlink::packet_route::address::{
-    AddressAttribute, AddressFlags, AddressHeaderFlags, AddressMessage,
-};
+use rtnetlink::packet_route::address::{AddressAttribute, AddressHeaderFlags, AddressMessage};
 use rtnetlink::packet_route::link::{
     AfSpecInet6, AfSpecUnspec, In6AddrGenMode, InfoData, InfoKind, InfoVeth, LinkAttribute,
     LinkFlags, LinkInfo, LinkMessage, State,
@@ -738,11 +736,11 @@ async fn configure_pair(
     peer_ns: &std::fs::File,
     created: bool,
 ) -> Result<(Link, Option<Link>)> {
-    if spec.host_up && !created {
-        run_op(ctx, &NetOp::up(&spec.host_name)).await?;
-    }
-    for op in &spec.then {
-        if !(created && done_by_create(spec, op, false)) {
+    let redundant = |op: &NetOp, peer: bool| created && done_by_create(spec, op, peer);
+    // `host_up` as a first step: the create request did it on a new pair, a found one gets it here.
+    let host_up = spec.host_up.then(|| NetOp::up(&spec.host_name));
+    for op in host_up.iter().chain(&spec.then) {
+        if !redundant(op, false) {
             run_op(ctx, op).await?;
         }
     }
@@ -754,8 +752,13 @@ async fn configure_pair(
         // thread's namespace) and a netlink socket, which stays bound to it. No thread per pod.
         let opened = in_netns(peer_ns, &label, || -> Result<_> {
             for op in &spec.peer_then {
-                if let NetOp::Sysctl { .. } = op {
-                    write_sysctl(&label, op)?;
+                if let NetOp::Sysctl {
+                    key,
+                    value,
+                    missing_ok,
+                } = op
+                {
+                    write_sysctl(&label, key, value, *missing_ok)?;
                 }
             }
             rtnetlink::new_connection_with_socket::<netlink_sys::TokioSocket>()
@@ -769,9 +772,7 @@ async fn configure_pair(
             netns: label,
         };
         for op in &spec.peer_then {
-            let skip =
-                matches!(op, NetOp::Sysctl { .. }) || (created && done_by_create(spec, op, true));
-            if !skip {
+            if !matches!(op, NetOp::Sysctl { .. }) && !redundant(op, true) {
                 run_op(&peer_ctx, op).await?;
             }
         }
@@ -841,20 +842,12 @@ async fn add_veth(ctx: &Ctx, spec: &VethSpec, peer_ns: &std::fs::File) -> Result
     }
 }
 
-/// Writes a [`NetOp::Sysctl`] in the calling thread's namespace (other steps are no-ops here).
-fn write_sysctl(netns: &str, op: &NetOp) -> Result<()> {
-    let NetOp::Sysctl {
-        key,
-        value,
-        missing_ok,
-    } = op
-    else {
-        return Ok(());
-    };
+/// Writes sysctl `key` in the calling thread's namespace; with `missing_ok`, an absent key is success.
+fn write_sysctl(netns: &str, key: &str, value: &str, missing_ok: bool) -> Result<()> {
     let path = sysctl_path(key)?;
     match std::fs::write(&path, value.as_bytes()) {
         Ok(()) => Ok(()),
-        Err(e) if *missing_ok && e.raw_os_error() == Some(ENOENT) => Ok(()),
+        Err(e) if missing_ok && e.raw_os_error() == Some(ENOENT) => Ok(()),
         Err(e) => Err(Error::io(
             "write sysctl",
             path.display().to_string(),
@@ -868,7 +861,11 @@ fn write_sysctl(netns: &str, op: &NetOp) -> Result<()> {
 async fn run_op(ctx: &Ctx, op: &NetOp) -> Result<()> {
     match op {
         // /proc/sys/net resolves against the calling thread's namespace: this is the worker thread.
-        NetOp::Sysctl { .. } => write_sysctl(&ctx.netns, op),
+        NetOp::Sysctl {
+            key,
+            value,
+            missing_ok,
+        } => write_sysctl(&ctx.netns, key, value, *missing_ok),
         NetOp::SetUp { link, up } => {
             let b = LinkUnspec::new_with_name(link);
             let msg = if *up { b.up() } else { b.down() }.build();
@@ -888,10 +885,7 @@ async fn run_op(ctx: &Ctx, op: &NetOp) -> Result<()> {
             let index = link_index(ctx, link).await?;
             let mut req = ctx.handle.address().add(index, addr.ip(), addr.prefix());
             if *no_dad && addr.is_ipv6() {
-                let m = req.message_mut();
-                m.header.flags |= AddressHeaderFlags::Nodad;
-                m.attributes
-                    .push(AddressAttribute::Flags(AddressFlags::Nodad));
+                req.message_mut().header.flags |= AddressHeaderFlags::Nodad;
             }
             match req.execute().await {
                 Ok(()) => Ok(()),

@@ -21,8 +21,8 @@
 //! waits for the controller either): shim + daemon cost; `full` waits for `ovn-installed` and an ICMP answer
 //! from the gateway (a logical router port): the pod is ready when ADD returns.
 //! Phases: fast ADD/DEL of N pods one at a time; the bridge growing to `--grow` ports (fast ADD latency per
-//! 100 ports, each ADD followed by a STATUS: the floor under the load the ports make); full ADD/DEL of N pods one at a time; a burst of `--burst` ADDs then DELs at once on the fast
-//! daemon (other pods); a burst of `--burst` full ADDs at once (wall time until all returned). `--peers`
+//! 100 ports, each ADD followed by a STATUS: the floor under the load the ports make); full ADD/DEL of N
+//! pods one at a time; a burst of `--burst` ADDs then DELs at once on the fast daemon (other pods); a burst of `--burst` full ADDs at once (wall time until all returned). `--peers`
 //! then runs ../shared/peer-bench/cni-peers.sh (bridge + host-local, and our shim on the fast daemon as
 //! section `ko`).
 
@@ -185,6 +185,11 @@ impl Bench {
         format!("{phase}{i:05}{:06}", std::process::id() % 1_000_000)
     }
 
+    /// One shim run of `cmd` for pod `i` through `sock`.
+    fn run(&self, cmd: &str, phase: &str, sock: &Path, i: usize) -> (Duration, bool) {
+        shim(&self.shim, cmd, sock, &self.id(phase, i), &self.netns[i], i)
+    }
+
     /// ADD (or DEL) pods `range` one at a time through `sock`.
     fn seq(
         &self,
@@ -196,7 +201,7 @@ impl Bench {
         let mut lat = Vec::new();
         let mut fails = 0;
         for i in range {
-            let (t, ok) = shim(&self.shim, cmd, sock, &self.id(phase, i), &self.netns[i], i);
+            let (t, ok) = self.run(cmd, phase, sock, i);
             lat.push(t);
             fails += usize::from(!ok);
         }
@@ -435,24 +440,10 @@ fn main() {
         // while ovs-vswitchd and ovn-controller take up the port just added.
         let (mut add, mut status, mut f, mut fs) = (Vec::new(), Vec::new(), 0, 0);
         for i in start..end {
-            let (t, ok) = shim(
-                &bench.shim,
-                "ADD",
-                &fast_sock,
-                &bench.id("g", i),
-                &bench.netns[i],
-                i,
-            );
+            let (t, ok) = bench.run("ADD", "g", &fast_sock, i);
             add.push(t);
             f += usize::from(!ok);
-            let (t, ok) = shim(
-                &bench.shim,
-                "STATUS",
-                &fast_sock,
-                &bench.id("gs", i),
-                &bench.netns[i],
-                i,
-            );
+            let (t, ok) = bench.run("STATUS", "gs", &fast_sock, i);
             status.push(t);
             fs += usize::from(!ok);
         }

@@ -102,11 +102,19 @@ fn pods_ping_through_switch_and_router_and_del_cleans_up() {
         .output()
         .expect("ip");
     assert!(addrs.stdout.is_empty(), "{addrs:?}");
-    let pod_v6 = std::process::Command::new("nsenter")
-        .arg(format!("--net={}", p1.netns.display()))
-        .args(["ip", "-6", "-o", "addr", "show", "dev", "eth0"])
+    let pod_v6 = std::process::Command::new("ip")
+        .args([
+            "-n",
+            &p1.netns_name,
+            "-6",
+            "-o",
+            "addr",
+            "show",
+            "dev",
+            "eth0",
+        ])
         .output()
-        .expect("nsenter ip");
+        .expect("ip");
     assert!(pod_v6.status.success(), "{pod_v6:?}");
     assert!(pod_v6.stdout.is_empty(), "{pod_v6:?}");
 

@@ -324,7 +324,7 @@ impl OvnStack {
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null());
-        let child = cmd
+        let mut child = cmd
             .spawn()
             .map_err(|e| SandboxError::io("spawn", Path::new(name), e))?;
         // Moved right after the start, before it does any work worth scheduling.
@@ -333,14 +333,12 @@ impl OvnStack {
         } else {
             "ovs-ovn"
         };
-        let moved = self
-            .groups
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+        let groups = self.groups.lock().unwrap_or_else(|e| e.into_inner());
+        let moved = groups
             .iter()
             .find(|(p, _)| *p == part)
             .map(|(_, g)| g.add(child.id()));
-        let mut child = child;
+        drop(groups);
         if let Some(Err(e)) = moved {
             let _ = child.kill();
             let _ = child.wait();

@@ -671,9 +671,10 @@ impl CniHandler {
 }
 
 /// The steps that configure a pod's interface `ifname`, in order: its MAC and MTU (already so on a new pair,
-/// restored on one an earlier ADD left); IPv6 DAD off for IPv6 addresses, or IPv6 off altogether for an
-/// IPv4-only pod (`no_ipv6`) before the link is up, so the kernel never sends from a link-local address; the
-/// addresses; `lo` and the interface up; the default routes via the gateways, then the pod's own routes.
+/// restored on one an earlier ADD left); for an IPv4-only pod (`no_ipv6`) no IPv6 address generation before
+/// the link is up, so the kernel never sends from a link-local address; the addresses, IPv6 ones without
+/// duplicate address detection; `lo` and the interface up; the default routes via the gateways, then the
+/// pod's own routes.
 fn pod_ops(ifname: &str, net: &PodNetwork, mtu: u32, no_ipv6: bool) -> Vec<NetOp> {
     let mut ops = Vec::with_capacity(8);
     if let Some(mac) = net.mac {
@@ -882,6 +883,17 @@ mod tests {
         )
     }
 
+    /// A handler for ADDs that fail before the gateway probe: the pod's network found, no pod thread.
+    fn add_handler(ovs: MockOpenVSwitch, host: MockNetdev) -> CniHandler {
+        handler(
+            source_ok(),
+            ovs,
+            host,
+            no_pod_thread(),
+            MockGatewayProbe::new(),
+        )
+    }
+
     #[tokio::test]
     async fn add_plugs_port_and_configures_pod() {
         let netns = std::env::temp_dir();
@@ -967,13 +979,7 @@ mod tests {
         ovs.expect_wait_ovn_installed().returning(|i, t| {
             Err(kubeovn_ovn::vswitch::OvsError::Timeout(t, format!("ovn-installed of {i}")).into())
         });
-        let h = handler(
-            source_ok(),
-            ovs,
-            host,
-            no_pod_thread(),
-            MockGatewayProbe::new(),
-        );
+        let h = add_handler(ovs, host);
         let e = add_error(&h).await;
         assert_eq!(e.code, ErrorCode::TRY_AGAIN_LATER, "{e:?}");
         let commits = commits.lock().unwrap();
@@ -995,13 +1001,7 @@ mod tests {
         let mut ovs = MockOpenVSwitch::new();
         ovs.expect_port().returning(|_| None);
         ovs.expect_commit().times(0);
-        let h = handler(
-            source_ok(),
-            ovs,
-            host,
-            no_pod_thread(),
-            MockGatewayProbe::new(),
-        );
+        let h = add_handler(ovs, host);
         let e = add_error(&h).await;
         assert!(e.msg.contains("create veth"), "{e:?}");
     }
@@ -1021,13 +1021,7 @@ mod tests {
                 what: "refused".into(),
             })
         });
-        let h = handler(
-            source_ok(),
-            ovs,
-            host,
-            no_pod_thread(),
-            MockGatewayProbe::new(),
-        );
+        let h = add_handler(ovs, host);
         let e = add_error(&h).await;
         assert_eq!(e.code, crate::node::CODE_OVS, "{e:?}");
     }
