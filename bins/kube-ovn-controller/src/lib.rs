@@ -20,6 +20,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 pub const USAGE: &str = "usage: kube-ovn-controller [crd] [--kubeconfig FILE] [--ovn-nb-addr unix:PATH|tcp:IP:PORT|ssl:IP:PORT]
   [--default-ls NAME] [--default-cidr CIDR] [--default-gateway IP] [--default-exclude-ips IPS]
   [--node-switch NAME] [--node-switch-cidr CIDR] [--node-switch-gateway IP] [--cluster-router NAME]
+  [--service-cluster-ip-range CIDR[,CIDR]]
   [--metrics-addr IP:PORT] [--leader-elect] [--lease-namespace NS] [--pod-name NAME]
   [--gc-interval SECONDS] [--pod-workers N] [--log-level error|warn|info|debug]";
 
@@ -98,6 +99,7 @@ impl Args {
                 "--node-switch-cidr" => c.join_subnet.cidr = value()?,
                 "--node-switch-gateway" => c.join_subnet.gateway = value()?,
                 "--cluster-router" => c.default_vpc = value()?,
+                "--service-cluster-ip-range" => c.service_cidr = value()?,
                 "--metrics-addr" => {
                     a.metrics_addr = Some(
                         value()?
@@ -301,6 +303,7 @@ mod tests {
             "unix:/nb.sock",
             "--node-switch-cidr",
             "100.65.0.0/16",
+            "--service-cluster-ip-range=10.96.0.0/16,fd00:10:96::/112",
             "--default-exclude-ips",
             "10.16.0.2,10.16.0.3..10.16.0.9",
             "--leader-elect",
@@ -314,6 +317,7 @@ mod tests {
         assert_eq!(a.kubeconfig, Some(PathBuf::from("/k")));
         assert_eq!(a.nb_addr, "unix:/nb.sock");
         assert_eq!(a.config.join_subnet.cidr, "100.65.0.0/16");
+        assert_eq!(a.config.service_cidr, "10.96.0.0/16,fd00:10:96::/112");
         assert_eq!(
             a.config.default_subnet.exclude_ips,
             ["10.16.0.2", "10.16.0.3..10.16.0.9"]

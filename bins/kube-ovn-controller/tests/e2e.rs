@@ -8,7 +8,7 @@ mod common;
 
 use std::collections::{BTreeMap, HashSet};
 
-use common::{pod, wait_for, Env};
+use common::{pod, wait_for, warning_for, Env};
 use serde_json::Value;
 
 fn ann<'a>(o: &'a Value, k: &str) -> Option<&'a str> {
@@ -21,19 +21,6 @@ async fn annotated(env: &Env, ns: &str, name: &str) -> Value {
         (ann(&p, "ovn.kubernetes.io/allocated") == Some("true")
             && ann(&p, "ovn.kubernetes.io/routed") == Some("true"))
         .then_some(p)
-    })
-    .await
-}
-
-async fn warning_for(env: &Env, ns: &str, name: &str, reason: &str) -> String {
-    wait_for(&format!("{reason} event on {ns}/{name}"), 20, || async {
-        let evs = env.get_json(&["events.events.k8s.io", "-n", ns]).await?;
-        evs["items"].as_array()?.iter().find_map(|e| {
-            (e.pointer("/regarding/name")?.as_str()? == name
-                && e["type"] == "Warning"
-                && e["reason"] == reason)
-                .then(|| e["note"].as_str().unwrap_or_default().to_owned())
-        })
     })
     .await
 }

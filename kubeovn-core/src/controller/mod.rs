@@ -105,6 +105,9 @@ pub struct Config {
     pub default_subnet: SubnetConfig,
     /// The join subnet (`join`, 100.64.0.0/16).
     pub join_subnet: SubnetConfig,
+    /// The service CIDR(s), `--service-cluster-ip-range` (default-VPC subnets must not overlap it; empty: no
+    /// check).
+    pub service_cidr: String,
     /// NB_Global options set at start.
     pub nb_global_options: BTreeMap<String, String>,
     /// Pod handlers running at once.
@@ -129,6 +132,7 @@ impl Default for Config {
             default_vpc: naming::DEFAULT_VPC.to_owned(),
             default_subnet: SubnetConfig::new(naming::DEFAULT_SUBNET, naming::DEFAULT_SUBNET_CIDR),
             join_subnet: SubnetConfig::new(naming::JOIN_SUBNET, naming::JOIN_SUBNET_CIDR),
+            service_cidr: "10.96.0.0/12".to_owned(),
             nb_global_options: BTreeMap::from([
                 ("use_logical_dp_groups".to_owned(), "true".to_owned()),
                 ("mac_prefix".to_owned(), "0a:00:00".to_owned()),
@@ -357,6 +361,7 @@ impl Controller {
         let c = &self.config;
         let default = subnet::info_from_config(&c.default_subnet, &c.default_vpc, false)?;
         let join = subnet::info_from_config(&c.join_subnet, &c.default_vpc, true)?;
+        subnet::service_cidrs(c)?;
         let client = &self.client;
 
         // Informers and the IP record list first: they run while the northbound replica fills and the

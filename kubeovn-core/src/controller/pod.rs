@@ -12,7 +12,7 @@ use kubeovn_ipam::{Addresses, AllocRequest, IpamError};
 use super::error::{ControllerError, Result};
 use super::ip::{self, IpRecord};
 use super::plan::{self, PodPort};
-use super::{split_key, take_tomb, Ctx, PodInfo as Pod};
+use super::{split_key, subnet, take_tomb, Ctx, PodInfo as Pod};
 use crate::annotations::{
     self, merge_patch, IpPoolRequest, PodNetworkAnnotations, DEFAULT_PROVIDER,
 };
@@ -66,12 +66,8 @@ pub(crate) fn choose_subnet(ctx: &Ctx, ns: &str, a: &PodNetworkAnnotations) -> R
         }
         None => {}
     }
-    if let Some(s) = ctx
-        .subnet_list()
-        .into_iter()
-        .find(|s| s.namespaces.iter().any(|n| n == ns))
-    {
-        return Ok(s.name.clone());
+    if let Some(s) = subnet::namespace_subnet(ctx, ns) {
+        return Ok(s);
     }
     Ok(ctx.config.default_subnet.name.clone())
 }
@@ -131,8 +127,8 @@ async fn add(ctx: &Ctx, pod: &Pod) -> Result<()> {
     }
     let subnet_name = choose_subnet(ctx, &ns, &a)?;
     let Some(subnet) = ctx.subnet(&subnet_name) else {
-        let e = ControllerError::NotReady(format!("subnet {subnet_name}"));
-        warn(ctx, pod, "SubnetNotFound", &e).await;
+        let (reason, e) = subnet::unusable(ctx, &subnet_name);
+        warn(ctx, pod, reason, &e).await;
         return Err(e);
     };
     let owner = naming::pod_key(&ns, &name);

@@ -73,10 +73,10 @@ pub(crate) fn rebuild(
     for s in builtin {
         subnet::install(ctx, s.clone())?;
     }
-    for obj in ctx.subnet_store.state() {
+    for obj in subnet::by_precedence(ctx, ctx.subnet_store.state()) {
         match subnet::info_from_crd(ctx, &obj) {
             Ok(info) => {
-                if let Err(e) = subnet::install(ctx, info) {
+                if let Err(e) = subnet::admit(ctx, info) {
                     tracing::warn!(subnet = %obj.name_any(), error = %e, "subnet not loaded at rebuild");
                 }
             }

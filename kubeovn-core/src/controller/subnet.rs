@@ -1,22 +1,29 @@
 //! Subnets and IPPools: the allocator's subnets, the logical switch with its patch to the VPC router and
 //! policies, Subnet status; IPPools as allocator pools.
+//!
+//! A Subnet is validated before anything is written: its spec on its own (blocks, gateway and `excludeIps`
+//! inside them), then against what is taken ([`check_conflicts`]: the accepted subnets of its VPC, and in the
+//! default VPC the service CIDR and the nodes' InternalIPs). The subnet accepted first keeps its addresses; a
+//! refused one gets `Validated` = False (`ValidateLogicalSwitchFailed`) and a Warning event, and no northbound
+//! row or allocator subnet. It is handled again when its spec changes or a subnet is deleted or moves.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::Arc;
 
 use ipnetwork::IpNetwork;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
-use kubeovn_ipam::PoolSpec;
+use kubeovn_ipam::{IpRangeList, PoolSpec};
 use serde_json::{json, Value};
 
 use super::error::{ControllerError, Result};
-use super::{plan, take_tomb, Ctx, SubnetConfig, SubnetInfo};
+use super::{plan, take_tomb, Config, Ctx, SubnetConfig, SubnetInfo};
 use crate::annotations::DEFAULT_PROVIDER;
-use crate::crd::IpCount;
+use crate::crd::{condition_types, reasons, Conditions, IpCount, SubnetStatus};
 use crate::naming;
 
 /// The IPPool resource.
@@ -140,11 +147,16 @@ fn strings_of(v: &Value, k: &str) -> Vec<String> {
 
 /// A Subnet object, read by Kube-OVN's field names.
 pub(crate) fn info_from_crd(ctx: &Ctx, s: &DynamicObject) -> Result<SubnetInfo> {
-    let name = s.name_any();
-    let what = format!("subnet {name}");
     let spec = s.data.get("spec").cloned().unwrap_or(Value::Null);
-    let cidrs = parse_cidrs(&what, str_of(&spec, "cidrBlock"))?;
-    let gateways = parse_gateways(&what, &cidrs, str_of(&spec, "gateway"))?;
+    info_from_spec(&s.name_any(), &spec, &ctx.config)
+}
+
+/// A Subnet's spec, parsed and checked on its own: CIDR blocks, gateways inside them, `excludeIps` that parse
+/// (kubeovn-ipam's syntax) and lie inside them.
+fn info_from_spec(name: &str, spec: &Value, config: &Config) -> Result<SubnetInfo> {
+    let what = format!("subnet {name}");
+    let cidrs = parse_cidrs(&what, str_of(spec, "cidrBlock"))?;
+    let gateways = parse_gateways(&what, &cidrs, str_of(spec, "gateway"))?;
     let or = |v: &str, d: &str| {
         if v.is_empty() {
             d.to_owned()
@@ -152,15 +164,28 @@ pub(crate) fn info_from_crd(ctx: &Ctx, s: &DynamicObject) -> Result<SubnetInfo> 
             v.to_owned()
         }
     };
-    let mut exclude_ips = strings_of(&spec, "excludeIps");
+    let block = cidrs
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(",");
+    let mut exclude_ips = strings_of(spec, "excludeIps");
     for e in &exclude_ips {
-        for part in e.split("..") {
-            if part.trim().parse::<IpAddr>().is_err() {
-                return Err(ControllerError::invalid(
-                    &what,
-                    format!("excludeIps entry {e:?} is not an address or a..b range"),
-                ));
-            }
+        let bad = || {
+            ControllerError::invalid(
+                &what,
+                format!("excludeIps entry {e:?} is not an address or a..b range"),
+            )
+        };
+        let list = IpRangeList::parse(std::slice::from_ref(e)).map_err(|_| bad())?;
+        if list.is_empty() {
+            return Err(bad());
+        }
+        if list.clip_to_cidr(&block)? != list {
+            return Err(ControllerError::invalid(
+                &what,
+                format!("excludeIps entry {e:?} is outside cidrBlock {block}"),
+            ));
         }
     }
     exclude_ips.retain(|e| !gateways.iter().any(|g| g.to_string() == *e));
@@ -168,30 +193,158 @@ pub(crate) fn info_from_crd(ctx: &Ctx, s: &DynamicObject) -> Result<SubnetInfo> 
         cidrs,
         gateways,
         exclude_ips,
-        vpc: or(str_of(&spec, "vpc"), &ctx.config.default_vpc),
-        provider: or(str_of(&spec, "provider"), DEFAULT_PROVIDER),
-        gateway_type: or(str_of(&spec, "gatewayType"), "distributed"),
-        namespaces: strings_of(&spec, "namespaces"),
+        vpc: or(str_of(spec, "vpc"), &config.default_vpc),
+        provider: or(str_of(spec, "provider"), DEFAULT_PROVIDER),
+        gateway_type: or(str_of(spec, "gatewayType"), "distributed"),
+        namespaces: strings_of(spec, "namespaces"),
         default: spec
             .get("default")
             .and_then(Value::as_bool)
             .unwrap_or(false),
-        join: name == ctx.config.join_subnet.name,
-        name,
+        join: name == config.join_subnet.name,
+        name: name.to_owned(),
     })
+}
+
+/// The service CIDRs of `--service-cluster-ip-range` (none when empty).
+pub(crate) fn service_cidrs(config: &Config) -> Result<Vec<IpNetwork>> {
+    if config.service_cidr.trim().is_empty() {
+        return Ok(Vec::new());
+    }
+    parse_cidrs("--service-cluster-ip-range", &config.service_cidr)
+}
+
+/// What a new subnet's blocks must stay clear of: Kube-OVN's conflict checks.
+pub(crate) struct Occupied<'a> {
+    /// The default VPC: its subnets also stay clear of the service CIDRs and the nodes' addresses.
+    pub default_vpc: &'a str,
+    /// The subnets already accepted (the join subnet among them).
+    pub subnets: &'a [Arc<SubnetInfo>],
+    /// The service CIDRs.
+    pub service_cidrs: &'a [IpNetwork],
+    /// Each node's InternalIP addresses.
+    pub node_ips: &'a [(String, IpAddr)],
+}
+
+fn overlap(a: &IpNetwork, b: &IpNetwork) -> bool {
+    a.is_ipv4() == b.is_ipv4() && (a.contains(b.network()) || b.contains(a.network()))
+}
+
+/// Refuses `info` when a block overlaps an accepted subnet of its VPC (the join subnet included) or, in the
+/// default VPC, the service CIDR or contains a node's InternalIP. The accepted subnet keeps working: the first
+/// one accepted wins.
+pub(crate) fn check_conflicts(info: &SubnetInfo, o: &Occupied<'_>) -> Result<()> {
+    let what = format!("subnet {}", info.name);
+    for other in o
+        .subnets
+        .iter()
+        .filter(|s| s.name != info.name && s.vpc == info.vpc)
+    {
+        for c in &info.cidrs {
+            if let Some(oc) = other.cidrs.iter().find(|oc| overlap(c, oc)) {
+                let kind = if other.join {
+                    "the join subnet"
+                } else {
+                    "subnet"
+                };
+                return Err(ControllerError::invalid(
+                    &what,
+                    format!(
+                        "cidr {c} overlaps {kind} {} cidr {oc} in vpc {}",
+                        other.name, info.vpc
+                    ),
+                ));
+            }
+        }
+    }
+    if info.vpc != o.default_vpc {
+        return Ok(());
+    }
+    for c in &info.cidrs {
+        if let Some(sc) = o.service_cidrs.iter().find(|sc| overlap(c, sc)) {
+            return Err(ControllerError::invalid(
+                &what,
+                format!("cidr {c} overlaps the service cidr {sc}"),
+            ));
+        }
+        if let Some((node, ip)) = o.node_ips.iter().find(|(_, ip)| c.contains(*ip)) {
+            return Err(ControllerError::invalid(
+                &what,
+                format!("cidr {c} contains the address {ip} of node {node}"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Every node's InternalIP addresses.
+fn node_ips(ctx: &Ctx) -> Vec<(String, IpAddr)> {
+    let mut out = Vec::new();
+    for n in ctx.nodes.state() {
+        let addrs = n.status.as_ref().and_then(|s| s.addresses.as_ref());
+        for a in addrs.into_iter().flatten() {
+            if a.type_ == "InternalIP" {
+                if let Ok(ip) = a.address.parse() {
+                    out.push((n.name_any(), ip));
+                }
+            }
+        }
+    }
+    out
 }
 
 /// Loads a subnet into the allocator and the controller's table.
 pub(crate) fn install(ctx: &Ctx, info: SubnetInfo) -> Result<()> {
+    install_checked(ctx, info, false)
+}
+
+/// Loads a subnet unless it conflicts with one already loaded ([`check_conflicts`]): a refused subnet never
+/// reaches the allocator. The check and the load happen under the table's lock, so of two overlapping
+/// subnets handled at once only one gets in.
+pub(crate) fn admit(ctx: &Ctx, info: SubnetInfo) -> Result<()> {
+    install_checked(ctx, info, true)
+}
+
+fn install_checked(ctx: &Ctx, info: SubnetInfo, check: bool) -> Result<()> {
+    let mut subnets = ctx.subnets.write().unwrap_or_else(|e| e.into_inner());
+    if check {
+        let accepted: Vec<Arc<SubnetInfo>> = subnets.values().cloned().collect();
+        check_conflicts(
+            &info,
+            &Occupied {
+                default_vpc: &ctx.config.default_vpc,
+                subnets: &accepted,
+                service_cidrs: &service_cidrs(&ctx.config)?,
+                node_ips: &node_ips(ctx),
+            },
+        )?;
+    }
     let dropped = ctx.ipam.add_or_update_subnet(&info.ipam_spec())?;
     for d in dropped {
         tracing::warn!(subnet = %info.name, pod = %d.pod, "allocation outside the updated subnet dropped");
     }
-    ctx.subnets
-        .write()
-        .unwrap_or_else(|e| e.into_inner())
-        .insert(info.name.clone(), Arc::new(info));
+    subnets.insert(info.name.clone(), Arc::new(info));
     Ok(())
+}
+
+/// Subnet objects in the order their claims on addresses count at a rebuild: the built-in subnets, then those
+/// with a logical switch already, then those validated before, then the oldest.
+pub(crate) fn by_precedence(
+    ctx: &Ctx,
+    mut objs: Vec<Arc<DynamicObject>>,
+) -> Vec<Arc<DynamicObject>> {
+    let c = &ctx.config;
+    objs.sort_by_cached_key(|o| {
+        let name = o.name_any();
+        (
+            name != c.join_subnet.name && name != c.default_subnet.name,
+            ctx.nb.switch(&name).is_none(),
+            !conditions_of(o).is_validated(),
+            o.metadata.creation_timestamp.clone().map(|t| t.0),
+            name,
+        )
+    });
+    objs
 }
 
 /// Creates the Subnet object of a built-in subnet if it is missing.
@@ -268,16 +421,24 @@ pub(crate) async fn reconcile_info(ctx: &Ctx, info: &SubnetInfo) -> Result<()> {
     ctx.writer.commit(b).await
 }
 
-fn condition(type_: &str, ok: bool, reason: &str, message: &str) -> Value {
-    let now = Timestamp::now().to_string();
-    json!({
-        "type": type_,
-        "status": if ok { "True" } else { "False" },
-        "reason": reason,
-        "message": message,
-        "lastUpdateTime": now,
-        "lastTransitionTime": now,
-    })
+/// The conditions recorded on a Subnet object (the rest of its status left out).
+fn conditions_of(o: &DynamicObject) -> SubnetStatus {
+    SubnetStatus {
+        conditions: o
+            .data
+            .pointer("/status/conditions")
+            .cloned()
+            .and_then(|c| serde_json::from_value(c).ok())
+            .unwrap_or_default(),
+        ..SubnetStatus::default()
+    }
+}
+
+/// The message of a refused Subnet object (`Validated` = False), if it is refused.
+fn refusal(o: &DynamicObject) -> Option<String> {
+    let st = conditions_of(o);
+    let c = st.condition(condition_types::VALIDATED)?;
+    (c.status == "False").then(|| c.message.clone())
 }
 
 async fn patch_status(ctx: &Ctx, name: &str, status: Value) -> Result<()> {
@@ -299,6 +460,49 @@ async fn patch_status(ctx: &Ctx, name: &str, status: Value) -> Result<()> {
     }
 }
 
+/// Writes the conditions of `st` when `changed`.
+async fn patch_conditions(ctx: &Ctx, name: &str, st: &SubnetStatus, changed: bool) -> Result<()> {
+    if !changed {
+        return Ok(());
+    }
+    let v = serde_json::to_value(&st.conditions).unwrap_or(Value::Null);
+    patch_status(ctx, name, json!({ "conditions": v })).await
+}
+
+/// Reports a refused spec: `Validated`, `Ready` False and `Error` with the reason, a Warning event when the
+/// refusal is new or its reason changed. The subnet's northbound state and allocations are left alone.
+async fn refuse(ctx: &Ctx, obj: &DynamicObject, e: ControllerError) -> Result<()> {
+    let msg = e.to_string();
+    let now = Time(Timestamp::now());
+    let mut st = conditions_of(obj);
+    let why = reasons::VALIDATE_FAILED;
+    let mut changed = st.not_validated(why, &msg, &now);
+    changed |= st.not_ready(why, &msg, &now);
+    changed |= st.set_error(why, &msg, &now);
+    if changed {
+        ctx.event_on(
+            &obj.object_ref(&resource()),
+            EventType::Warning,
+            why,
+            msg.clone(),
+        )
+        .await;
+    }
+    patch_conditions(ctx, &obj.name_any(), &st, changed).await?;
+    Err(e)
+}
+
+/// Queues the Subnet objects that are refused or not loaded yet: a change or delete of `name` may have freed
+/// their addresses.
+fn requeue_refused(ctx: &Ctx, name: &str) {
+    for o in ctx.subnet_store.state() {
+        let n = o.name_any();
+        if n != name && (ctx.subnet(&n).is_none() || refusal(&o).is_some()) {
+            ctx.queues.subnet.add(n);
+        }
+    }
+}
+
 pub(crate) async fn reconcile(ctx: &Arc<Ctx>, name: &str) -> Result<()> {
     let Some(obj) = ctx
         .subnet_store
@@ -312,36 +516,14 @@ pub(crate) async fn reconcile(ctx: &Arc<Ctx>, name: &str) -> Result<()> {
     };
     let info = match info_from_crd(ctx, &obj) {
         Ok(i) => i,
-        Err(e) => {
-            ctx.event_on(
-                &obj.object_ref(&resource()),
-                EventType::Warning,
-                "ValidateSubnetFailed",
-                e.to_string(),
-            )
-            .await;
-            let msg = e.to_string();
-            patch_status(
-                ctx,
-                name,
-                json!({ "conditions": [
-                    condition("Validated", false, "ValidateSubnetFailed", &msg),
-                    condition("Ready", false, "ValidateSubnetFailed", &msg),
-                ]}),
-            )
-            .await?;
-            return Err(e);
-        }
+        Err(e) => return refuse(ctx, &obj, e).await,
     };
-    if let Err(e) = install(ctx, info.clone()) {
-        ctx.event_on(
-            &obj.object_ref(&resource()),
-            EventType::Warning,
-            "ValidateSubnetFailed",
-            e.to_string(),
-        )
-        .await;
-        return Err(e);
+    let before = ctx.subnet(name);
+    if let Err(e) = admit(ctx, info.clone()) {
+        return refuse(ctx, &obj, e).await;
+    }
+    if before.is_some_and(|b| b.cidrs != info.cidrs || b.vpc != info.vpc) {
+        requeue_refused(ctx, name);
     }
     if ctx.nb.router(&info.vpc).is_none() {
         // The Vpc's handler creates its router; retried until then.
@@ -349,28 +531,61 @@ pub(crate) async fn reconcile(ctx: &Arc<Ctx>, name: &str) -> Result<()> {
     }
     reconcile_info(ctx, &info).await?;
     ctx.queues.vpc.add(info.vpc.clone());
-    let ready = json!({ "conditions": [
-        condition("Validated", true, "ValidatedSubnet", ""),
-        condition("Ready", true, "SetPrivateLogicalSwitchSuccess", ""),
-    ]});
-    let already = obj
-        .data
-        .get("status")
-        .and_then(|s| s.get("conditions"))
-        .and_then(Value::as_array)
-        .is_some_and(|c| {
-            c.iter()
-                .filter(|x| x.get("status").and_then(Value::as_str) == Some("True"))
-                .count()
-                == 2
-        });
-    if !already {
-        patch_status(ctx, name, ready).await?;
+    let now = Time(Timestamp::now());
+    let mut st = conditions_of(&obj);
+    let mut changed = st.validated(reasons::VALIDATE_SUCCESS, "", &now);
+    changed |= st.ready(reasons::SET_PRIVATE_SWITCH_SUCCESS, "", &now);
+    if st.condition(condition_types::ERROR).is_some() {
+        changed |= st.clear_error(&now);
     }
+    patch_conditions(ctx, name, &st, changed).await?;
     for ns in ctx.namespaces.state() {
         ctx.queues.namespace.add(ns.name_any());
     }
     Ok(())
+}
+
+/// The subnet a namespace is bound to: an accepted subnet naming it, else a Subnet object naming it that is
+/// refused or not loaded yet (its pods wait rather than take an address elsewhere).
+pub(crate) fn namespace_subnet(ctx: &Ctx, ns: &str) -> Option<String> {
+    let names = |s: &[String]| s.iter().any(|n| n == ns);
+    if let Some(s) = ctx.subnet_list().into_iter().find(|s| names(&s.namespaces)) {
+        return Some(s.name.clone());
+    }
+    let mut bound: Vec<String> = ctx
+        .subnet_store
+        .state()
+        .iter()
+        .filter(|o| {
+            names(&strings_of(
+                o.data.get("spec").unwrap_or(&Value::Null),
+                "namespaces",
+            ))
+        })
+        .map(|o| o.name_any())
+        .collect();
+    bound.sort();
+    bound.into_iter().next()
+}
+
+/// Why the subnet `name` cannot give addresses (it is not loaded): the event reason and the error.
+pub(crate) fn unusable(ctx: &Ctx, name: &str) -> (&'static str, ControllerError) {
+    let obj = ctx
+        .subnet_store
+        .get(&kube::runtime::reflector::ObjectRef::new_with(
+            name,
+            resource(),
+        ));
+    match obj.as_deref().and_then(refusal) {
+        Some(msg) => (
+            "SubnetNotValidated",
+            ControllerError::NotReady(format!("subnet {name} (refused: {msg})")),
+        ),
+        None => (
+            "SubnetNotFound",
+            ControllerError::NotReady(format!("subnet {name}")),
+        ),
+    }
 }
 
 async fn delete(ctx: &Ctx, name: &str, _last: Option<&DynamicObject>) -> Result<()> {
@@ -393,6 +608,7 @@ async fn delete(ctx: &Ctx, name: &str, _last: Option<&DynamicObject>) -> Result<
         .write()
         .unwrap_or_else(|e| e.into_inner())
         .remove(name);
+    requeue_refused(ctx, name);
     ctx.queues.vpc.add(info.vpc.clone());
     for ns in ctx.namespaces.state() {
         ctx.queues.namespace.add(ns.name_any());
@@ -494,5 +710,158 @@ pub(crate) async fn status_loop(ctx: Arc<Ctx>) {
                 Err(e) => tracing::debug!(subnet = %s.name, error = %e, "subnet status"),
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const VPC: &str = "ovn-cluster";
+
+    fn accepted(name: &str, cidr: &str, vpc: &str) -> Arc<SubnetInfo> {
+        let join = name == "join";
+        Arc::new(info_from_config(&SubnetConfig::new(name, cidr), vpc, join).expect("subnet"))
+    }
+
+    fn spec(name: &str, spec: Value) -> Result<SubnetInfo> {
+        info_from_spec(name, &spec, &Config::default())
+    }
+
+    fn new(name: &str, cidr: &str, vpc: &str) -> SubnetInfo {
+        spec(name, json!({ "cidrBlock": cidr, "vpc": vpc })).expect("spec")
+    }
+
+    /// `check_conflicts` of a new subnet against the sandbox's view: join, ovn-default, demo (dual stack),
+    /// another VPC's subnet, the default service CIDR and one node; the refusal's text.
+    fn check(s: &SubnetInfo) -> std::result::Result<(), String> {
+        let subnets = [
+            accepted("join", "100.64.0.0/16", VPC),
+            accepted("ovn-default", "10.16.0.0/16", VPC),
+            accepted("demo", "10.66.0.0/24,fd00:66::/64", VPC),
+            accepted("other", "10.70.0.0/24", "vpc1"),
+        ];
+        let services = service_cidrs(&Config::default()).expect("service cidr");
+        let nodes = [("n1".to_owned(), "172.18.0.2".parse().expect("ip"))];
+        check_conflicts(
+            s,
+            &Occupied {
+                default_vpc: VPC,
+                subnets: &subnets,
+                service_cidrs: &services,
+                node_ips: &nodes,
+            },
+        )
+        .map_err(|e| {
+            // Refusals wait for the spec (or another object) to change: never retried as they are.
+            assert!(e.is_permanent(), "{e:?}");
+            e.to_string()
+        })
+    }
+
+    fn refused(s: &SubnetInfo, words: &[&str]) {
+        let e = check(s).expect_err("refused");
+        for w in words {
+            assert!(e.contains(w), "{e:?} lacks {w:?}");
+        }
+    }
+
+    #[test]
+    fn overlapping_subnets_of_one_vpc_are_refused() {
+        // Same block, a block inside, a block around, IPv6 only, the IPv6 half of a dual-stack subnet.
+        refused(
+            &new("clash", "10.66.0.0/24", VPC),
+            &["subnet clash", "demo", "10.66.0.0/24"],
+        );
+        refused(
+            &new("inner", "10.66.0.128/25", VPC),
+            &["demo", "10.66.0.128/25"],
+        );
+        refused(&new("outer", "10.66.0.0/16", VPC), &["demo"]);
+        refused(&new("v6", "fd00:66::/80", VPC), &["demo", "fd00:66::/64"]);
+        refused(
+            &new("dual", "10.67.0.0/24,fd00:66::/48", VPC),
+            &["demo", "fd00:66::/48"],
+        );
+        // The join subnet is named as such.
+        refused(
+            &new("j", "100.64.1.0/24", VPC),
+            &["the join subnet join", "100.64.0.0/16"],
+        );
+    }
+
+    #[test]
+    fn service_cidr_and_node_addresses_are_refused_in_the_default_vpc() {
+        refused(
+            &new("svc", "10.100.0.0/16", VPC),
+            &["service cidr 10.96.0.0/12"],
+        );
+        refused(&new("svc2", "10.96.0.0/11", VPC), &["10.96.0.0/12"]);
+        refused(
+            &new("node", "172.18.0.0/24", VPC),
+            &["172.18.0.2", "node n1"],
+        );
+        // In another VPC those addresses are free (as in Kube-OVN), overlaps within it are not.
+        assert_eq!(check(&new("svc", "10.100.0.0/16", "vpc1")), Ok(()));
+        assert_eq!(check(&new("node", "172.18.0.0/24", "vpc1")), Ok(()));
+        assert_eq!(check(&new("demo2", "10.66.0.0/24", "vpc1")), Ok(()));
+        assert!(check(&new("o2", "10.70.0.0/25", "vpc1")).is_err());
+        // No service CIDR configured: no service check.
+        let c = Config {
+            service_cidr: String::new(),
+            ..Config::default()
+        };
+        assert_eq!(service_cidrs(&c).expect("empty"), Vec::new());
+        assert!(service_cidrs(&Config {
+            service_cidr: "10.96.0.1/12".into(),
+            ..Config::default()
+        })
+        .is_err());
+    }
+
+    #[test]
+    fn disjoint_subnets_and_updates_of_themselves_are_accepted() {
+        assert_eq!(check(&new("s1", "10.67.0.0/24", VPC)), Ok(()));
+        assert_eq!(check(&new("s2", "10.66.1.0/24,fd00:67::/64", VPC)), Ok(()));
+        assert_eq!(check(&new("s3", "fd00:66:1::/64", VPC)), Ok(()));
+        // Adjacent blocks do not overlap.
+        assert_eq!(check(&new("s4", "10.65.255.0/24", VPC)), Ok(()));
+        // A subnet never conflicts with its own accepted version (an update of demo).
+        assert_eq!(check(&new("demo", "10.66.0.0/23", VPC)), Ok(()));
+    }
+
+    /// The refusal of a spec on its own (always a permanent, invalid-input error).
+    fn spec_error(v: Value) -> String {
+        let e = spec("x", v).expect_err("refused");
+        assert!(matches!(e, ControllerError::Invalid { .. }), "{e}");
+        e.to_string()
+    }
+
+    #[test]
+    fn gateway_and_exclude_ips_outside_the_block_are_refused() {
+        let e = spec_error(json!({ "cidrBlock": "10.66.0.0/24", "gateway": "10.67.0.1" }));
+        assert!(
+            e.contains("gateway 10.67.0.1 is outside 10.66.0.0/24"),
+            "{e}"
+        );
+        for bad in ["10.67.0.5", "10.66.0.250..10.66.1.3", "fd00::1"] {
+            let e = spec_error(json!({ "cidrBlock": "10.66.0.0/24", "excludeIps": [bad] }));
+            let want = format!("excludeIps entry {bad:?} is outside cidrBlock 10.66.0.0/24");
+            assert!(e.contains(&want), "{e}");
+        }
+        for bad in ["x", "10.66.0.9..y", ""] {
+            let e = spec_error(json!({ "cidrBlock": "10.66.0.0/24", "excludeIps": [bad] }));
+            assert!(e.contains("is not an address or a..b range"), "{e}");
+        }
+        // Inside: accepted, the gateway dropped from the list as before.
+        let ok = spec(
+            "ok",
+            json!({ "cidrBlock": "10.66.0.0/24,fd00:66::/64", "gateway": "10.66.0.254",
+                    "excludeIps": ["10.66.0.254", "10.66.0.2..10.66.0.9", "fd00:66::5"] }),
+        )
+        .expect("inside");
+        assert_eq!(ok.exclude_ips, ["10.66.0.2..10.66.0.9", "fd00:66::5"]);
+        assert_eq!(ok.gateway(), "10.66.0.254,fd00:66::1");
+        assert_eq!(ok.vpc, VPC);
     }
 }

@@ -285,6 +285,21 @@ where
     }
 }
 
+/// The note of a Warning event with `reason` on the object `name` in `ns` (events of cluster-scoped objects
+/// are in `default`), waited for.
+pub async fn warning_for(env: &Env, ns: &str, name: &str, reason: &str) -> String {
+    wait_for(&format!("{reason} event on {ns}/{name}"), 20, || async {
+        let evs = env.get_json(&["events.events.k8s.io", "-n", ns]).await?;
+        evs["items"].as_array()?.iter().find_map(|e| {
+            (e.pointer("/regarding/name")?.as_str()? == name
+                && e["type"] == "Warning"
+                && e["reason"] == reason)
+                .then(|| e["note"].as_str().unwrap_or_default().to_owned())
+        })
+    })
+    .await
+}
+
 /// A pod manifest.
 pub fn pod(ns: &str, name: &str, node: &str, annotations: &[(&str, &str)]) -> String {
     let anns: serde_json::Map<String, Value> = annotations

@@ -1,0 +1,179 @@
+//! Subnet validation against a real NB ovsdb-server and the test API server (issue #16, fault 3): a Subnet
+//! whose CIDR overlaps an accepted subnet of its VPC is refused (`Validated=False`, reason
+//! `ValidateLogicalSwitchFailed`, a Warning event), gets no logical switch or router port and no allocator
+//! subnet, leaves the older subnet untouched, and its pods get an event instead of an address; fixing the spec
+//! makes it Ready, and a refused subnet is accepted once the subnet it overlapped is deleted.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::{pod, wait_for, warning_for, Env};
+use serde_json::Value;
+
+const REFUSED: &str = "ValidateLogicalSwitchFailed";
+
+fn condition<'a>(s: &'a Value, ty: &str) -> Option<&'a Value> {
+    s.pointer("/status/conditions")?
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == ty)
+}
+
+/// Waits for the Subnet's `Validated` condition to be `status`; returns (reason, message).
+async fn validated(env: &Env, name: &str, status: &str) -> (String, String) {
+    wait_for(&format!("subnet {name} Validated={status}"), 20, || async {
+        let s = env.get_json(&["subnets.kubeovn.io", name]).await?;
+        let c = condition(&s, "Validated")?;
+        (c["status"] == status).then(|| {
+            (
+                c["reason"].as_str().unwrap_or_default().to_owned(),
+                c["message"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+    })
+    .await
+}
+
+async fn ready(env: &Env, name: &str) {
+    wait_for(&format!("subnet {name} ready"), 20, || async {
+        let s = env.get_json(&["subnets.kubeovn.io", name]).await?;
+        (condition(&s, "Ready")?["status"] == "True"
+            && condition(&s, "Validated")?["status"] == "True")
+            .then_some(())
+    })
+    .await;
+}
+
+/// The pod's address once the controller gave it one.
+async fn pod_ip(env: &Env, ns: &str, name: &str) -> String {
+    wait_for(&format!("{ns}/{name} addressed"), 30, || async {
+        let p = env.get_json(&["pod", "-n", ns, name]).await?;
+        p.pointer("/metadata/annotations/ovn.kubernetes.io~1ip_address")?
+            .as_str()
+            .map(str::to_owned)
+    })
+    .await
+}
+
+async fn subnet(env: &Env, name: &str, cidr: &str, ns: &str) {
+    env.apply(&format!(
+        r#"{{"apiVersion":"kubeovn.io/v1","kind":"Subnet","metadata":{{"name":"{name}"}},
+        "spec":{{"cidrBlock":"{cidr}","namespaces":["{ns}"],"protocol":"IPv4","vpc":"ovn-cluster"}}}}"#
+    ))
+    .await;
+}
+
+/// `ovn-nbctl --if-exists get TABLE NAME COLUMN` (empty when the row is absent).
+async fn nb_get(env: &Env, table: &str, name: &str, column: &str) -> String {
+    env.nbctl(&["--if-exists", "get", table, name, column])
+        .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn overlapping_subnet_refused_then_fixed() {
+    let Some(mut env) = Env::start().await else {
+        return;
+    };
+    env.start_controller(common::test_config()).await;
+    ready(&env, "ovn-default").await;
+    env.apply(
+        r#"{"apiVersion":"v1","kind":"Node","metadata":{"name":"n1"},
+        "status":{"addresses":[{"type":"InternalIP","address":"172.18.0.2"}]}}"#,
+    )
+    .await;
+    for ns in ["ns1", "ns2", "ns3"] {
+        env.apply(&format!(
+            r#"{{"apiVersion":"v1","kind":"Namespace","metadata":{{"name":"{ns}"}}}}"#
+        ))
+        .await;
+    }
+
+    // The sandbox's demo subnet, up with a pod.
+    subnet(&env, "demo", "10.66.0.0/24", "ns1").await;
+    ready(&env, "demo").await;
+    env.apply(&pod("ns1", "a", "n1", &[])).await;
+    let a_ip = pod_ip(&env, "ns1", "a").await;
+    assert!(a_ip.starts_with("10.66.0."), "{a_ip}");
+    let demo_ls = nb_get(&env, "logical_switch", "demo", "_uuid").await;
+    let demo_lrp = nb_get(&env, "logical_router_port", "ovn-cluster-demo", "_uuid").await;
+    assert!(!demo_ls.is_empty() && !demo_lrp.is_empty());
+
+    // Another subnet with the same block: refused, with the conflict named.
+    subnet(&env, "clash", "10.66.0.0/24", "ns2").await;
+    let (reason, message) = validated(&env, "clash", "False").await;
+    assert_eq!(reason, REFUSED);
+    assert!(
+        message.contains("10.66.0.0/24") && message.contains("demo"),
+        "{message}"
+    );
+    let s = env
+        .get_json(&["subnets.kubeovn.io", "clash"])
+        .await
+        .unwrap();
+    assert_eq!(condition(&s, "Ready").unwrap()["status"], "False");
+    let note = warning_for(&env, "default", "clash", REFUSED).await;
+    assert!(note.contains("demo"), "{note}");
+    // No NB object, no allocator subnet; demo's switch and router port are the same rows as before.
+    assert_eq!(nb_get(&env, "logical_switch", "clash", "name").await, "");
+    assert_eq!(
+        nb_get(&env, "logical_router_port", "ovn-cluster-clash", "name").await,
+        ""
+    );
+    let ipam = env.controller.as_ref().unwrap().ipam.clone();
+    assert!(ipam.subnet("clash").is_none(), "the allocator got clash");
+    assert_eq!(
+        nb_get(&env, "logical_switch", "demo", "_uuid").await,
+        demo_ls
+    );
+    assert_eq!(
+        nb_get(&env, "logical_router_port", "ovn-cluster-demo", "_uuid").await,
+        demo_lrp
+    );
+    assert_eq!(
+        nb_get(&env, "logical_router_port", "ovn-cluster-demo", "networks").await,
+        "[\"10.66.0.1/24\"]"
+    );
+    assert!(ipam.subnet("demo").is_some());
+
+    // A pod of the refused subnet's namespace: a Warning naming the refusal, no address (not ovn-default's).
+    env.apply(&pod("ns2", "b", "n1", &[])).await;
+    let note = warning_for(&env, "ns2", "b", "SubnetNotValidated").await;
+    assert!(note.contains("clash"), "{note}");
+    let b = env.get_json(&["pod", "-n", "ns2", "b"]).await.unwrap();
+    assert!(
+        b.pointer("/metadata/annotations/ovn.kubernetes.io~1ip_address")
+            .is_none(),
+        "{b}"
+    );
+
+    // Fixing the spec makes it Ready with its switch and router port; the pod gets its address.
+    subnet(&env, "clash", "10.67.0.0/24", "ns2").await;
+    ready(&env, "clash").await;
+    assert_eq!(
+        nb_get(&env, "logical_switch", "clash", "other_config:subnet").await,
+        "\"10.67.0.0/24\""
+    );
+    assert_eq!(
+        nb_get(&env, "logical_router_port", "ovn-cluster-clash", "networks").await,
+        "[\"10.67.0.1/24\"]"
+    );
+    let b_ip = pod_ip(&env, "ns2", "b").await;
+    assert!(b_ip.starts_with("10.67.0."), "{b_ip}");
+
+    // A newcomer overlapping demo waits, refused, until demo is deleted, then becomes Ready by itself.
+    subnet(&env, "late", "10.66.0.0/25", "ns3").await;
+    let (reason, message) = validated(&env, "late", "False").await;
+    assert_eq!(reason, REFUSED);
+    assert!(message.contains("demo"), "{message}");
+    assert_eq!(nb_get(&env, "logical_switch", "late", "name").await, "");
+    env.kubectl(&["delete", "pod", "-n", "ns1", "a"]).await;
+    env.kubectl(&["delete", "subnets.kubeovn.io", "demo"]).await;
+    ready(&env, "late").await;
+    assert_eq!(
+        nb_get(&env, "logical_router_port", "ovn-cluster-late", "networks").await,
+        "[\"10.66.0.1/25\"]"
+    );
+    assert_eq!(nb_get(&env, "logical_switch", "demo", "name").await, "");
+    env.kill_controller().await;
+}
