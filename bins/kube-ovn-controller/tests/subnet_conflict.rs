@@ -2,7 +2,8 @@
 //! whose CIDR overlaps an accepted subnet of its VPC is refused (`Validated=False`, reason
 //! `ValidateLogicalSwitchFailed`, a Warning event), gets no logical switch or router port and no allocator
 //! subnet, leaves the older subnet untouched, and its pods get an event instead of an address; fixing the spec
-//! makes it Ready, and a refused subnet is accepted once the subnet it overlapped is deleted.
+//! makes it Ready, a restart keeps the older subnet, and a refused subnet is accepted once the subnet (or the
+//! node) it conflicted with is deleted.
 
 #![allow(clippy::unwrap_used)]
 
@@ -64,6 +65,20 @@ async fn subnet(env: &Env, name: &str, cidr: &str, ns: &str) {
     .await;
 }
 
+/// Creates a Subnet that must be refused: `Validated` False with Kube-OVN's reason and a message holding each
+/// of `words`, no logical switch and no router port (checked after the refusal is written).
+async fn refused_subnet(env: &Env, name: &str, cidr: &str, ns: &str, words: &[&str]) {
+    subnet(env, name, cidr, ns).await;
+    let (reason, message) = validated(env, name, "False").await;
+    assert_eq!(reason, REFUSED);
+    for w in words {
+        assert!(message.contains(w), "{message:?} lacks {w:?}");
+    }
+    assert_eq!(nb_get(env, "logical_switch", name, "name").await, "");
+    let lrp = format!("ovn-cluster-{name}");
+    assert_eq!(nb_get(env, "logical_router_port", &lrp, "name").await, "");
+}
+
 /// `ovn-nbctl --if-exists get TABLE NAME COLUMN` (empty when the row is absent).
 async fn nb_get(env: &Env, table: &str, name: &str, column: &str) -> String {
     env.nbctl(&["--if-exists", "get", table, name, column])
@@ -100,13 +115,14 @@ async fn overlapping_subnet_refused_then_fixed() {
     assert!(!demo_ls.is_empty() && !demo_lrp.is_empty());
 
     // Another subnet with the same block: refused, with the conflict named.
-    subnet(&env, "clash", "10.66.0.0/24", "ns2").await;
-    let (reason, message) = validated(&env, "clash", "False").await;
-    assert_eq!(reason, REFUSED);
-    assert!(
-        message.contains("10.66.0.0/24") && message.contains("demo"),
-        "{message}"
-    );
+    refused_subnet(
+        &env,
+        "clash",
+        "10.66.0.0/24",
+        "ns2",
+        &["10.66.0.0/24", "demo"],
+    )
+    .await;
     let s = env
         .get_json(&["subnets.kubeovn.io", "clash"])
         .await
@@ -114,12 +130,7 @@ async fn overlapping_subnet_refused_then_fixed() {
     assert_eq!(condition(&s, "Ready").unwrap()["status"], "False");
     let note = warning_for(&env, "default", "clash", REFUSED).await;
     assert!(note.contains("demo"), "{note}");
-    // No NB object, no allocator subnet; demo's switch and router port are the same rows as before.
-    assert_eq!(nb_get(&env, "logical_switch", "clash", "name").await, "");
-    assert_eq!(
-        nb_get(&env, "logical_router_port", "ovn-cluster-clash", "name").await,
-        ""
-    );
+    // No allocator subnet; demo's switch and router port are the same rows as before.
     let ipam = env.controller.as_ref().unwrap().ipam.clone();
     assert!(ipam.subnet("clash").is_none(), "the allocator got clash");
     assert_eq!(
@@ -147,6 +158,26 @@ async fn overlapping_subnet_refused_then_fixed() {
         "{b}"
     );
 
+    // A restart keeps the older subnet (clash sorts first by name, demo has the switch): demo still gives
+    // addresses, clash is still refused and kept out of NB and the allocator.
+    env.kill_controller().await;
+    env.start_controller(common::test_config()).await;
+    env.apply(&pod("ns1", "a2", "n1", &[])).await;
+    let a2_ip = pod_ip(&env, "ns1", "a2").await;
+    assert!(a2_ip.starts_with("10.66.0.") && a2_ip != a_ip, "{a2_ip}");
+    let ipam = env.controller.as_ref().unwrap().ipam.clone();
+    assert!(ipam.subnet("clash").is_none(), "the allocator got clash");
+    assert_eq!(validated(&env, "clash", "False").await.0, REFUSED);
+    assert_eq!(
+        validated(&env, "demo", "True").await.0,
+        "ValidateLogicalSwitchSuccess"
+    );
+    assert_eq!(nb_get(&env, "logical_switch", "clash", "name").await, "");
+    assert_eq!(
+        nb_get(&env, "logical_switch", "demo", "_uuid").await,
+        demo_ls
+    );
+
     // Fixing the spec makes it Ready with its switch and router port; the pod gets its address.
     subnet(&env, "clash", "10.67.0.0/24", "ns2").await;
     ready(&env, "clash").await;
@@ -162,12 +193,9 @@ async fn overlapping_subnet_refused_then_fixed() {
     assert!(b_ip.starts_with("10.67.0."), "{b_ip}");
 
     // A newcomer overlapping demo waits, refused, until demo is deleted, then becomes Ready by itself.
-    subnet(&env, "late", "10.66.0.0/25", "ns3").await;
-    let (reason, message) = validated(&env, "late", "False").await;
-    assert_eq!(reason, REFUSED);
-    assert!(message.contains("demo"), "{message}");
-    assert_eq!(nb_get(&env, "logical_switch", "late", "name").await, "");
-    env.kubectl(&["delete", "pod", "-n", "ns1", "a"]).await;
+    refused_subnet(&env, "late", "10.66.0.0/25", "ns3", &["demo"]).await;
+    env.kubectl(&["delete", "pod", "-n", "ns1", "a", "a2"])
+        .await;
     env.kubectl(&["delete", "subnets.kubeovn.io", "demo"]).await;
     ready(&env, "late").await;
     assert_eq!(
@@ -175,5 +203,17 @@ async fn overlapping_subnet_refused_then_fixed() {
         "[\"10.66.0.1/25\"]"
     );
     assert_eq!(nb_get(&env, "logical_switch", "demo", "name").await, "");
+
+    // A subnet holding a node's address is refused until the node goes.
+    refused_subnet(
+        &env,
+        "nodes",
+        "172.18.0.0/24",
+        "ns3",
+        &["172.18.0.2", "node n1"],
+    )
+    .await;
+    env.kubectl(&["delete", "node", "n1"]).await;
+    ready(&env, "nodes").await;
     env.kill_controller().await;
 }

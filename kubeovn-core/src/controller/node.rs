@@ -12,7 +12,7 @@ use kubeovn_ovn::northbound::Op;
 
 use super::error::{ControllerError, Result};
 use super::ip::{self, IpRecord};
-use super::{plan, take_tomb, Ctx};
+use super::{plan, subnet, take_tomb, Ctx};
 use crate::annotations::{merge_patch, NodeAnnotations};
 use crate::naming;
 
@@ -26,7 +26,8 @@ pub(crate) async fn reconcile(ctx: &Arc<Ctx>, name: &str) -> Result<()> {
     }
 }
 
-fn internal_ips(n: &Node) -> Vec<IpAddr> {
+/// A node's InternalIP addresses.
+pub(crate) fn internal_ips(n: &Node) -> Vec<IpAddr> {
     n.status
         .as_ref()
         .and_then(|s| s.addresses.as_ref())
@@ -150,6 +151,8 @@ async fn delete(ctx: &Ctx, name: &str, last: Option<&Node>) -> Result<()> {
         )));
     }
     ctx.writer.commit(b).await?;
+    // A subnet refused for containing this node's address may be accepted now.
+    subnet::requeue_refused(ctx);
     ip::delete(ctx, &port).await?;
     let join = ctx.config.join_subnet.name.clone();
     match ctx.ipam.release(&join, &port, &port) {

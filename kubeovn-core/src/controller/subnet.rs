@@ -5,7 +5,8 @@
 //! inside them), then against what is taken ([`check_conflicts`]: the accepted subnets of its VPC, and in the
 //! default VPC the service CIDR and the nodes' InternalIPs). The subnet accepted first keeps its addresses; a
 //! refused one gets `Validated` = False (`ValidateLogicalSwitchFailed`) and a Warning event, and no northbound
-//! row or allocator subnet. It is handled again when its spec changes or a subnet is deleted or moves.
+//! row or allocator subnet. It is handled again when its spec changes, a subnet is deleted or moves, or a
+//! node is deleted.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -21,7 +22,7 @@ use kubeovn_ipam::{IpRangeList, PoolSpec};
 use serde_json::{json, Value};
 
 use super::error::{ControllerError, Result};
-use super::{plan, take_tomb, Config, Ctx, SubnetConfig, SubnetInfo};
+use super::{node, plan, take_tomb, Config, Ctx, SubnetConfig, SubnetInfo};
 use crate::annotations::DEFAULT_PROVIDER;
 use crate::crd::{condition_types, reasons, Conditions, IpCount, SubnetStatus};
 use crate::naming;
@@ -281,14 +282,12 @@ pub(crate) fn check_conflicts(info: &SubnetInfo, o: &Occupied<'_>) -> Result<()>
 fn node_ips(ctx: &Ctx) -> Vec<(String, IpAddr)> {
     let mut out = Vec::new();
     for n in ctx.nodes.state() {
-        let addrs = n.status.as_ref().and_then(|s| s.addresses.as_ref());
-        for a in addrs.into_iter().flatten() {
-            if a.type_ == "InternalIP" {
-                if let Ok(ip) = a.address.parse() {
-                    out.push((n.name_any(), ip));
-                }
-            }
-        }
+        let name = n.name_any();
+        out.extend(
+            node::internal_ips(&n)
+                .into_iter()
+                .map(|ip| (name.clone(), ip)),
+        );
     }
     out
 }
@@ -492,12 +491,12 @@ async fn refuse(ctx: &Ctx, obj: &DynamicObject, e: ControllerError) -> Result<()
     Err(e)
 }
 
-/// Queues the Subnet objects that are refused or not loaded yet: a change or delete of `name` may have freed
-/// their addresses.
-fn requeue_refused(ctx: &Ctx, name: &str) {
+/// Queues the Subnet objects that are refused or not loaded yet: a subnet's change or delete, or a node's
+/// delete, may have freed their addresses.
+pub(crate) fn requeue_refused(ctx: &Ctx) {
     for o in ctx.subnet_store.state() {
         let n = o.name_any();
-        if n != name && (ctx.subnet(&n).is_none() || refusal(&o).is_some()) {
+        if ctx.subnet(&n).is_none() || refusal(&o).is_some() {
             ctx.queues.subnet.add(n);
         }
     }
@@ -523,7 +522,7 @@ pub(crate) async fn reconcile(ctx: &Arc<Ctx>, name: &str) -> Result<()> {
         return refuse(ctx, &obj, e).await;
     }
     if before.is_some_and(|b| b.cidrs != info.cidrs || b.vpc != info.vpc) {
-        requeue_refused(ctx, name);
+        requeue_refused(ctx);
     }
     if ctx.nb.router(&info.vpc).is_none() {
         // The Vpc's handler creates its router; retried until then.
@@ -608,7 +607,7 @@ async fn delete(ctx: &Ctx, name: &str, _last: Option<&DynamicObject>) -> Result<
         .write()
         .unwrap_or_else(|e| e.into_inner())
         .remove(name);
-    requeue_refused(ctx, name);
+    requeue_refused(ctx);
     ctx.queues.vpc.add(info.vpc.clone());
     for ns in ctx.namespaces.state() {
         ctx.queues.namespace.add(ns.name_any());
