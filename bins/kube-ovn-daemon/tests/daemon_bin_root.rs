@@ -235,8 +235,8 @@ impl Drop for Daemon {
 /// The join interface and its routes follow the API: the node's join annotation written only after the
 /// daemon started brings `ovn0` up with that address; each subnet of the default VPC gets a route via the
 /// join gateway on `ovn0` (one that existed at start, one created later), a custom-VPC subnet and the join
-/// subnet none; a deleted subnet's route goes, a changed CIDR moves its route, and a stale route on `ovn0`
-/// left from before a restart is removed. The whole test runs in a network namespace of its own (OVS, the API
+/// subnet none; a deleted subnet's route goes, so does the route of a subnet that moves VPC, a changed CIDR
+/// moves its route, and a stale route on `ovn0` left from before a restart is removed. The whole test runs in a network namespace of its own (OVS, the API
 /// server, the daemon and `ip`, the independent checker), so `ovn0` and its addresses never touch the host.
 #[test]
 fn join_port_waits_for_the_node_and_routes_follow_subnets() {
@@ -401,6 +401,20 @@ fn join_port_waits_for_the_node_and_routes_follow_subnets() {
         .unwrap();
     wait_for("the route to s1 removed", 10, &log, || {
         !routes_via("ovn0").contains(&via("10.77.0.0/24"))
+    });
+    // A subnet that moves into the default VPC gets a route, and loses it when it moves out again.
+    let move_to = |vpc: &str| {
+        let p = json!({"spec": {"vpc": vpc}});
+        rt.block_on(subnets.patch("custom", &PatchParams::default(), &Patch::Merge(&p)))
+            .unwrap();
+    };
+    move_to("ovn-cluster");
+    wait_for("the route to custom in the default VPC", 10, &log, || {
+        routes_via("ovn0").contains(&via("10.78.0.0/24"))
+    });
+    move_to("vpc1");
+    wait_for("the route to custom removed", 10, &log, || {
+        !routes_via("ovn0").contains(&via("10.78.0.0/24"))
     });
     let cidr = json!({"spec": {"cidrBlock": "10.75.0.0/24"}});
     rt.block_on(subnets.patch("ovn-default", &PatchParams::default(), &Patch::Merge(&cidr)))
