@@ -233,7 +233,7 @@ impl Drop for Daemon {
 }
 
 /// The join interface and its routes follow the API: the node's join annotation written only after the
-/// daemon started brings `ovn0` up with that address; each subnet of the default VPC gets a route via the
+/// daemon started brings `ovn0` up with that address (a pod's ADD before it gets a retryable error); each subnet of the default VPC gets a route via the
 /// join gateway on `ovn0` (one that existed at start, one created later), a custom-VPC subnet and the join
 /// subnet none; a deleted subnet's route goes, so does the route of a subnet that moves VPC, a changed CIDR
 /// moves its route, and a stale route on `ovn0` left from before a restart is removed. The whole test runs in a network namespace of its own (OVS, the API
@@ -332,6 +332,8 @@ fn join_port_waits_for_the_node_and_routes_follow_subnets() {
         "netdev",
         "--gateway-check-timeout",
         "0",
+        "--pod-network-timeout",
+        "1",
     ]
     .iter()
     .map(|s| (*s).to_owned())
@@ -352,6 +354,24 @@ fn join_port_waits_for_the_node_and_routes_follow_subnets() {
     let (code, out) = status();
     assert_ne!(code, 0, "STATUS before the join interface: {out}");
     assert!(ip_json(&["link", "show", "ovn0"]).is_null());
+    // A pod's ADD meanwhile waits its pod-network timeout, then gets a retryable error naming ovn0.
+    let add_env: Vec<(String, String)> = vec![
+        ("CNI_COMMAND".into(), "ADD".into()),
+        ("CNI_CONTAINERID".into(), format!("j{tag}0123456789")),
+        ("CNI_NETNS".into(), ns_path.display().to_string()),
+        ("CNI_IFNAME".into(), "eth0".into()),
+        ("CNI_PATH".into(), "/opt/cni/bin".into()),
+        (
+            "CNI_ARGS".into(),
+            "K8S_POD_NAMESPACE=e2e;K8S_POD_NAME=early".into(),
+        ),
+    ];
+    let conf = json!({"cniVersion": "1.1.0", "name": "kube-ovn", "type": "kube-ovn",
+                      "server_socket": sock});
+    let (code, out) = common::run_shim(&add_env, &conf);
+    assert_eq!(code, 1, "{out}");
+    assert_eq!(out["code"], 11, "{out}");
+    assert!(out.to_string().contains("ovn0"), "{out}");
 
     // The controller allocates the node's join address now.
     let ann = json!({"metadata": {"annotations": {
