@@ -1,5 +1,6 @@
 //! The `kube-ovn-daemon` binary: flag errors, node start on a real OVN with a static pod table, a pod
-//! plugged through the shim, socket mode 0600, clean exit on SIGTERM. As root.
+//! plugged through the shim, socket mode 0600, clean exit on SIGTERM; with the test API server, the join
+//! interface waiting for the node's join address and the routes to the default VPC's subnets. As root.
 
 #![allow(clippy::unwrap_used)]
 
