@@ -11,17 +11,16 @@ mod cargo_build;
 
 const SCHEMA: &str = "/usr/share/ovn/ovn-nb.ovsschema";
 
+#[path = "../../test-support/skip.rs"]
+mod skip;
+
+/// Whether the program runs; if not, the test is skipped ([`skip::skip`]: a failure under CI).
 fn have(prog: &str) -> bool {
-    let ok = Command::new(prog)
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok();
+    let ok = skip::installed(prog);
     if !ok {
-        eprintln!(
-            "SKIPPED: {prog} is not installed (apt-get install openvswitch-switch ovn-central)"
-        );
+        skip::skip(&format!(
+            "{prog} is not installed (apt-get install openvswitch-switch ovn-central)"
+        ));
     }
     ok
 }
@@ -34,7 +33,11 @@ struct Server {
 
 impl Server {
     fn start() -> Option<Server> {
-        if !have("ovsdb-server") || !have("ovn-nbctl") || !Path::new(SCHEMA).exists() {
+        if !have("ovsdb-server") || !have("ovn-nbctl") {
+            return None;
+        }
+        if !Path::new(SCHEMA).exists() {
+            skip::skip(&format!("{SCHEMA} missing (apt-get install ovn-central)"));
             return None;
         }
         let dir = tempfile::Builder::new()

@@ -10,6 +10,9 @@ use kube::runtime::events::{Recorder, Reporter};
 use kubeovn_core::annotations::{PodNetworkAnnotations, MAC_ADDRESS};
 use kubeovn_core::events::{warn_bad_annotation, EventSink};
 
+#[path = "../../test-support/skip.rs"]
+mod skip;
+
 #[test]
 fn bad_annotation_is_a_warning_event_on_the_pod() {
     if Command::new("kubectl")
@@ -17,7 +20,7 @@ fn bad_annotation_is_a_warning_event_on_the_pod() {
         .output()
         .is_err()
     {
-        println!("SKIPPED: kubectl is not installed on this machine");
+        skip::skip("kubectl is not installed on this machine");
         return;
     }
     let rt = tokio::runtime::Builder::new_multi_thread()

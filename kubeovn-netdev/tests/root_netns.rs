@@ -2,7 +2,7 @@
 //!
 //! Every test creates its own namespaces with a per-run suffix and removes them in a Drop guard, also on panic.
 //! Only test namespaces get addresses (10.x); the root namespace only sees one short-lived veth end in
-//! `host_handle_creates_peer_in_place`. When not root, each test prints why it skips and returns.
+//! `host_handle_creates_peer_in_place`. When not root, each test says why it skips and returns (fails under CI).
 
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -32,10 +32,14 @@ fn skip_reason() -> Option<&'static str> {
     None
 }
 
+#[path = "../../test-support/skip.rs"]
+mod skip;
+
+/// Returns from the test when it cannot run here ([`skip::skip`]: a failure under CI).
 macro_rules! require_root {
     () => {
         if let Some(why) = skip_reason() {
-            eprintln!("SKIP {}: {why}", module_path!());
+            skip::skip(why);
             return;
         }
     };

@@ -480,7 +480,7 @@ mod tests {
         ] {
             match load(p) {
                 Some(s) => assert!(!s.tables.is_empty()),
-                None => eprintln!("skipping {p}: not installed"),
+                None => crate::skip::skip(&format!("{p} is not installed")),
             }
         }
     }

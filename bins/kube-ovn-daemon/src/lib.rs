@@ -4,7 +4,8 @@
 //! protocol). [`server::Server`] answers them on the unix socket (mode 0600) with
 //! [`kubeovn_cni::node::CniHandler`], many at once, and exposes Prometheus metrics ([`metrics::Metrics`]) on a
 //! loopback TCP address. [`node::init_node`] writes the chassis settings, creates the integration bridge and
-//! the node's join port. Pods' network data comes from a [`kubeovn_cni::node::PodNetworkSource`]: the
+//! the node's join port; [`node_sync::NodeSync`] waits for the node's join address (a watch on the Node)
+//! before plugging that port, and keeps a route to each subnet of the default VPC through it. Pods' network data comes from a [`kubeovn_cni::node::PodNetworkSource`]: the
 //! Kubernetes API ([`kube_source::KubePodNetworks`], a watch-based cache of this node's pods) or an in-memory
 //! table ([`kubeovn_cni::node::StaticPodNetworks`]).
 //!
@@ -38,6 +39,7 @@
 pub mod kube_source;
 pub mod metrics;
 pub mod node;
+pub mod node_sync;
 pub mod server;
 
 use std::path::PathBuf;

@@ -6,9 +6,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kube_ovn_daemon::kube_source::{node_join_network, KubePodNetworks};
+use kube_ovn_daemon::kube_source::KubePodNetworks;
 use kube_ovn_daemon::metrics::Metrics;
 use kube_ovn_daemon::node::{init_node, NodeConfig};
+use kube_ovn_daemon::node_sync::{AfterJoin, NodeSync};
 use kube_ovn_daemon::server::Server;
 use kube_ovn_daemon::DaemonError;
 use kubeovn_cni::node::{
@@ -30,7 +31,7 @@ const USAGE: &str = "usage: kube-ovn-daemon --node-name NAME [options]
   --encap-ip IP                  tunnel endpoint (default 127.0.0.1)
   --mtu N                        pod and join interface MTU (default 1400)
   --node-nic NAME                join interface (default ovn0)
-  --pod-cidrs CIDR[,CIDR]        pod subnets routed through the join gateway
+  --pod-cidrs CIDR[,CIDR]        routed through the join gateway besides the default VPC's subnets
   --pod-source kube|static:FILE  pods' network data (default kube: this node's pods' annotations)
   --kubeconfig PATH              kubeconfig (default: KUBECONFIG, ~/.kube/config or in-cluster)
   --pod-network-timeout SECS     wait for allocated/routed (default 30)
@@ -258,7 +259,7 @@ async fn run(o: Opts) -> Result<(), DaemonError> {
     let ovs = Arc::new(OvsdbOpenVSwitch::connect(&o.ovs_remote).await?);
     let host = Arc::new(NetlinkNetdev::current()?);
     let mut client = None;
-    let source: Arc<dyn PodNetworkSource> = if o.pod_source == "kube" {
+    let mut source: Arc<dyn PodNetworkSource> = if o.pod_source == "kube" {
         let c = kube_client(&o).await?;
         let s = KubePodNetworks::start(c.clone(), &o.node);
         if !s.wait_ready(Duration::from_secs(30)).await {
@@ -269,11 +270,9 @@ async fn run(o: Opts) -> Result<(), DaemonError> {
     } else {
         Arc::new(load_static(o.pod_source.trim_start_matches("static:"))?)
     };
+    // Kept for the daemon's life: dropping it stops the node and subnet watches.
+    let mut _node_sync = None;
     if o.node_init {
-        let join = match &client {
-            Some(c) => node_join_network(c.clone(), &o.node, o.pod_cidrs.clone()).await?,
-            None => None,
-        };
         let mut cfg = NodeConfig::new(&o.node, o.ovn_remote.clone().unwrap_or_default());
         cfg.bridge = o.bridge.clone();
         cfg.datapath_type = o.datapath_type.clone();
@@ -281,14 +280,21 @@ async fn run(o: Opts) -> Result<(), DaemonError> {
         cfg.encap_ip = o.encap_ip.clone();
         cfg.mtu = o.mtu;
         cfg.nic = o.nic.clone();
-        if join.is_none() {
-            eprintln!(
-                "kube-ovn-daemon: no join network for node {} yet: no {} port",
-                o.node, o.nic
-            );
-        }
-        cfg.join = join;
+        // Chassis settings and the bridge now; the join port once the controller has allocated it.
         init_node(ovs.as_ref(), host.as_ref(), &cfg).await?;
+        match &client {
+            Some(c) => {
+                let sync =
+                    NodeSync::start(c.clone(), ovs.clone(), host.clone(), cfg, o.pod_cidrs.clone());
+                source = Arc::new(AfterJoin::new(source, sync.joined(), &o.node, &o.nic));
+                _node_sync = Some(sync);
+            }
+            None => eprintln!(
+                "kube-ovn-daemon: no join network without the Kubernetes API (--pod-source static): \
+                 no {} port",
+                o.nic
+            ),
+        }
     }
     let probe: Arc<dyn GatewayProbe> = if o.gateway_timeout.is_some() {
         Arc::new(IcmpGatewayProbe::default())

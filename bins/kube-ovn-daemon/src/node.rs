@@ -161,6 +161,86 @@ pub async fn init_node(
     Ok(())
 }
 
+/// The routes the node keeps on its join interface `nic`: each of `cidrs` (host bits cleared) via the join
+/// gateway of its family, except the join subnet itself (a connected route on `nic` already) and CIDRs of a
+/// family the join network has no gateway for.
+pub fn join_routes(join: &JoinNetwork, nic: &str, cidrs: &[IpNetwork]) -> Vec<RouteSpec> {
+    let mut out: Vec<RouteSpec> = Vec::new();
+    for cidr in cidrs {
+        let dst = IpNetwork::new(cidr.network(), cidr.prefix()).unwrap_or(*cidr);
+        let on_join = join
+            .ips
+            .iter()
+            .any(|j| j.prefix() == dst.prefix() && j.network() == dst.network());
+        let Some(gw) = join.gateways.iter().find(|g| g.is_ipv4() == dst.is_ipv4()) else {
+            continue;
+        };
+        if on_join || out.iter().any(|r| r.dst == dst) {
+            continue;
+        }
+        out.push(RouteSpec {
+            dst,
+            gateway: Some(*gw),
+            dev: Some(nic.to_owned()),
+        });
+    }
+    out
+}
+
+/// What [`sync_join_routes`] changed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RouteChanges {
+    /// Routes added.
+    pub added: Vec<RouteSpec>,
+    /// Routes deleted (no longer wanted, or through another gateway).
+    pub deleted: Vec<RouteSpec>,
+    /// Routes that could not be added or deleted, with why (the others are still synced).
+    pub failed: Vec<String>,
+}
+
+/// Makes the gateway routes on `nic` exactly `want` (from [`join_routes`]): deletes every other route of
+/// the main table that leaves through `nic` via a gateway (a deleted subnet's, one left by an earlier run),
+/// then adds the missing ones. Idempotent; a missing `nic` is an error, one route that fails (another route
+/// to its destination, say) is reported in [`RouteChanges::failed`] and does not stop the others.
+pub async fn sync_join_routes(
+    host: &dyn Netdev,
+    nic: &str,
+    want: &[RouteSpec],
+) -> Result<RouteChanges, DaemonError> {
+    let net = |what: &str, e: kubeovn_netdev::Error| DaemonError::Node(format!("{what}: {e}"));
+    let link = host
+        .link(nic)
+        .await
+        .map_err(|e| net("look up join interface", e))?
+        .ok_or_else(|| DaemonError::Node(format!("join interface {nic} missing")))?;
+    let have: Vec<RouteSpec> = host
+        .routes()
+        .await
+        .map_err(|e| net("list routes", e))?
+        .into_iter()
+        .filter(|r| r.oif == Some(link.index) && r.gateway.is_some())
+        .map(|r| RouteSpec {
+            dst: r.dst,
+            gateway: r.gateway,
+            dev: Some(nic.to_owned()),
+        })
+        .collect();
+    let mut changes = RouteChanges::default();
+    for r in have.iter().filter(|r| !want.contains(r)) {
+        match host.del_route(r).await {
+            Ok(()) => changes.deleted.push(r.clone()),
+            Err(e) => changes.failed.push(format!("delete route {r}: {e}")),
+        }
+    }
+    for r in want.iter().filter(|r| !have.contains(r)) {
+        match host.add_route(r).await {
+            Ok(()) => changes.added.push(r.clone()),
+            Err(e) => changes.failed.push(format!("add route {r}: {e}")),
+        }
+    }
+    Ok(changes)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -2,7 +2,7 @@
 //! network namespaces. The bridge and every address live in namespaces these tests create (a "node"
 //! namespace per test and one per pod); a guard deletes them all, also when a test fails.
 //!
-//! Skipped, with the reason printed, when not root or when `/usr/lib/cni/bridge` is missing.
+//! Skipped, with the reason shown, when not root or when `/usr/lib/cni/bridge` is missing (a failure under CI).
 
 mod common;
 
@@ -18,12 +18,11 @@ const BRIDGE: &str = "/usr/lib/cni/bridge";
 
 static SEQ: AtomicU32 = AtomicU32::new(0);
 
+#[path = "../../../test-support/skip.rs"]
+mod skip;
+
 fn skip_reason() -> Option<String> {
-    let uid = Command::new("id")
-        .arg("-u")
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned());
-    if uid.ok().as_deref() != Some("0") {
+    if !skip::is_root() {
         return Some("not root: network namespaces need root".into());
     }
     if !Path::new(BRIDGE).exists() {
@@ -35,11 +34,10 @@ fn skip_reason() -> Option<String> {
 }
 
 macro_rules! lab_or_skip {
-    ($name:expr, $octet:expr) => {
+    ($octet:expr) => {
         match skip_reason() {
             Some(why) => {
-                eprintln!("SKIPPED {}: {why}", $name);
-                println!("SKIPPED {}: {why}", $name);
+                skip::skip(&why);
                 return;
             }
             None => Lab::new($octet),
@@ -176,7 +174,7 @@ fn first_ip(r: &Value) -> String {
 
 #[test]
 fn root_two_pods_ping_across_the_bridge() {
-    let mut lab = lab_or_skip!("root_two_pods_ping_across_the_bridge", 201);
+    let mut lab = lab_or_skip!(201);
     let (a, b) = (lab.pod(), lab.pod());
     let ra = lab.add(&a);
     // The second pod asks for a static address; the bridge passes runtimeConfig through to the IPAM.
@@ -203,7 +201,7 @@ fn root_two_pods_ping_across_the_bridge() {
 
 #[test]
 fn root_fifty_concurrent_adds_get_fifty_addresses() {
-    let mut lab = lab_or_skip!("root_fifty_concurrent_adds_get_fifty_addresses", 202);
+    let mut lab = lab_or_skip!(202);
     let pods: Vec<String> = (0..50).map(|_| lab.pod()).collect();
     let results: Vec<Value> = std::thread::scope(|s| {
         let hs: Vec<_> = pods.iter().map(|p| s.spawn(|| lab.add(p))).collect();
@@ -246,7 +244,7 @@ fn root_fifty_concurrent_adds_get_fifty_addresses() {
 
 #[test]
 fn root_del_then_add_again() {
-    let mut lab = lab_or_skip!("root_del_then_add_again", 203);
+    let mut lab = lab_or_skip!(203);
     let p = lab.pod();
     let r1 = lab.add(&p);
     lab.del(&p, &r1);

@@ -129,7 +129,7 @@ mod tests {
     #[test]
     fn root_group_takes_a_process_and_is_removed_on_drop() {
         if !nix::unistd::geteuid().is_root() || cpu_root().is_err() {
-            eprintln!("skip: needs root and a cpu cgroup controller");
+            crate::skip::skip("needs root and a cpu cgroup controller");
             return;
         }
         let mut child = std::process::Command::new("sleep")

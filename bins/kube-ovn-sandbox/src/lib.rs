@@ -23,6 +23,7 @@
 //! ```
 
 pub mod cgroup;
+// What a unit test does when it cannot run here (a failure under CI); shared with the test crates.
 pub mod cni;
 pub mod exec;
 pub mod kubelet;
@@ -31,6 +32,9 @@ pub mod ovn;
 pub mod procs;
 pub mod report;
 pub mod sandbox;
+#[cfg(test)]
+#[path = "../../../test-support/skip.rs"]
+mod skip;
 pub mod state;
 
 use std::path::{Path, PathBuf};

@@ -13,13 +13,17 @@ fn dist() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../dist")
 }
 
+#[path = "../../../test-support/skip.rs"]
+mod skip;
+
+/// Whether kubectl runs; if not, the test is skipped ([`skip::skip`]: a failure under CI).
 fn have_kubectl() -> bool {
     let ok = Command::new("kubectl")
         .args(["version", "--client"])
         .output()
         .is_ok_and(|o| o.status.success());
     if !ok {
-        eprintln!("SKIPPED: kubectl is not installed");
+        skip::skip("kubectl is not installed");
     }
     ok
 }

@@ -5,25 +5,20 @@
 use kube_ovn_sandbox::ovn::{missing_programs, OvnOptions, OvnStack};
 use kubeovn_ovn::vswitch::{OpenVSwitch, OvsdbOpenVSwitch};
 
+#[path = "../../../test-support/skip.rs"]
+mod skip;
+
+/// Whether the test can run (root, OVN); if not, it is skipped ([`skip::skip`]: a failure under CI).
 fn runnable() -> bool {
-    if !nix_is_root() {
-        eprintln!("SKIPPED: needs root (netdev datapath taps)");
+    if !skip::is_root() {
+        skip::skip("needs root (netdev datapath taps)");
         return false;
     }
     if let Some(p) = missing_programs() {
-        eprintln!("SKIPPED: {p} is not installed");
+        skip::skip(&format!("{p} is not installed"));
         return false;
     }
     true
-}
-
-fn nix_is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .map(|s| {
-            s.lines()
-                .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
-        })
-        .unwrap_or(false)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -16,27 +16,23 @@ use serde_json::Value;
 #[path = "../../../test-support/cargo_build.rs"]
 mod cargo_build;
 
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .map(|s| {
-            s.lines()
-                .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
-        })
-        .unwrap_or(false)
-}
+#[path = "../../../test-support/skip.rs"]
+mod skip;
 
+/// Whether the test can run (root, OVN, kubectl, ping); if not, it is skipped ([`skip::skip`]: a failure
+/// under CI).
 fn runnable() -> bool {
-    if !is_root() {
-        eprintln!("SKIPPED: needs root (network namespaces, OVS bridge)");
+    if !skip::is_root() {
+        skip::skip("needs root (network namespaces, OVS bridge)");
         return false;
     }
     if let Some(p) = missing_programs() {
-        eprintln!("SKIPPED: {p} is not installed");
+        skip::skip(&format!("{p} is not installed"));
         return false;
     }
     for p in ["kubectl", "ping"] {
         if Command::new(p).arg("--help").output().is_err() {
-            eprintln!("SKIPPED: {p} is not installed");
+            skip::skip(&format!("{p} is not installed"));
             return false;
         }
     }

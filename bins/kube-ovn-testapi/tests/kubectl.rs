@@ -77,6 +77,10 @@ impl Drop for Binary {
     }
 }
 
+#[path = "../../../test-support/skip.rs"]
+mod skip;
+
+/// Whether kubectl runs; if not, the test is skipped ([`skip::skip`]: a failure under CI).
 fn have_kubectl() -> bool {
     match Command::new("kubectl")
         .args(["version", "--client"])
@@ -84,7 +88,7 @@ fn have_kubectl() -> bool {
     {
         Ok(o) if o.status.success() => true,
         _ => {
-            println!("SKIPPED: kubectl is not installed on this machine");
+            skip::skip("kubectl is not installed on this machine");
             false
         }
     }

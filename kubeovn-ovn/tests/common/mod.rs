@@ -13,18 +13,16 @@ pub fn schema_path(file: &str) -> PathBuf {
         .join(file)
 }
 
-/// Whether a program runs; prints why a test is skipped if not.
+#[path = "../../../test-support/skip.rs"]
+mod skip;
+
+/// Whether a program runs; if not, the test is skipped ([`skip::skip`]: a failure under CI).
 pub fn have(prog: &str) -> bool {
-    let ok = Command::new(prog)
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok();
+    let ok = skip::installed(prog);
     if !ok {
-        eprintln!(
-            "SKIPPED: {prog} is not installed (apt-get install openvswitch-switch ovn-central)"
-        );
+        skip::skip(&format!(
+            "{prog} is not installed (apt-get install openvswitch-switch ovn-central)"
+        ));
     }
     ok
 }

@@ -25,6 +25,8 @@ use serde_json::{json, Value};
 
 #[path = "../../../../test-support/cargo_build.rs"]
 mod cargo_build;
+#[path = "../../../../test-support/skip.rs"]
+mod skip;
 
 static SERIAL: Mutex<()> = Mutex::new(());
 static COUNTER: AtomicU32 = AtomicU32::new(0);
@@ -35,20 +37,15 @@ pub fn serial() -> MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Whether the test can run (root, OVN installed); prints why not.
+/// Whether the test can run (root, OVN installed); if not, it is skipped ([`skip::skip`]: a failure under
+/// CI).
 pub fn runnable() -> bool {
-    let root = std::fs::read_to_string("/proc/self/status")
-        .map(|s| {
-            s.lines()
-                .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
-        })
-        .unwrap_or(false);
-    if !root {
-        eprintln!("SKIPPED: needs root (netns, veth, OVS userspace datapath)");
+    if !skip::is_root() {
+        skip::skip("needs root (netns, veth, OVS userspace datapath)");
         return false;
     }
     if let Some(p) = missing_programs() {
-        eprintln!("SKIPPED: {p} is not installed");
+        skip::skip(&format!("{p} is not installed"));
         return false;
     }
     true
