@@ -133,7 +133,13 @@ fn transact(sock: &Socket, msg: Genl) -> io::Result<Vec<Genl>> {
     loop {
         buf.clear();
         // Non-blocking: the kernel answered during send; nothing queued means no answer is coming.
-        sock.recv(&mut buf, 0)?;
+        sock.recv(&mut buf, 0).map_err(|e| {
+            if e.kind() == io::ErrorKind::WouldBlock {
+                io::Error::new(io::ErrorKind::TimedOut, "the kernel queued no answer")
+            } else {
+                e
+            }
+        })?;
         let mut rest = &buf[..];
         while !rest.is_empty() {
             let len = NetlinkBuffer::new_checked(rest)
