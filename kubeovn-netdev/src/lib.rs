@@ -9,7 +9,9 @@
 //! [`VethSpec::peer_then`] configure both ends of a pair in the round trip that creates it (the pod end over a socket
 //! opened in the pod's namespace, with no thread there); [`VethSpec::host_up`] creates the host end up, and
 //! [`NetOp::ipv6_addr_gen_none`] keeps a link free of IPv6 addresses over netlink, with no `/proc/sys` lookup (the
-//! first one in a new namespace costs more with every namespace on the node).
+//! first one in a new namespace costs more with every namespace on the node); [`NetOp::tx_checksum_off`] turns
+//! TX checksum offload off over ethtool's generic netlink family (the userspace datapath forwards a veth's
+//! partial checksums unfinished: without it ICMP passes and TCP and UDP do not).
 //! Operations are idempotent: creating what exists with the same parameters and deleting what is absent succeed.
 //!
 //! Enable the `mock` feature for `MockNetdev` and `MockNamespaces` (mockall) in downstream tests.
@@ -47,6 +49,7 @@
 //! ```
 
 mod error;
+mod ethtool;
 mod netdev;
 mod netns;
 mod types;

@@ -21,6 +21,7 @@ use rtnetlink::packet_route::AddressFamily;
 use rtnetlink::{LinkMessageBuilder, LinkUnspec, LinkVeth};
 
 use crate::error::{nl_errno, Error, Result};
+use crate::ethtool;
 use crate::netns::{create_named_netns, delete_named_netns, in_netns, Ctx, Worker, NETNS_RUN_DIR};
 use crate::types::{
     sysctl_path, validate_ifname, Address, Link, MacAddr, NetOp, OperState, Route, RouteSpec,
@@ -85,6 +86,9 @@ pub trait Netdev: Send + Sync {
     /// [`NetOp::Ipv6AddrGenNone`]). A kernel without IPv6 is success.
     async fn set_ipv6_addr_gen_none(&self, link: &str) -> Result<()>;
 
+    /// Turns TX checksum offload off on `link` (see [`NetOp::TxChecksumOff`]).
+    async fn set_tx_checksum_off(&self, link: &str) -> Result<()>;
+
     /// Removes `addr` from `link`. Absent (or the link absent) is success.
     async fn del_address(&self, link: &str, addr: IpNetwork) -> Result<()>;
 
@@ -139,6 +143,7 @@ pub trait Netdev: Send + Sync {
                 } => self.add_address_no_dad(link, *addr).await?,
                 NetOp::Ipv6AddrGenNone { link } => self.set_ipv6_addr_gen_none(link).await?,
                 NetOp::AddRoute(r) => self.add_route(r).await?,
+                NetOp::TxChecksumOff { link } => self.set_tx_checksum_off(link).await?,
             }
         }
         Ok(())
@@ -601,6 +606,10 @@ impl Netdev for NetlinkNetdev {
         self.apply(&[NetOp::ipv6_addr_gen_none(link)]).await
     }
 
+    async fn set_tx_checksum_off(&self, link: &str) -> Result<()> {
+        self.apply(&[NetOp::tx_checksum_off(link)]).await
+    }
+
     async fn del_address(&self, link: &str, addr: IpNetwork) -> Result<()> {
         validate_ifname(link)?;
         let link = link.to_string();
@@ -749,17 +758,11 @@ async fn configure_pair(
     } else {
         let label: Arc<str> = spec.peer_netns.display().to_string().into();
         // One short visit to the pod's namespace: its sysctls (/proc/sys/net resolves against the calling
-        // thread's namespace) and a netlink socket, which stays bound to it. No thread per pod.
+        // thread's namespace), ethtool requests (a generic netlink socket opened there) and a netlink socket,
+        // which stays bound to it. No thread per pod.
         let opened = in_netns(peer_ns, &label, || -> Result<_> {
-            for op in &spec.peer_then {
-                if let NetOp::Sysctl {
-                    key,
-                    value,
-                    missing_ok,
-                } = op
-                {
-                    write_sysctl(&label, key, value, *missing_ok)?;
-                }
+            for op in spec.peer_then.iter().filter(|op| op.runs_in_thread_netns()) {
+                run_thread_op(&label, op)?;
             }
             rtnetlink::new_connection_with_socket::<netlink_sys::TokioSocket>()
                 .map_err(|e| Error::io("open netlink socket", label.to_string(), &label, e))
@@ -772,7 +775,7 @@ async fn configure_pair(
             netns: label,
         };
         for op in &spec.peer_then {
-            if !matches!(op, NetOp::Sysctl { .. }) && !redundant(op, true) {
+            if !op.runs_in_thread_netns() && !redundant(op, true) {
                 run_op(&peer_ctx, op).await?;
             }
         }
@@ -857,15 +860,25 @@ fn write_sysctl(netns: &str, key: &str, value: &str, missing_ok: bool) -> Result
     }
 }
 
-/// One [`NetOp`] on the namespace's thread (validated by the caller).
-async fn run_op(ctx: &Ctx, op: &NetOp) -> Result<()> {
+/// A step that acts on the calling thread's namespace ([`NetOp::runs_in_thread_netns`]); others are no-ops.
+fn run_thread_op(netns: &str, op: &NetOp) -> Result<()> {
     match op {
-        // /proc/sys/net resolves against the calling thread's namespace: this is the worker thread.
         NetOp::Sysctl {
             key,
             value,
             missing_ok,
-        } => write_sysctl(&ctx.netns, key, value, *missing_ok),
+        } => write_sysctl(netns, key, value, *missing_ok),
+        NetOp::TxChecksumOff { link } => ethtool::tx_checksum_off(netns, link),
+        _ => Ok(()),
+    }
+}
+
+/// One [`NetOp`] on the namespace's thread (validated by the caller).
+async fn run_op(ctx: &Ctx, op: &NetOp) -> Result<()> {
+    match op {
+        // /proc/sys/net and generic netlink sockets resolve against the calling thread's namespace: this is
+        // the worker thread.
+        NetOp::Sysctl { .. } | NetOp::TxChecksumOff { .. } => run_thread_op(&ctx.netns, op),
         NetOp::SetUp { link, up } => {
             let b = LinkUnspec::new_with_name(link);
             let msg = if *up { b.up() } else { b.down() }.build();

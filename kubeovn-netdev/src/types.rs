@@ -348,6 +348,13 @@ pub enum NetOp {
     },
     /// Adds a route to the main table (as [`Netdev::add_route`](crate::Netdev::add_route)).
     AddRoute(RouteSpec),
+    /// Turns TX checksum offload off on a link (`ethtool -K LINK tx off`, over ethtool's generic netlink
+    /// family): its kernel computes TCP and UDP checksums itself. A veth otherwise hands on packets with
+    /// partial checksums, which the userspace datapath forwards unfinished and the receiver drops.
+    TxChecksumOff {
+        /// The link.
+        link: String,
+    },
 }
 
 impl NetOp {
@@ -400,6 +407,17 @@ impl NetOp {
         NetOp::Ipv6AddrGenNone { link: link.into() }
     }
 
+    /// TX checksum offload off on `link` (see [`NetOp::TxChecksumOff`]).
+    pub fn tx_checksum_off(link: impl Into<String>) -> Self {
+        NetOp::TxChecksumOff { link: link.into() }
+    }
+
+    /// Whether the step acts on the calling thread's namespace (a `/proc/sys` file, a generic netlink socket
+    /// opened for it) rather than through the namespace's rtnetlink socket.
+    pub(crate) fn runs_in_thread_netns(&self) -> bool {
+        matches!(self, NetOp::Sysctl { .. } | NetOp::TxChecksumOff { .. })
+    }
+
     /// Checks the step's names, key and route, as the single-step methods do.
     pub(crate) fn validate(&self) -> Result<()> {
         match self {
@@ -408,7 +426,8 @@ impl NetOp {
             | NetOp::SetMtu { link, .. }
             | NetOp::SetMac { link, .. }
             | NetOp::AddAddress { link, .. }
-            | NetOp::Ipv6AddrGenNone { link } => validate_ifname(link),
+            | NetOp::Ipv6AddrGenNone { link }
+            | NetOp::TxChecksumOff { link } => validate_ifname(link),
             NetOp::AddRoute(r) => r.normalized_dst().map(|_| ()),
         }
     }
@@ -491,10 +510,10 @@ impl VethSpec {
         self
     }
 
-    /// Steps for the pod end (addresses, routes, link up, sysctls) run in `peer_netns` in the same round trip,
-    /// over a netlink socket opened there for the call: no thread of the pod's namespace. Sysctls run first
-    /// (they need the thread inside the namespace for a moment), then the other steps in order. If one fails,
-    /// a pair this call created is deleted again.
+    /// Steps for the pod end (addresses, routes, link up, sysctls, TX checksum) run in `peer_netns` in the
+    /// same round trip, over a netlink socket opened there for the call: no thread of the pod's namespace.
+    /// Sysctls and [`NetOp::TxChecksumOff`] run first, in order (they need the thread inside the namespace for
+    /// a moment), then the other steps in order. If one fails, a pair this call created is deleted again.
     pub fn peer_then(mut self, ops: impl IntoIterator<Item = NetOp>) -> Self {
         self.peer_then.extend(ops);
         self

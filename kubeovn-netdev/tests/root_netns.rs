@@ -824,3 +824,65 @@ async fn root_a_file_that_is_no_namespace_fails_on_first_use() {
         })
     ));
 }
+
+/// `ethtool -k LINK` in namespace `ns` (the independent checker): feature name -> on.
+fn ethtool_features(ns: &str, link: &str) -> std::collections::HashMap<String, bool> {
+    let out = Command::new("ip")
+        .args(["netns", "exec", ns, "ethtool", "-k", link])
+        .output()
+        .expect("run ethtool");
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let (k, v) = l.trim().split_once(": ")?;
+            Some((k.to_owned(), v.starts_with("on")))
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn root_tx_checksum_off_on_the_pod_end_in_the_create_round_trip() {
+    require_root!();
+    if Command::new("ethtool").arg("--version").output().is_err() {
+        eprintln!("SKIP: ethtool (the independent checker) is not installed");
+        return;
+    }
+    let pod_ns = TestNs::new("ta");
+    let node_ns = TestNs::new("tn");
+    let node = NetlinkNetdev::open(&node_ns.path).expect("open node");
+    // A veth offers TX checksumming (and TSO on top of it) by default.
+    let spec = VethSpec::new("c0", "eth0", &pod_ns.path)
+        .host_up()
+        .peer_then([NetOp::tx_checksum_off("eth0"), NetOp::up("eth0")]);
+    let pair = node.create_veth(&spec).await.expect("create");
+    assert!(pair.peer.expect("pod end").admin_up);
+    let pod = ethtool_features(&pod_ns.name, "eth0");
+    assert_eq!(pod.get("tx-checksum-ip-generic"), Some(&false), "{pod:?}");
+    assert_eq!(pod.get("tx-checksum-sctp"), Some(&false), "{pod:?}");
+    assert_eq!(pod.get("tx-checksumming"), Some(&false), "{pod:?}");
+    // TSO needs a TX checksum: the kernel drops it too.
+    assert_eq!(pod.get("tx-tcp-segmentation"), Some(&false), "{pod:?}");
+    // The host end was not asked: it keeps its offloads.
+    let host = ethtool_features(&node_ns.name, "c0");
+    assert_eq!(host.get("tx-checksum-ip-generic"), Some(&true), "{host:?}");
+    // Idempotent on a found pair.
+    node.create_veth(&spec).await.expect("again");
+    // The single step through a namespace's own thread.
+    node.set_tx_checksum_off("c0").await.expect("host end off");
+    let host = ethtool_features(&node_ns.name, "c0");
+    assert_eq!(host.get("tx-checksum-ip-generic"), Some(&false), "{host:?}");
+    let e = node.set_tx_checksum_off("nope0").await.expect_err("absent");
+    assert!(matches!(e, Error::LinkNotFound { .. }), "{e}");
+    assert!(matches!(
+        node.set_tx_checksum_off("bad/name").await,
+        Err(Error::InvalidName { .. })
+    ));
+    // A failing pod-end step undoes the new pair.
+    let bad = VethSpec::new("c1", "eth1", &pod_ns.path).peer_then([NetOp::tx_checksum_off("eth9")]);
+    assert!(matches!(
+        node.create_veth(&bad).await,
+        Err(Error::LinkNotFound { .. })
+    ));
+    assert!(node.link("c1").await.expect("query").is_none());
+}

@@ -38,7 +38,9 @@ const USAGE: &str = "usage: kube-ovn-daemon --node-name NAME [options]
   --ovn-installed-timeout SECS   wait for ovn-installed, 0 = no wait (default 20)
   --gateway-check-timeout SECS   wait for the gateway to answer, 0 = no check (default 10)
   --no-node-init                 leave chassis settings, bridge and join port alone
-  --ipv6-on-ipv4-pods            keep IPv6 (link-local) on the interfaces of IPv4-only pods";
+  --ipv6-on-ipv4-pods            keep IPv6 (link-local) on the interfaces of IPv4-only pods
+  --keep-pod-tx-checksum         leave TX checksum offload on on pod interfaces (TCP and UDP then fail on
+                                 the userspace datapath, which forwards a veth's partial checksums)";
 
 struct Opts {
     node: String,
@@ -60,6 +62,7 @@ struct Opts {
     gateway_timeout: Option<Duration>,
     node_init: bool,
     ipv4_only_no_ipv6: bool,
+    pod_tx_checksum_off: bool,
 }
 
 fn parse_args(args: impl Iterator<Item = String>) -> Result<Opts, DaemonError> {
@@ -86,6 +89,7 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Opts, DaemonError> {
         gateway_timeout: Some(Duration::from_secs(10)),
         node_init: true,
         ipv4_only_no_ipv6: true,
+        pod_tx_checksum_off: true,
     };
     let mut it = args;
     while let Some(flag) = it.next() {
@@ -95,6 +99,10 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Opts, DaemonError> {
         }
         if flag == "--ipv6-on-ipv4-pods" {
             o.ipv4_only_no_ipv6 = false;
+            continue;
+        }
+        if flag == "--keep-pod-tx-checksum" {
+            o.pod_tx_checksum_off = false;
             continue;
         }
         if flag == "-h" || flag == "--help" {
@@ -309,6 +317,7 @@ async fn run(o: Opts) -> Result<(), DaemonError> {
             ovn_installed_timeout: o.ovn_installed_timeout,
             gateway_timeout: o.gateway_timeout,
             ipv4_only_no_ipv6: o.ipv4_only_no_ipv6,
+            pod_tx_checksum_off: o.pod_tx_checksum_off,
         },
         source,
         ovs,

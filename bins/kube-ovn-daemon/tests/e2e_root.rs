@@ -1,6 +1,6 @@
 //! End to end, as root, on a real single-node OVN: logical switches and ports created with kubeovn-ovn, our
 //! shim `kube-ovn` exec'd as kubelet does, the daemon (in-process) plugging pods into the bridge through the
-//! Open_vSwitch database; checked with ping, `ovs-vsctl` and `ip`.
+//! Open_vSwitch database; checked with ping, TCP and UDP echo (python3), `ovs-vsctl` and `ip`.
 
 #![allow(clippy::unwrap_used)]
 
@@ -122,6 +122,34 @@ fn pods_ping_through_switch_and_router_and_del_cleans_up() {
     assert!(h.ping(&p2, "10.231.1.10"), "p2 -> p1");
     assert!(h.ping(&p3, "10.231.1.10"), "p3 -> p1 through the router");
     assert!(h.ping(&p1, "10.231.2.10"), "p1 -> p3 through the router");
+    // TCP and UDP too: veths hand the userspace datapath partial checksums, which only ICMP survives
+    // unless the ADD turned TX checksumming off on the pod's interface.
+    let _s1 = h.echo_server(&p1, "10.231.1.10", 8080);
+    let _s3 = h.echo_server(&p3, "10.231.2.10", 8080);
+    assert!(
+        h.tcp(&p2, "10.231.1.10", 8080),
+        "TCP p2 -> p1 on one switch"
+    );
+    assert!(
+        h.udp(&p2, "10.231.1.10", 8080),
+        "UDP p2 -> p1 on one switch"
+    );
+    assert!(
+        h.tcp(&p3, "10.231.1.10", 8080),
+        "TCP p3 -> p1 through the router"
+    );
+    assert!(
+        h.udp(&p3, "10.231.1.10", 8080),
+        "UDP p3 -> p1 through the router"
+    );
+    assert!(
+        h.tcp(&p1, "10.231.2.10", 8080),
+        "TCP p1 -> p3 through the router"
+    );
+    assert!(
+        h.udp(&p1, "10.231.2.10", 8080),
+        "UDP p1 -> p3 through the router"
+    );
 
     // ADD again: same answer, nothing duplicated.
     let (code, again) = h.shim("ADD", &p1, &conf);

@@ -3,8 +3,8 @@
 //! The `kube-ovn-sandbox` binary (`up`, `down`, `status`, `exec`) is built from these modules:
 //! [`sandbox`] starts and stops everything, each process in the background with its pid recorded in the
 //! [`state`] directory ([`procs`]); [`kubelet`] is the node agent that gives every pod a network namespace
-//! through our CNI shim ([`cni`] runs a conflist as a container runtime does); [`report`] prints the pods and
-//! a ping matrix; [`exec`] enters a pod's namespace.
+//! through our CNI shim ([`cni`] runs a conflist as a container runtime does); [`report`] prints the pods, a
+//! ping matrix and a TCP and UDP one ([`transport`]); [`exec`] enters a pod's namespace.
 //!
 //! [`ovn`] starts a single-node OVN (NB, SB, ovn-northd, ovs-vswitchd on the userspace datapath,
 //! ovn-controller) in a directory, each process with its own sockets, and stops it by pid; the end-to-end
@@ -36,6 +36,7 @@ pub mod sandbox;
 #[path = "../../../test-support/skip.rs"]
 mod skip;
 pub mod state;
+pub mod transport;
 
 use std::path::{Path, PathBuf};
 

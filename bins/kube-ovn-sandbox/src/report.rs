@@ -1,6 +1,7 @@
-//! What `up` and `status` print: the pods with their subnets, addresses and MACs, and a ping matrix measured
+//! What `up` and `status` print: the pods with their subnets, addresses and MACs, a ping matrix measured
 //! from inside each pod's network namespace (ICMP echo through the OVN logical switches and the
-//! `ovn-cluster` router), plus the node through its join interface.
+//! `ovn-cluster` router), plus the node through its join interface, and the same pairs over TCP and UDP
+//! ([`crate::transport`]): ICMP alone passes where a datapath mangles TCP and UDP.
 
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -13,6 +14,7 @@ use kubeovn_cni::node::{GatewayProbe, IcmpGatewayProbe};
 
 use crate::kubelet::{pod_annotation, records};
 use crate::state::{Settings, StateDir};
+use crate::transport::{self, Transport};
 use crate::SandboxError;
 
 /// One endpoint of the matrix: a pod (or the node).
@@ -118,6 +120,37 @@ pub fn table(eps: &[Endpoint]) -> String {
     s
 }
 
+/// How many cells off the diagonal of an `n` by `n` matrix are not `ok`.
+fn off_diagonal_failures(n: usize, ok: impl Fn(usize, usize) -> bool) -> usize {
+    (0..n)
+        .flat_map(|i| (0..n).map(move |j| (i, j)))
+        .filter(|&(i, j)| i != j && !ok(i, j))
+        .count()
+}
+
+/// A matrix as text: short labels, `-` on the diagonal, `cell(i, j)` elsewhere.
+fn render_grid(labels: &[String], cell: impl Fn(usize, usize) -> String) -> String {
+    let short: Vec<String> = labels
+        .iter()
+        .map(|l| l.rsplit('/').next().unwrap_or(l).to_owned())
+        .collect();
+    let w = short.iter().map(String::len).max().unwrap_or(4).max(8);
+    let mut s = format!("{:<w$}", "from\\to");
+    for l in &short {
+        s.push_str(&format!(" {l:>w$}"));
+    }
+    s.push('\n');
+    for (i, label) in short.iter().enumerate() {
+        s.push_str(&format!("{label:<w$}"));
+        for j in 0..short.len() {
+            let c = if i == j { "-".to_owned() } else { cell(i, j) };
+            s.push_str(&format!(" {c:>w$}"));
+        }
+        s.push('\n');
+    }
+    s
+}
+
 /// The result of the matrix: `rtt[i][j]` from endpoint i to endpoint j (`None`: no reply).
 #[derive(Debug, Clone)]
 pub struct PingMatrix {
@@ -130,55 +163,20 @@ pub struct PingMatrix {
 impl PingMatrix {
     /// Whether every pair answered.
     pub fn all_ok(&self) -> bool {
-        self.rtt
-            .iter()
-            .enumerate()
-            .all(|(i, row)| row.iter().enumerate().all(|(j, c)| i == j || c.is_some()))
+        self.failures() == 0
     }
 
     /// How many pairs failed.
     pub fn failures(&self) -> usize {
-        self.rtt
-            .iter()
-            .enumerate()
-            .map(|(i, row)| {
-                row.iter()
-                    .enumerate()
-                    .filter(|(j, c)| *j != i && c.is_none())
-                    .count()
-            })
-            .sum()
+        off_diagonal_failures(self.rtt.len(), |i, j| self.rtt[i][j].is_some())
     }
 
     /// The matrix as text (milliseconds, `FAIL` for no reply).
     pub fn render(&self) -> String {
-        let short: Vec<String> = self
-            .labels
-            .iter()
-            .map(|l| l.rsplit('/').next().unwrap_or(l).to_owned())
-            .collect();
-        let w = short.iter().map(String::len).max().unwrap_or(4).max(7);
-        let mut s = format!("{:<w$}", "from\\to");
-        for l in &short {
-            s.push_str(&format!(" {l:>w$}"));
-        }
-        s.push('\n');
-        for (i, row) in self.rtt.iter().enumerate() {
-            s.push_str(&format!("{:<w$}", short[i]));
-            for (j, c) in row.iter().enumerate() {
-                let cell = if i == j {
-                    "-".to_owned()
-                } else {
-                    match c {
-                        Some(d) => format!("{:.2}ms", d.as_secs_f64() * 1e3),
-                        None => "FAIL".to_owned(),
-                    }
-                };
-                s.push_str(&format!(" {cell:>w$}"));
-            }
-            s.push('\n');
-        }
-        s
+        render_grid(&self.labels, |i, j| match self.rtt[i][j] {
+            Some(d) => format!("{:.2}ms", d.as_secs_f64() * 1e3),
+            None => "FAIL".to_owned(),
+        })
     }
 }
 
@@ -213,6 +211,106 @@ pub async fn ping_matrix(eps: &[Endpoint], timeout: Duration) -> PingMatrix {
     }
 }
 
+/// TCP and UDP between every pair: `cells[i][j]` from endpoint i to endpoint j (`None` on the diagonal and
+/// to an endpoint without an address).
+#[derive(Debug, Clone)]
+pub struct TransportMatrix {
+    /// The endpoints' labels.
+    pub labels: Vec<String>,
+    /// What each pair carried.
+    pub cells: Vec<Vec<Option<Transport>>>,
+}
+
+impl TransportMatrix {
+    /// Whether every pair carried TCP and UDP.
+    pub fn all_ok(&self) -> bool {
+        self.failures() == 0
+    }
+
+    /// How many pairs did not carry both.
+    pub fn failures(&self) -> usize {
+        off_diagonal_failures(self.cells.len(), |i, j| {
+            self.cells[i][j].as_ref().is_some_and(Transport::ok)
+        })
+    }
+
+    /// The matrix as text: `ok`, or which of TCP and UDP failed.
+    pub fn render(&self) -> String {
+        render_grid(&self.labels, |i, j| {
+            match self.cells[i][j]
+                .as_ref()
+                .map(|t| (t.tcp.is_ok(), t.udp.is_ok()))
+            {
+                Some((true, true)) => "ok",
+                Some((false, true)) => "tcp FAIL",
+                Some((true, false)) => "udp FAIL",
+                _ => "FAIL",
+            }
+            .to_owned()
+        })
+    }
+
+    /// The failed pairs with the reasons, one a line.
+    pub fn details(&self) -> String {
+        let mut s = String::new();
+        for (i, row) in self.cells.iter().enumerate() {
+            for (j, c) in row.iter().enumerate() {
+                let Some(t) = c else { continue };
+                for e in [&t.tcp, &t.udp]
+                    .into_iter()
+                    .filter_map(|r| r.as_ref().err())
+                {
+                    s.push_str(&format!(
+                        "  {} -> {}: {e}\n",
+                        self.labels[i], self.labels[j]
+                    ));
+                }
+            }
+        }
+        s
+    }
+}
+
+/// TCP (16 KiB echoed) and UDP (a datagram echoed) from every endpoint's namespace to every other one's
+/// address, `timeout` per exchange; on blocking threads.
+pub async fn transport_matrix(eps: &[Endpoint], timeout: Duration) -> TransportMatrix {
+    let eps = eps.to_vec();
+    let labels = eps.iter().map(|e| e.label.clone()).collect();
+    let cells = tokio::task::spawn_blocking(move || {
+        eps.iter()
+            .enumerate()
+            .map(|(i, src)| {
+                eps.iter()
+                    .enumerate()
+                    .map(|(j, dst)| {
+                        let ip = dst.ip.filter(|_| i != j)?;
+                        Some(transport::check(&src.netns, &dst.netns, ip, timeout))
+                    })
+                    .collect()
+            })
+            .collect()
+    })
+    .await
+    .unwrap_or_default();
+    TransportMatrix { labels, cells }
+}
+
+/// What `up` and `status` measured between the endpoints.
+#[derive(Debug, Clone)]
+pub struct Reachability {
+    /// ICMP echo.
+    pub ping: PingMatrix,
+    /// TCP and UDP.
+    pub transport: TransportMatrix,
+}
+
+impl Reachability {
+    /// Whether every pair answered ping and carried TCP and UDP.
+    pub fn all_ok(&self) -> bool {
+        self.ping.all_ok() && self.transport.all_ok()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -231,6 +329,36 @@ mod tests {
         let text = m.render();
         assert!(text.contains("0.30ms"), "{text}");
         assert!(text.contains("FAIL"), "{text}");
+    }
+
+    #[test]
+    fn transport_matrix_names_what_failed() {
+        let ok = || Transport {
+            tcp: Ok(Duration::from_micros(500)),
+            udp: Ok(Duration::from_micros(200)),
+        };
+        let no_tcp = Transport {
+            tcp: Err("tcp 10.16.0.2:4000: timed out".into()),
+            ..ok()
+        };
+        let m = TransportMatrix {
+            labels: vec!["default/a".into(), "default/b".into(), "node/n".into()],
+            cells: vec![
+                vec![None, Some(ok()), Some(ok())],
+                vec![Some(no_tcp), None, Some(ok())],
+                // No address: a failure, not a pass.
+                vec![Some(ok()), None, None],
+            ],
+        };
+        assert_eq!(m.failures(), 2);
+        assert!(!m.all_ok());
+        let text = m.render();
+        assert!(text.contains("tcp FAIL"), "{text}");
+        assert!(text.contains(" ok"), "{text}");
+        assert_eq!(
+            m.details(),
+            "  default/b -> default/a: tcp 10.16.0.2:4000: timed out\n"
+        );
     }
 
     #[test]

@@ -315,7 +315,7 @@ pub fn is_up(dir: &StateDir) -> bool {
 
 /// `up`: starts everything, creates the demo, prints the table and the ping matrix. Safe to run twice: a
 /// running sandbox is reported, a half-dead one is taken down first.
-pub async fn up(dir: &StateDir, opts: &UpOptions) -> Result<report::PingMatrix, SandboxError> {
+pub async fn up(dir: &StateDir, opts: &UpOptions) -> Result<report::Reachability, SandboxError> {
     if !is_root() {
         return Err(failed(
             "up",
@@ -720,8 +720,11 @@ async fn create_demo_pods(client: &kube::Client, s: &Settings) -> Result<(), San
     Ok(())
 }
 
-/// Prints the table and the ping matrix; returns the matrix.
-pub async fn show(dir: &StateDir, settings: &Settings) -> Result<report::PingMatrix, SandboxError> {
+/// Prints the table, the ping matrix and the TCP and UDP one; returns both.
+pub async fn show(
+    dir: &StateDir,
+    settings: &Settings,
+) -> Result<report::Reachability, SandboxError> {
     let client = kubelet::client(&dir.kubeconfig()).await?;
     let eps = report::endpoints(&client, dir, settings).await?;
     println!("\n{}", report::table(&eps));
@@ -739,13 +742,34 @@ pub async fn show(dir: &StateDir, settings: &Settings) -> Result<report::PingMat
     } else {
         println!("{} pairs did not answer", m.failures());
     }
+    let t = report::transport_matrix(&eps, Duration::from_secs(1)).await;
+    println!(
+        "\nTCP and UDP matrix (16 KiB echoed over TCP, a datagram echoed over UDP, from each pod's network \
+         namespace to each address):\n{}",
+        t.render()
+    );
+    if t.all_ok() {
+        println!(
+            "all {} pairs carried TCP and UDP",
+            t.labels.len() * t.labels.len().saturating_sub(1)
+        );
+    } else {
+        println!(
+            "{} pairs did not carry TCP and UDP:\n{}",
+            t.failures(),
+            t.details()
+        );
+    }
     let d = dir.root().display();
     println!(
         "\nnext:\n  kubectl --kubeconfig {d}/kubeconfig get pods -A -o wide\n  \
          kube-ovn-sandbox exec --state-dir {d} default/web-1 -- ip addr\n  \
          kube-ovn-sandbox status --state-dir {d}\n  kube-ovn-sandbox down --state-dir {d}"
     );
-    Ok(m)
+    Ok(report::Reachability {
+        ping: m,
+        transport: t,
+    })
 }
 
 /// `down`: stops every recorded process (kubelet first), removes every pod sandbox (CNI DEL while the daemon

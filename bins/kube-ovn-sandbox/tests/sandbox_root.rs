@@ -227,6 +227,11 @@ fn up_ping_kubectl_exec_down() {
     assert!(out.status.success(), "up failed");
     // 2 + 2 pods and the node: 5 endpoints, 20 pairs.
     assert!(stdout.contains("all 20 pairs answered"), "{stdout}");
+    // The same pairs over TCP and UDP, pod to pod on one switch, across the router, and to and from the node.
+    assert!(
+        stdout.contains("all 20 pairs carried TCP and UDP"),
+        "{stdout}"
+    );
     assert!(
         stdout.contains("10.248.0."),
         "demo subnet address: {stdout}"
@@ -262,6 +267,15 @@ fn up_ping_kubectl_exec_down() {
         text.contains("PASS  pod demo/app-2: interface on the bridge with ovn-installed"),
         "{text}"
     );
+    for pair in [
+        "default/web-2 -> default/web-1",
+        "default/web-1 -> demo/app-2",
+    ] {
+        assert!(
+            text.contains(&format!("PASS  TCP and UDP {pair} (")),
+            "{pair}: {text}"
+        );
+    }
     let web1 = pods
         .iter()
         .find(|p| p["metadata"]["name"] == "web-1")

@@ -5,7 +5,7 @@
 //! - `trace NAMESPACE/POD TARGET_IP [icmp | tcp PORT | udp PORT]`: `ovn-trace` of a packet from the pod (its
 //!   port, MAC and address from its annotations) to the target, through its logical switch and the router.
 //! - `diagnose`: are the components alive, does every pod's port exist on the bridge with `ovn-installed`
-//!   and is it bound to a chassis.
+//!   and is it bound to a chassis; in the sandbox, do TCP and UDP pass from every pod to every other one.
 //!
 //! Two targets. The sandbox (`KUBE_OVN_SANDBOX_DIR`, `--sandbox DIR`, or a sandbox in
 //! `/var/lib/kube-ovn-sandbox`): the OVN tools run here against the sandbox's sockets. A real cluster
@@ -15,14 +15,15 @@
 //! A passthrough by design: this CLI runs the OVN tools and kubectl; the libraries never do.
 
 use std::io::{Read, Write};
-use std::net::TcpStream;
+use std::net::{IpAddr, TcpStream};
 use std::path::PathBuf;
 use std::process::{Command, ExitCode, Stdio};
 use std::time::Duration;
 
-use kube_ovn_sandbox::kubelet::records;
+use kube_ovn_sandbox::kubelet::{records, PodRecord};
 use kube_ovn_sandbox::procs::ProcRecord;
 use kube_ovn_sandbox::state::{read_json, Settings, StateDir, DEFAULT_STATE_DIR};
+use kube_ovn_sandbox::transport;
 use serde_json::Value;
 
 const USAGE: &str = "usage: kubectl ko [--sandbox DIR] COMMAND
@@ -31,7 +32,8 @@ const USAGE: &str = "usage: kubectl ko [--sandbox DIR] COMMAND
   vsctl NODE [ovs-vsctl options ...] ovs-vsctl on a node
   trace NAMESPACE/POD TARGET_IP [icmp | tcp PORT | udp PORT]
                                      ovn-trace of a packet from the pod to the target
-  diagnose                           components alive, every pod's port installed and bound
+  diagnose                           components alive, every pod's port installed and bound,
+                                     TCP and UDP between the sandbox's pods
 Target: the sandbox given by --sandbox, KUBE_OVN_SANDBOX_DIR or /var/lib/kube-ovn-sandbox if it runs;
 otherwise the cluster of the current kubeconfig (kubectl exec into ovn-central / ovs-ovn pods).";
 
@@ -324,6 +326,8 @@ fn diagnose(target: &Target) -> Result<ExitCode, String> {
     };
     let mut pods: Vec<(String, String)> = Vec::new();
     let mut node = None;
+    // The sandbox's pods with their namespaces, for the TCP and UDP checks.
+    let mut sandboxes = Vec::new();
     match target {
         Target::Sandbox(dir, s) => {
             let pids: Vec<ProcRecord> = read_json(&dir.pids_file()).unwrap_or_default();
@@ -337,9 +341,10 @@ fn diagnose(target: &Target) -> Result<ExitCode, String> {
                     },
                 );
             }
-            pods = records(dir)
-                .into_iter()
-                .map(|p| (p.namespace, p.name))
+            sandboxes = records(dir);
+            pods = sandboxes
+                .iter()
+                .map(|p| (p.namespace.clone(), p.name.clone()))
                 .collect();
             node = Some(s.node_name.clone());
         }
@@ -468,12 +473,58 @@ fn diagnose(target: &Target) -> Result<ExitCode, String> {
             );
         }
     }
+    transport_checks(&mut r, &sandboxes, target);
     if r.failures == 0 {
         println!("\nall checks passed");
         Ok(ExitCode::SUCCESS)
     } else {
         println!("\n{} checks failed", r.failures);
         Ok(ExitCode::FAILURE)
+    }
+}
+
+/// TCP and UDP from every pod to every other one, from inside their namespaces: ping alone passes where a
+/// datapath drops TCP and UDP (partial checksums on the userspace datapath).
+fn transport_checks(r: &mut Report, pods: &[PodRecord], target: &Target) {
+    if matches!(target, Target::Cluster) {
+        println!(
+            "SKIP  TCP and UDP between pods: needs the pods' network namespaces (sandbox only)"
+        );
+        return;
+    }
+    let with_ip: Vec<(&PodRecord, IpAddr)> = pods
+        .iter()
+        .filter_map(|p| {
+            let ip = p.ips.first()?.split('/').next()?.parse().ok()?;
+            Some((p, ip))
+        })
+        .collect();
+    for (src, _) in &with_ip {
+        for (dst, ip) in &with_ip {
+            if std::ptr::eq(*src, *dst) {
+                continue;
+            }
+            let t = transport::check(&src.netns, &dst.netns, *ip, Duration::from_secs(1));
+            let res = match (&t.tcp, &t.udp) {
+                (Ok(tcp), Ok(udp)) => Ok(format!(
+                    "tcp {:.2}ms, udp {:.2}ms",
+                    tcp.as_secs_f64() * 1e3,
+                    udp.as_secs_f64() * 1e3
+                )),
+                (tcp, udp) => Err([tcp, udp]
+                    .into_iter()
+                    .filter_map(|x| x.as_ref().err().cloned())
+                    .collect::<Vec<_>>()
+                    .join("; ")),
+            };
+            r.check(
+                &format!(
+                    "TCP and UDP {}/{} -> {}/{} ({ip})",
+                    src.namespace, src.name, dst.namespace, dst.name
+                ),
+                res,
+            );
+        }
     }
 }
 

@@ -56,6 +56,11 @@ pub struct HandlerConfig {
     /// that each new interface floods to every port of its logical switch (with the userspace datapath each
     /// flood is a datapath flow whose actions list every port, revalidated on every flow table change).
     pub ipv4_only_no_ipv6: bool,
+    /// TX checksum offload off on the pod's interface (as Kube-OVN's daemon does): a veth hands on TCP and
+    /// UDP packets with partial checksums, which the userspace datapath (`datapath_type=netdev`) forwards
+    /// unfinished and the receiving pod drops, so only ICMP would pass. Off costs the pod's kernel the
+    /// checksums (and TSO, which needs them); a kernel datapath that finishes them can do without.
+    pub pod_tx_checksum_off: bool,
 }
 
 impl Default for HandlerConfig {
@@ -67,6 +72,7 @@ impl Default for HandlerConfig {
             ovn_installed_timeout: Some(Duration::from_secs(20)),
             gateway_timeout: Some(Duration::from_secs(10)),
             ipv4_only_no_ipv6: true,
+            pod_tx_checksum_off: true,
         }
     }
 }
@@ -303,7 +309,7 @@ impl CniHandler {
         }
         // The pod end in the same round trip: a socket opened in the pod's namespace from the node's thread
         // (a thread per pod cost two wake-ups and a runtime start, long on a node busy with ovs-vswitchd).
-        spec = spec.peer_then(pod_ops(a.ifname, &net, mtu, self.cfg.ipv4_only_no_ipv6));
+        spec = spec.peer_then(pod_ops(a.ifname, &net, mtu, &self.cfg));
         // A failed create leaves no new pair behind; after it, undo what this ADD made.
         let pair = self
             .host
@@ -671,11 +677,11 @@ impl CniHandler {
 }
 
 /// The steps that configure a pod's interface `ifname`, in order: its MAC and MTU (already so on a new pair,
-/// restored on one an earlier ADD left); for an IPv4-only pod (`no_ipv6`) no IPv6 address generation before
-/// the link is up, so the kernel never sends from a link-local address; the addresses, IPv6 ones without
-/// duplicate address detection; `lo` and the interface up; the default routes via the gateways, then the
-/// pod's own routes.
-fn pod_ops(ifname: &str, net: &PodNetwork, mtu: u32, no_ipv6: bool) -> Vec<NetOp> {
+/// restored on one an earlier ADD left); TX checksum offload off (`pod_tx_checksum_off`); for an IPv4-only
+/// pod (`ipv4_only_no_ipv6`) no IPv6 address generation before the link is up, so the kernel never sends from
+/// a link-local address; the addresses, IPv6 ones without duplicate address detection; `lo` and the interface
+/// up; the default routes via the gateways, then the pod's own routes.
+fn pod_ops(ifname: &str, net: &PodNetwork, mtu: u32, cfg: &HandlerConfig) -> Vec<NetOp> {
     let mut ops = Vec::with_capacity(8);
     if let Some(mac) = net.mac {
         ops.push(NetOp::SetMac {
@@ -687,9 +693,14 @@ fn pod_ops(ifname: &str, net: &PodNetwork, mtu: u32, no_ipv6: bool) -> Vec<NetOp
         link: ifname.to_owned(),
         mtu,
     });
+    // Before the link is up, so no packet leaves with a partial checksum. Only the pod's end: what the host
+    // end hands the pod comes from ovs-vswitchd's packet socket, checksums complete.
+    if cfg.pod_tx_checksum_off {
+        ops.push(NetOp::tx_checksum_off(ifname));
+    }
     // Netlink only, no sysctl: in a new namespace the first /proc/sys/net lookup walks one entry per network
     // namespace on the node (0.6 ms at 500 pods, growing with every pod).
-    if no_ipv6 && !net.ips.iter().any(|i| i.is_ipv6()) {
+    if cfg.ipv4_only_no_ipv6 && !net.ips.iter().any(|i| i.is_ipv6()) {
         ops.push(NetOp::ipv6_addr_gen_none(ifname));
     }
     for ip in &net.ips {
@@ -803,8 +814,8 @@ mod tests {
         s
     }
 
-    /// An IPv4-only pod's end: MAC and MTU (a no-op on a new pair), IPv6 off before it is up, then address,
-    /// links, route.
+    /// An IPv4-only pod's end: MAC and MTU (a no-op on a new pair), TX checksum and IPv6 off before it is
+    /// up, then address, links, route.
     fn pod_ops_v4() -> Vec<NetOp> {
         vec![
             NetOp::SetMac {
@@ -815,6 +826,7 @@ mod tests {
                 link: "eth0".into(),
                 mtu: 1400,
             },
+            NetOp::tx_checksum_off("eth0"),
             NetOp::ipv6_addr_gen_none("eth0"),
             NetOp::address_no_dad("eth0", "10.16.0.5/16".parse().unwrap()),
             NetOp::up("lo"),
@@ -836,7 +848,7 @@ mod tests {
             ],
             ..Default::default()
         };
-        let ops = pod_ops("eth0", &net, 1400, true);
+        let ops = pod_ops("eth0", &net, 1400, &HandlerConfig::default());
         assert!(!ops.contains(&NetOp::ipv6_addr_gen_none("eth0")), "{ops:?}");
         assert!(
             !ops.iter().any(|o| matches!(o, NetOp::Sysctl { .. })),
@@ -851,12 +863,19 @@ mod tests {
                 .count(),
             2
         );
-        // An IPv4 pod with the option off keeps the kernel's IPv6 defaults.
+        // An IPv4 pod with the option off keeps the kernel's IPv6 defaults; the same for TX checksumming.
         let v4 = PodNetwork {
             ips: vec!["10.16.0.5/16".parse().unwrap()],
             ..Default::default()
         };
-        assert!(!pod_ops("eth0", &v4, 1400, false).contains(&NetOp::ipv6_addr_gen_none("eth0")));
+        let kernel_defaults = HandlerConfig {
+            ipv4_only_no_ipv6: false,
+            pod_tx_checksum_off: false,
+            ..Default::default()
+        };
+        let ops = pod_ops("eth0", &v4, 1400, &kernel_defaults);
+        assert!(!ops.contains(&NetOp::ipv6_addr_gen_none("eth0")), "{ops:?}");
+        assert!(!ops.contains(&NetOp::tx_checksum_off("eth0")), "{ops:?}");
     }
 
     /// The ADD path never starts a thread in the pod's namespace.

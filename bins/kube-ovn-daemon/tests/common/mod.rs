@@ -339,6 +339,64 @@ impl Harness {
             .unwrap_or(false)
     }
 
+    /// Starts a TCP and UDP echo server (python3, the independent checker) on `ip:port` inside the pod's
+    /// namespace; it stops when the guard drops.
+    pub fn echo_server(&self, pod: &Pod, ip: &str, port: u16) -> EchoServer {
+        use std::io::BufRead;
+        let mut child = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &pod.netns_name,
+                "python3",
+                "-c",
+                ECHO_SERVER,
+                ip,
+            ])
+            .arg(port.to_string())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert_eq!(line.trim(), "ready", "echo server in {}", pod.name);
+        EchoServer(child)
+    }
+
+    /// Whether a TCP connection from the pod to `ip:port` carries 64 KiB there and back (full-size
+    /// segments, not only a handshake), within a few seconds.
+    pub fn tcp(&self, from: &Pod, ip: &str, port: u16) -> bool {
+        self.echo_client(from, "tcp", ip, port)
+    }
+
+    /// Whether a UDP datagram from the pod to `ip:port` comes back (three tries, 1 s each).
+    pub fn udp(&self, from: &Pod, ip: &str, port: u16) -> bool {
+        self.echo_client(from, "udp", ip, port)
+    }
+
+    fn echo_client(&self, from: &Pod, proto: &str, ip: &str, port: u16) -> bool {
+        Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &from.netns_name,
+                "python3",
+                "-c",
+                ECHO_CLIENT,
+                proto,
+                ip,
+            ])
+            .arg(port.to_string())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false)
+    }
+
     /// Whether link `name` exists in the root namespace (`ip link show`).
     pub fn host_link_exists(name: &str) -> bool {
         Path::new("/sys/class/net").join(name).exists()
@@ -427,6 +485,74 @@ impl Drop for Harness {
             let _ = NamedNetns::default().delete(&p.netns_name);
         }
         self.stack.stop();
+    }
+}
+
+/// TCP and UDP echo on argv[1]:argv[2]; prints `ready` once both listen.
+const ECHO_SERVER: &str = r#"
+import socket, sys, threading
+ip, port = sys.argv[1], int(sys.argv[2])
+fam = socket.AF_INET6 if ":" in ip else socket.AF_INET
+t = socket.socket(fam, socket.SOCK_STREAM)
+t.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+t.bind((ip, port))
+t.listen(8)
+u = socket.socket(fam, socket.SOCK_DGRAM)
+u.bind((ip, port))
+def udp():
+    while True:
+        d, a = u.recvfrom(65536)
+        u.sendto(d, a)
+def tcp(c):
+    with c:
+        while True:
+            d = c.recv(65536)
+            if not d:
+                return
+            c.sendall(d)
+threading.Thread(target=udp, daemon=True).start()
+print("ready", flush=True)
+while True:
+    c, _ = t.accept()
+    threading.Thread(target=tcp, args=(c,), daemon=True).start()
+"#;
+
+/// argv[1] (`tcp` or `udp`) to the echo server on argv[2]:argv[3]; exit 0 when the payload comes back.
+const ECHO_CLIENT: &str = r#"
+import socket, sys
+proto, ip, port = sys.argv[1], sys.argv[2], int(sys.argv[3])
+fam = socket.AF_INET6 if ":" in ip else socket.AF_INET
+if proto == "tcp":
+    data = bytes(range(256)) * 256
+    s = socket.create_connection((ip, port), timeout=3)
+    s.sendall(data)
+    s.shutdown(socket.SHUT_WR)
+    got = b""
+    while len(got) < len(data):
+        d = s.recv(65536)
+        if not d:
+            break
+        got += d
+    sys.exit(0 if got == data else 1)
+s = socket.socket(fam, socket.SOCK_DGRAM)
+s.settimeout(1)
+for _ in range(3):
+    s.sendto(b"kube-ovn-udp", (ip, port))
+    try:
+        if s.recvfrom(64)[0] == b"kube-ovn-udp":
+            sys.exit(0)
+    except socket.timeout:
+        pass
+sys.exit(1)
+"#;
+
+/// A running echo server, killed (by its pid) and reaped on drop.
+pub struct EchoServer(std::process::Child);
+
+impl Drop for EchoServer {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
     }
 }
 
