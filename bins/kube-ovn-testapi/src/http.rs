@@ -14,7 +14,9 @@ use serde_json::{json, Value};
 use tokio::sync::{broadcast, mpsc};
 
 use crate::error::{Error, Result};
+use crate::openapi;
 use crate::patch::{self, PatchKind};
+use crate::proto;
 use crate::resources::ResourceInfo;
 use crate::select::Selector;
 use crate::store::{self, Event, EventType, Store};
@@ -322,12 +324,14 @@ async fn read_body(shared: &Shared, req: Request<hyper::body::Incoming>) -> Resu
         .and_then(|c| c.to_str().ok())
         .unwrap_or("");
     let base = ct.split(';').next().unwrap_or("").trim();
-    if !(base.is_empty()
+    let protobuf = base == proto::CONTENT_TYPE && req.method() != Method::PATCH;
+    if !(protobuf
+        || base.is_empty()
         || base == "application/json"
         || base.ends_with("+json")
         || req.method() == Method::PATCH)
     {
-        // Protobuf and CBOR are not spoken: client-go falls back to JSON on 415.
+        // CBOR is not spoken: client-go falls back to JSON on 415.
         return Err(Error::unsupported_media(base));
     }
     if let Some(len) = req.headers().get(hyper::header::CONTENT_LENGTH) {
@@ -345,8 +349,47 @@ async fn read_body(shared: &Shared, req: Request<hyper::body::Incoming>) -> Resu
         .await
         .map_err(|_| Error::too_large(shared.max_body))?
         .to_bytes();
+    if protobuf {
+        return proto::decode_body(&body);
+    }
     serde_json::from_slice(&body)
         .map_err(|e| Error::bad_request(format!("the body of the request is not valid JSON: {e}")))
+}
+
+/// `/openapi/v2` (protobuf when asked, as kubectl does), `/openapi/v3` and its group versions.
+fn openapi_response(
+    store: &Store,
+    rest: &str,
+    req: &Request<hyper::body::Incoming>,
+) -> Result<Response<RespBody>> {
+    let segs: Vec<&str> = rest.trim_matches('/').split('/').collect();
+    match segs.as_slice() {
+        ["v2"] => {
+            let doc = openapi::v2(store);
+            let accept = req
+                .headers()
+                .get(hyper::header::ACCEPT)
+                .and_then(|a| a.to_str().ok())
+                .unwrap_or("");
+            if accept.contains(openapi::V2_PROTOBUF) {
+                let mut r = bytes_response(200, Bytes::from(openapi::v2_protobuf(&doc)));
+                r.headers_mut().insert(
+                    hyper::header::CONTENT_TYPE,
+                    hyper::header::HeaderValue::from_static(openapi::V2_PROTOBUF_ANSWER),
+                );
+                return Ok(r);
+            }
+            Ok(json_response(200, &doc))
+        }
+        ["v3"] => Ok(json_response(200, &openapi::v3_root(store))),
+        ["v3", "api", v] => openapi::v3_group_version(store, "", v)
+            .map(|d| json_response(200, &d))
+            .ok_or_else(Error::no_resource),
+        ["v3", "apis", g, v] => openapi::v3_group_version(store, g, v)
+            .map(|d| json_response(200, &d))
+            .ok_or_else(Error::no_resource),
+        _ => Err(Error::no_resource()),
+    }
 }
 
 fn wants_table(req: &Request<hyper::body::Incoming>) -> bool {
@@ -361,8 +404,11 @@ async fn handle_inner(
     req: Request<hyper::body::Incoming>,
 ) -> Result<Response<RespBody>> {
     let path = req.uri().path().to_owned();
-    if path.starts_with("/openapi") {
-        return Err(Error::no_resource());
+    if let Some(rest) = path.strip_prefix("/openapi/") {
+        if req.method() != Method::GET {
+            return Err(Error::method_not_allowed());
+        }
+        return openapi_response(&shared.store, rest, &req);
     }
     if path == "/healthz" || path == "/readyz" || path == "/livez" {
         let mut r = Response::new(Full::new(Bytes::from_static(b"ok")).boxed());

@@ -23,7 +23,9 @@
 
 pub mod error;
 pub mod http;
+pub mod openapi;
 pub mod patch;
+pub mod proto;
 pub mod resources;
 pub mod select;
 pub mod store;

@@ -100,6 +100,10 @@ pub fn builtins() -> Vec<ResourceInfo> {
             &["sa"],
             false,
         ),
+        builtin("apps", "deployments", "Deployment", true, &["deploy"], true),
+        builtin("apps", "replicasets", "ReplicaSet", true, &["rs"], true),
+        builtin("apps", "daemonsets", "DaemonSet", true, &["ds"], true),
+        builtin("apps", "statefulsets", "StatefulSet", true, &["sts"], true),
         builtin("events.k8s.io", "events", "Event", true, &[], false),
         builtin(
             "discovery.k8s.io",
