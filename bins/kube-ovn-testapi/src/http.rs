@@ -20,6 +20,7 @@ use crate::proto;
 use crate::resources::ResourceInfo;
 use crate::select::Selector;
 use crate::store::{self, Event, EventType, Store};
+use crate::validate;
 
 /// Response body: a whole JSON document or a watch stream.
 pub type RespBody = BoxBody<Bytes, Infallible>;
@@ -432,6 +433,7 @@ async fn handle_inner(
     let info = t.info.clone();
     let ns = t.ns.as_deref();
     let table = wants_table(&req);
+    let directive = validate::Directive::from_query(q.get("fieldValidation"));
     match (req.method().clone(), t.name.as_deref()) {
         (Method::GET, Some(name)) if !t.watch => {
             let obj = store.get(&info, ns, name)?;
@@ -505,15 +507,23 @@ async fn handle_inner(
                 return Err(Error::method_not_allowed());
             }
             let body = read_body(shared, req).await?;
+            let warnings = check_fields(store, &info, &body, directive)?;
             let ev = store.create_event(&info, ns, body)?;
-            Ok(bytes_response(201, ev.object_json()))
+            Ok(with_warnings(
+                bytes_response(201, ev.object_json()),
+                &warnings,
+            ))
         }
         (Method::PUT, Some(name)) => {
             let name = name.to_owned();
             let status_only = t.sub.is_some();
             let body = read_body(shared, req).await?;
+            let warnings = check_fields(store, &info, &body, directive)?;
             let ev = store.update_event(&info, t.ns.as_deref(), &name, body, status_only)?;
-            Ok(bytes_response(200, ev.object_json()))
+            Ok(with_warnings(
+                bytes_response(200, ev.object_json()),
+                &warnings,
+            ))
         }
         (Method::PATCH, Some(name)) => {
             let name = name.to_owned();
@@ -532,6 +542,7 @@ async fn handle_inner(
                 let cur_rv = cur.pointer("/metadata/resourceVersion").cloned();
                 let mut obj = (*cur).clone();
                 patch::apply(kind, &mut obj, &body)?;
+                let warnings = check_fields(store, &info, &obj, directive)?;
                 let pinned = body.pointer("/metadata/resourceVersion").is_some();
                 if !pinned {
                     if let (Some(m), Some(rv)) = (
@@ -544,7 +555,12 @@ async fn handle_inner(
                 match store.update_event(&info, t.ns.as_deref(), &name, obj, status_only) {
                     Err(Error::Status { code: 409, .. }) if !pinned => continue,
                     Err(e) => return Err(e),
-                    Ok(ev) => return Ok(bytes_response(200, ev.object_json())),
+                    Ok(ev) => {
+                        return Ok(with_warnings(
+                            bytes_response(200, ev.object_json()),
+                            &warnings,
+                        ))
+                    }
                 }
             }
             Err(Error::conflict(&info.group, &info.plural, &name))
@@ -578,6 +594,40 @@ async fn handle_inner(
         }
         _ => Err(Error::method_not_allowed()),
     }
+}
+
+/// Unknown fields under `fieldValidation`: an error when Strict, warnings when Warn.
+fn check_fields(
+    store: &Store,
+    info: &ResourceInfo,
+    obj: &Value,
+    directive: validate::Directive,
+) -> Result<Vec<String>> {
+    if directive == validate::Directive::Ignore {
+        return Ok(Vec::new());
+    }
+    let unknown = validate::unknown_fields(store, info, obj);
+    if unknown.is_empty() {
+        return Ok(unknown);
+    }
+    if directive == validate::Directive::Strict {
+        return Err(Error::bad_request(validate::strict_error(info, &unknown)));
+    }
+    Ok(unknown
+        .iter()
+        .map(|f| format!("unknown field \"{f}\""))
+        .collect())
+}
+
+/// Adds one `Warning: 299 - "..."` header per warning, as kubectl prints them.
+fn with_warnings(mut r: Response<RespBody>, warnings: &[String]) -> Response<RespBody> {
+    for w in warnings {
+        let text = format!("299 - {}", serde_json::Value::String(w.clone()));
+        if let Ok(h) = hyper::header::HeaderValue::from_str(&text) {
+            r.headers_mut().append(hyper::header::WARNING, h);
+        }
+    }
+    r
 }
 
 async fn delete_options(shared: &Shared, req: Request<hyper::body::Incoming>) -> Result<Value> {

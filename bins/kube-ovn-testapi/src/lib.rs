@@ -29,6 +29,7 @@ pub mod proto;
 pub mod resources;
 pub mod select;
 pub mod store;
+pub mod validate;
 
 use std::net::SocketAddr;
 use std::path::Path;

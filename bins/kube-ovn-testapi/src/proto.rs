@@ -417,26 +417,10 @@ fn base64(data: &[u8]) -> String {
 
 /// RFC 3339 in UTC as Go's `metav1.Time` (seconds) and `MicroTime` (microseconds) print it.
 fn rfc3339(secs: i64, nanos: i64, micro: bool) -> String {
-    let days = secs.div_euclid(86_400);
-    let tod = secs.rem_euclid(86_400);
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    let (h, mi, s) = (tod / 3600, tod % 3600 / 60, tod % 60);
-    if micro {
-        format!(
-            "{y:04}-{m:02}-{d:02}T{h:02}:{mi:02}:{s:02}.{:06}Z",
-            nanos / 1000
-        )
-    } else {
-        format!("{y:04}-{m:02}-{d:02}T{h:02}:{mi:02}:{s:02}Z")
+    let s = crate::store::format_rfc3339(secs);
+    match s.strip_suffix('Z') {
+        Some(base) if micro => format!("{base}.{:06}Z", nanos / 1000),
+        _ => s,
     }
 }
 
@@ -538,6 +522,31 @@ mod tests {
             Some("api.apps.v1.Deployment")
         );
         assert_eq!(message_for("v1", "Pod"), Some("api.core.v1.Pod"));
+    }
+
+    #[test]
+    fn bad_bodies_are_bad_requests() {
+        let code = |b: &[u8]| decode_body(b).err().map(|e| e.code());
+        assert_eq!(code(b"{}"), Some(400));
+        // Truncated: typeMeta claims 100 bytes.
+        assert_eq!(code(b"k8s\0\x0a\x64\x0a\x02v1"), Some(400));
+        // A kind the table does not have.
+        let mut body = b"k8s\0\x0a\x0c\x0a\x02v1\x12\x06Widget".to_vec();
+        body.extend_from_slice(b"\x12\x00");
+        assert_eq!(code(&body), Some(415));
+        // A Namespace with a name, a label and an empty time.
+        let meta = b"\x0a\x03foo\x42\x00\x5a\x08\x0a\x01a\x12\x03b\x00c";
+        let mut ns = vec![0x0a, meta.len() as u8];
+        ns.extend_from_slice(meta);
+        let mut body = b"k8s\0\x0a\x0f\x0a\x02v1\x12\x09Namespace\x12".to_vec();
+        body.push(ns.len() as u8);
+        body.extend_from_slice(&ns);
+        let v = decode_body(&body).unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({"apiVersion": "v1", "kind": "Namespace",
+                "metadata": {"name": "foo", "labels": {"a": "b\0c"}}})
+        );
     }
 
     #[test]

@@ -487,6 +487,21 @@ fn kubectl_versions_create_run_expose_apply_explain() {
             "4/red"
         );
 
+        // Typos fail as on a cluster: kubectl leaves them to the server's strict validation.
+        let bad = write(
+            dir.path(),
+            "bad.yaml",
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: bad}\ndatta: {a: b}\n",
+        );
+        let (ok, _, err) = b.kubectl_of(k, &["-n", &ns, "apply", "-f", &bad]);
+        assert!(!ok && err.contains(r#"unknown field "datta""#), "{err}");
+        let gf = write(dir.path(), "g.yaml", &g.replace("size: 3", "colour: red"));
+        let (ok, _, err) = b.kubectl_of(k, &["apply", "-f", &gf]);
+        assert!(
+            !ok && err.contains(r#"unknown field "spec.colour""#),
+            "{err}"
+        );
+
         let out = b.ok_of(k, &["explain", "pods.spec.containers.ports"]);
         assert!(
             out.contains("ContainerPort") && out.contains("containerPort"),
