@@ -78,9 +78,19 @@ def message_type(mod, ty):
     return resolve(mod, t)
 
 
+def openapi_struct(module, name):
+    """k8s-openapi's name of a message (`PodIP` where k8s-pb says `PodIp`), else `name`."""
+    d = os.path.join(OA, *module.split("."))
+    for f in os.listdir(d) if os.path.isdir(d) else []:
+        m = re.search(r"pub (?:struct|enum) (\w+)[ ({]", open(os.path.join(d, f)).read())
+        if m and m.group(1).lower() == name.lower():
+            return m.group(1)
+    return name
+
+
 def openapi_names(module, name):
     """snake -> JSON name from k8s-openapi's deserializer of the same type."""
-    d = os.path.join(OA, *module.split(".")[:-0 or None])
+    d = os.path.join(OA, *module.split("."))
     if not os.path.isdir(d):
         return {}
     for f in os.listdir(d):
@@ -131,7 +141,7 @@ for mod, name in order:
     doc, fields = module(mod)[name]
     names = openapi_names(mod, name)
     esc = lambda s: s.replace("\\", "\\\\").replace("\t", " ").replace("\n", "\\n")
-    print(f"M\t{mod}.{name}\t{esc(doc)}")
+    print(f"M\t{mod}.{openapi_struct(mod, name)}\t{esc(doc)}")
     for attr, tag, field, ty, fdoc in fields:
         a = [x.strip() for x in attr.split(",")]
         json_name = names.get(norm(field))
@@ -144,7 +154,7 @@ for mod, name in order:
             kind = a[0].split(" ")[0]
         if kind == "message":
             m2, n2 = message_type(mod, ty)
-            target = f"{m2}.{n2}"
+            target = f"{m2}.{openapi_struct(m2, n2)}"
         if json_name is None and kind == "message" and names and card == "opt":
             # A Go struct embedded inline: its fields appear in the parent's JSON object.
             sub = module(m2)[n2][1]

@@ -69,10 +69,10 @@ fn message_schema(name: &str) -> Value {
         "IntOrString" => json!({"type": "string", "format": "int-or-string"}),
         "Quantity" => json!({"type": "string"}),
         "FieldsV1" | "RawExtension" => json!({"type": "object"}),
-        "Json"
-        | "JsonSchemaPropsOrArray"
-        | "JsonSchemaPropsOrBool"
-        | "JsonSchemaPropsOrStringArray" => {
+        "JSON"
+        | "JSONSchemaPropsOrArray"
+        | "JSONSchemaPropsOrBool"
+        | "JSONSchemaPropsOrStringArray" => {
             json!({})
         }
         _ => {
@@ -250,6 +250,7 @@ pub fn v3_root(store: &Store) -> Value {
         .iter()
         .map(|r| (r.group.clone(), r.version.clone()))
         .collect();
+    let defs = definitions(store);
     let mut paths = Map::new();
     for (g, v) in gvs {
         let key = if g.is_empty() {
@@ -257,7 +258,7 @@ pub fn v3_root(store: &Store) -> Value {
         } else {
             format!("apis/{g}/{v}")
         };
-        let Some(doc) = v3_group_version(store, &g, &v) else {
+        let Some(doc) = group_version_doc(store, &defs, &g, &v) else {
             continue;
         };
         let mut h = std::collections::hash_map::DefaultHasher::new();
@@ -273,6 +274,15 @@ pub fn v3_root(store: &Store) -> Value {
 /// `/openapi/v3/api/v1`, `/openapi/v3/apis/<group>/<version>`: the kinds of one group version
 /// and every schema they reach.
 pub fn v3_group_version(store: &Store, group: &str, version: &str) -> Option<Value> {
+    group_version_doc(store, &definitions(store), group, version)
+}
+
+fn group_version_doc(
+    store: &Store,
+    defs: &BTreeMap<String, Value>,
+    group: &str,
+    version: &str,
+) -> Option<Value> {
     let infos: Vec<_> = store
         .resources()
         .into_iter()
@@ -281,7 +291,6 @@ pub fn v3_group_version(store: &Store, group: &str, version: &str) -> Option<Val
     if infos.is_empty() {
         return None;
     }
-    let defs = definitions(store);
     let mut paths = Map::new();
     let mut wanted: Vec<String> = vec!["io.k8s.apimachinery.pkg.apis.meta.v1.Patch".into()];
     for info in &infos {

@@ -246,7 +246,7 @@ pub fn decode_message(name: &str, data: &[u8]) -> Result<Value> {
             }
             Ok(s.into())
         }
-        "RawExtension" | "FieldsV1" | "Json" => {
+        "RawExtension" | "FieldsV1" | "JSON" => {
             let mut raw: &[u8] = &[];
             for f in Fields(data) {
                 if let (1, Wire::Len(v)) = f? {
@@ -259,25 +259,34 @@ pub fn decode_message(name: &str, data: &[u8]) -> Result<Value> {
             serde_json::from_slice(raw)
                 .map_err(|e| Error::bad_request(format!("{name}: embedded JSON: {e}")))
         }
-        "JsonSchemaPropsOrArray" | "JsonSchemaPropsOrBool" | "JsonSchemaPropsOrStringArray" => {
-            let mut obj = Map::new();
-            decode_into(name, data, &mut obj)?;
-            let schema = obj.remove("schema");
-            Ok(match (name.rsplit('.').next(), schema) {
-                (Some("JsonSchemaPropsOrArray"), s) => obj
-                    .remove("JSONSchemas")
-                    .filter(|a| a.as_array().is_some_and(|a| !a.is_empty()))
-                    .or(s)
-                    .unwrap_or(Value::Null),
-                (Some("JsonSchemaPropsOrBool"), Some(s)) => s,
-                (Some("JsonSchemaPropsOrBool"), None) => {
-                    obj.remove("allows").unwrap_or(Value::Bool(false))
+        // Unions: a list when one was sent, else the schema, else (OrBool) the boolean.
+        short @ ("JSONSchemaPropsOrArray"
+        | "JSONSchemaPropsOrBool"
+        | "JSONSchemaPropsOrStringArray") => {
+            const PROPS: &str = "apiextensions_apiserver.pkg.apis.apiextensions.v1.JSONSchemaProps";
+            let (mut schema, mut list, mut allows) = (None, Vec::new(), false);
+            let or_bool = short == "JSONSchemaPropsOrBool";
+            for f in Fields(data) {
+                match (f?, or_bool) {
+                    ((1, Wire::Varint(v)), true) => allows = v != 0,
+                    ((2, Wire::Len(v)), true) | ((1, Wire::Len(v)), false) => {
+                        schema = Some(decode_message(PROPS, v)?)
+                    }
+                    ((2, Wire::Len(v)), false) if short == "JSONSchemaPropsOrArray" => {
+                        list.push(decode_message(PROPS, v)?)
+                    }
+                    ((2, Wire::Len(v)), false) => list.push(Value::String(utf8(v)?)),
+                    _ => {}
                 }
-                (_, s) => obj
-                    .remove("property")
-                    .filter(|a| a.as_array().is_some_and(|a| !a.is_empty()))
-                    .or(s)
-                    .unwrap_or(Value::Null),
+            }
+            Ok(if !list.is_empty() {
+                Value::Array(list)
+            } else {
+                schema.unwrap_or(if or_bool {
+                    Value::Bool(allows)
+                } else {
+                    Value::Null
+                })
             })
         }
         _ => {

@@ -136,11 +136,11 @@ fn message_value(message: &str, v: &Value, path: &str, out: &mut Vec<String>) {
             | "Quantity"
             | "FieldsV1"
             | "RawExtension"
-            | "Json"
-            | "JsonSchemaProps"
-            | "JsonSchemaPropsOrArray"
-            | "JsonSchemaPropsOrBool"
-            | "JsonSchemaPropsOrStringArray"
+            | "JSON"
+            | "JSONSchemaProps"
+            | "JSONSchemaPropsOrArray"
+            | "JSONSchemaPropsOrBool"
+            | "JSONSchemaPropsOrStringArray"
     ) {
         return;
     }
