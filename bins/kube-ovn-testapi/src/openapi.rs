@@ -199,7 +199,8 @@ fn object_path(info: &ResourceInfo) -> String {
     }
 }
 
-/// The PATCH content types: strategic merge for the built-in kinds only, as the real server.
+/// The PATCH content types: strategic merge for the built-in kinds only, as the real server
+/// (server-side apply is not served).
 fn patch_types(info: &ResourceInfo) -> Vec<&'static str> {
     let mut t = vec![
         "application/json-patch+json",
@@ -208,7 +209,6 @@ fn patch_types(info: &ResourceInfo) -> Vec<&'static str> {
     if proto::message_for(&info.api_version(), &info.kind).is_some() {
         t.push("application/strategic-merge-patch+json");
     }
-    t.push("application/apply-patch+yaml");
     t
 }
 
