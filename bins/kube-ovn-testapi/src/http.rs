@@ -434,6 +434,12 @@ async fn handle_inner(
     let ns = t.ns.as_deref();
     let table = wants_table(&req);
     let directive = validate::Directive::from_query(q.get("fieldValidation"));
+    if req.method() != Method::GET && q.get("dryRun").is_some_and(|d| !d.is_empty()) {
+        // Refused rather than ignored: ignoring it would persist what the client only tried.
+        return Err(Error::bad_request(
+            "dryRun is not supported by this test API server: nothing was changed",
+        ));
+    }
     match (req.method().clone(), t.name.as_deref()) {
         (Method::GET, Some(name)) if !t.watch => {
             let obj = store.get(&info, ns, name)?;

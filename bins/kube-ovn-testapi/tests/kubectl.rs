@@ -502,6 +502,15 @@ fn kubectl_versions_create_run_expose_apply_explain() {
             "{err}"
         );
 
+        // A server-side dry run must not persist anything.
+        let (ok, _, err) = b.kubectl_of(
+            k,
+            &["-n", &ns, "create", "configmap", "dry", "--dry-run=server"],
+        );
+        assert!(!ok && err.contains("dryRun is not supported"), "{err}");
+        let (ok, _, err) = b.kubectl_of(k, &["-n", &ns, "get", "configmap", "dry"]);
+        assert!(!ok && err.contains("NotFound"), "{err}");
+
         let out = b.ok_of(k, &["explain", "pods.spec.containers.ports"]);
         assert!(
             out.contains("ContainerPort") && out.contains("containerPort"),
