@@ -204,12 +204,22 @@ pub fn decode_body(body: &[u8]) -> Result<Value> {
     let mut obj = Map::new();
     obj.insert("apiVersion".into(), Value::String(api_version));
     obj.insert("kind".into(), Value::String(kind));
-    decode_into(name, raw, &mut obj)?;
+    decode_into(name, raw, &mut obj, 0)?;
     Ok(Value::Object(obj))
 }
 
+/// Deepest nesting decoded: a body of nested messages must not exhaust the stack.
+const MAX_DEPTH: u32 = 100;
+
 /// Decodes one message of type `name` into JSON.
 pub fn decode_message(name: &str, data: &[u8]) -> Result<Value> {
+    message_at(name, data, 0)
+}
+
+fn message_at(name: &str, data: &[u8], depth: u32) -> Result<Value> {
+    if depth > MAX_DEPTH {
+        return Err(Error::bad_request("protobuf: messages nested too deeply"));
+    }
     match name.rsplit('.').next().unwrap_or(name) {
         "Time" | "MicroTime" => {
             let (mut secs, mut nanos) = (None, 0i64);
@@ -270,10 +280,10 @@ pub fn decode_message(name: &str, data: &[u8]) -> Result<Value> {
                 match (f?, or_bool) {
                     ((1, Wire::Varint(v)), true) => allows = v != 0,
                     ((2, Wire::Len(v)), true) | ((1, Wire::Len(v)), false) => {
-                        schema = Some(decode_message(PROPS, v)?)
+                        schema = Some(message_at(PROPS, v, depth + 1)?)
                     }
                     ((2, Wire::Len(v)), false) if short == "JSONSchemaPropsOrArray" => {
-                        list.push(decode_message(PROPS, v)?)
+                        list.push(message_at(PROPS, v, depth + 1)?)
                     }
                     ((2, Wire::Len(v)), false) => list.push(Value::String(utf8(v)?)),
                     _ => {}
@@ -291,13 +301,16 @@ pub fn decode_message(name: &str, data: &[u8]) -> Result<Value> {
         }
         _ => {
             let mut obj = Map::new();
-            decode_into(name, data, &mut obj)?;
+            decode_into(name, data, &mut obj, depth)?;
             Ok(Value::Object(obj))
         }
     }
 }
 
-fn decode_into(name: &str, data: &[u8], obj: &mut Map<String, Value>) -> Result<()> {
+fn decode_into(name: &str, data: &[u8], obj: &mut Map<String, Value>, depth: u32) -> Result<()> {
+    if depth > MAX_DEPTH {
+        return Err(Error::bad_request("protobuf: messages nested too deeply"));
+    }
     let msg = table()
         .messages
         .get(name)
@@ -310,13 +323,13 @@ fn decode_into(name: &str, data: &[u8], obj: &mut Map<String, Value>) -> Result<
         };
         let Some(json) = field.json else {
             if let Wire::Len(v) = wire {
-                decode_into(field.message, v, obj)?;
+                decode_into(field.message, v, obj, depth + 1)?;
             }
             continue;
         };
         match field.card {
             Card::Optional => {
-                let v = scalar(field, field.kind, wire)?;
+                let v = scalar(field, field.kind, wire, depth)?;
                 if !omitted(&v) {
                     obj.insert(json.to_owned(), v);
                 }
@@ -332,7 +345,7 @@ fn decode_into(name: &str, data: &[u8], obj: &mut Map<String, Value>) -> Result<
                             items.push(int(field.kind, v));
                         }
                     }
-                    (k, w) => items.push(scalar(field, k, w)?),
+                    (k, w) => items.push(scalar(field, k, w, depth)?),
                 }
             }
             Card::Map => {
@@ -343,7 +356,7 @@ fn decode_into(name: &str, data: &[u8], obj: &mut Map<String, Value>) -> Result<
                 for e in Fields(entry) {
                     match e? {
                         (1, Wire::Len(k)) => key = utf8(k)?,
-                        (2, w) => value = Some(scalar(field, field.kind, w)?),
+                        (2, w) => value = Some(scalar(field, field.kind, w, depth)?),
                         _ => {}
                     }
                 }
@@ -379,11 +392,11 @@ fn int(kind: Kind, v: u64) -> Value {
     }
 }
 
-fn scalar(field: &Field, kind: Kind, wire: Wire<'_>) -> Result<Value> {
+fn scalar(field: &Field, kind: Kind, wire: Wire<'_>, depth: u32) -> Result<Value> {
     Ok(match (kind, wire) {
         (Kind::String, Wire::Len(v)) => Value::String(utf8(v)?),
         (Kind::Bytes, Wire::Len(v)) => Value::String(base64(v)),
-        (Kind::Message, Wire::Len(v)) => decode_message(field.message, v)?,
+        (Kind::Message, Wire::Len(v)) => message_at(field.message, v, depth + 1)?,
         (Kind::Int32 | Kind::Int64, Wire::Varint(v)) => int(kind, v),
         (Kind::Bool, Wire::Varint(v)) => Value::Bool(v != 0),
         (Kind::Double, Wire::Fixed64(v)) => {
@@ -556,6 +569,29 @@ mod tests {
             serde_json::json!({"apiVersion": "v1", "kind": "Namespace",
                 "metadata": {"name": "foo", "labels": {"a": "b\0c"}}})
         );
+    }
+
+    #[test]
+    fn deep_nesting_is_refused() {
+        // JSONSchemaProps.not (field 28) nested 10000 times.
+        let mut m: Vec<u8> = Vec::new();
+        for _ in 0..10_000 {
+            let mut outer = vec![0xe2, 0x01];
+            let mut len = m.len();
+            while len >= 0x80 {
+                outer.push((len as u8) | 0x80);
+                len >>= 7;
+            }
+            outer.push(len as u8);
+            outer.extend_from_slice(&m);
+            m = outer;
+        }
+        let e = decode_message(
+            "apiextensions_apiserver.pkg.apis.apiextensions.v1.JSONSchemaProps",
+            &m,
+        )
+        .unwrap_err();
+        assert_eq!(e.code(), 400);
     }
 
     #[test]
