@@ -299,10 +299,11 @@ fn route(store: &Store, path: &str) -> Result<Route> {
         },
         _ => return Err(Error::no_resource()),
     };
-    if let Some(sub) = &t.sub {
-        if sub != "status" || !t.info.status {
-            return Err(Error::no_resource());
-        }
+    match t.sub.as_deref() {
+        None => {}
+        Some("status") if t.info.status => {}
+        Some("scale") if t.info.scale && t.name.is_some() && !t.watch => {}
+        Some(_) => return Err(Error::no_resource()),
     }
     Ok(Route::Resource(t))
 }
@@ -434,6 +435,9 @@ async fn handle_inner(
     let ns = t.ns.as_deref();
     let table = wants_table(&req);
     let directive = validate::Directive::from_query(q.get("fieldValidation"));
+    if t.sub.as_deref() == Some("scale") {
+        return scale(shared, &t, req).await;
+    }
     if req.method() != Method::GET && q.get("dryRun").is_some_and(|d| !d.is_empty()) {
         // Refused rather than ignored: ignoring it would persist what the client only tried.
         return Err(Error::bad_request(
@@ -600,6 +604,91 @@ async fn handle_inner(
         }
         _ => Err(Error::method_not_allowed()),
     }
+}
+
+/// The `autoscaling/v1` `Scale` of a workload: its `spec.replicas` and label selector.
+fn scale_of(obj: &Value) -> Value {
+    let selector: Vec<String> = obj
+        .pointer("/spec/selector/matchLabels")
+        .and_then(Value::as_object)
+        .into_iter()
+        .flatten()
+        .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or("")))
+        .collect();
+    let meta = |f: &str| {
+        obj.pointer(&format!("/metadata/{f}"))
+            .cloned()
+            .unwrap_or(Value::Null)
+    };
+    json!({
+        "kind": "Scale",
+        "apiVersion": "autoscaling/v1",
+        "metadata": {"name": meta("name"), "namespace": meta("namespace"), "uid": meta("uid"),
+            "resourceVersion": meta("resourceVersion"), "creationTimestamp": meta("creationTimestamp")},
+        // The real server defaults an absent replicas to 1 on create.
+        "spec": {"replicas": obj.pointer("/spec/replicas").cloned().unwrap_or(json!(1))},
+        "status": {"replicas": obj.pointer("/status/replicas").cloned().unwrap_or(json!(0)),
+            "selector": selector.join(",")},
+    })
+}
+
+/// `.../deployments/NAME/scale`: reads and writes `spec.replicas` through a `Scale`.
+async fn scale(
+    shared: &Arc<Shared>,
+    t: &Target,
+    req: Request<hyper::body::Incoming>,
+) -> Result<Response<RespBody>> {
+    let store = &shared.store;
+    let info = &t.info;
+    let ns = t.ns.as_deref();
+    let name = t.name.as_deref().unwrap_or("");
+    let method = req.method().clone();
+    if method == Method::GET {
+        return Ok(json_response(200, &scale_of(&*store.get(info, ns, name)?)));
+    }
+    let kind = match method {
+        Method::PUT => None,
+        Method::PATCH => Some(PatchKind::from_content_type(
+            req.headers()
+                .get(hyper::header::CONTENT_TYPE)
+                .and_then(|c| c.to_str().ok())
+                .unwrap_or(""),
+        )?),
+        _ => return Err(Error::method_not_allowed()),
+    };
+    let body = read_body(shared, req).await?;
+    let pinned = body
+        .pointer("/metadata/resourceVersion")
+        .is_some_and(|v| v != "");
+    // Optimistic retry as for patches: a write without a resourceVersion never conflicts.
+    for _ in 0..16 {
+        let cur = store.get(info, ns, name)?;
+        let mut sc = scale_of(&cur);
+        match kind {
+            Some(k) => patch::apply(k, &mut sc, &body)?,
+            None => sc = body.clone(),
+        }
+        let replicas = sc
+            .pointer("/spec/replicas")
+            .and_then(Value::as_i64)
+            .filter(|r| (0..=i64::from(i32::MAX)).contains(r))
+            .ok_or_else(|| Error::invalid("spec.replicas: must be a non-negative integer"))?;
+        let mut obj = (*cur).clone();
+        if let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) {
+            spec.insert("replicas".into(), json!(replicas));
+        } else {
+            obj["spec"] = json!({"replicas": replicas});
+        }
+        if pinned {
+            obj["metadata"]["resourceVersion"] = sc["metadata"]["resourceVersion"].clone();
+        }
+        match store.update_event(info, ns, name, obj, false) {
+            Err(Error::Status { code: 409, .. }) if !pinned => continue,
+            Err(e) => return Err(e),
+            Ok(ev) => return Ok(json_response(200, &scale_of(&ev.object))),
+        }
+    }
+    Err(Error::conflict(&info.group, &info.plural, name))
 }
 
 /// Unknown fields under `fieldValidation`: an error when Strict, warnings when Warn.

@@ -435,6 +435,18 @@ fn kubectl_versions_create_run_expose_apply_explain() {
         let c = &dep["spec"]["template"]["spec"]["containers"][0];
         assert_eq!(c["image"], "nginx:1.27", "{dep}");
         assert_eq!(c["ports"][0]["containerPort"], 80, "{dep}");
+        let out = run(&["scale", "deployment", "web", "--replicas=5"]);
+        assert!(out.contains("deployment.apps/web scaled"), "{out}");
+        assert_eq!(
+            run(&[
+                "get",
+                "deployment",
+                "web",
+                "-o",
+                "jsonpath={.spec.replicas}"
+            ]),
+            "5"
+        );
         let pod: serde_json::Value =
             serde_json::from_str(&run(&["get", "pod", "solo", "-o", "json"])).unwrap();
         assert_eq!(pod["metadata"]["labels"]["app"], "solo", "{pod}");
