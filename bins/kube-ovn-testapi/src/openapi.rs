@@ -5,7 +5,8 @@
 //! `apply` (strategic merge where a PATCH operation accepts it). The built-in kinds' schemas come
 //! from [`crate::proto::table`]; a CRD's from its `openAPIV3Schema`, published under the
 //! reversed group name as the real server does (`io.kubeovn.v1.Subnet`). Every kind gets a PATCH
-//! operation tagged `x-kubernetes-group-version-kind` that lists `fieldValidation`.
+//! operation tagged `x-kubernetes-group-version-kind` that lists `fieldValidation`, which the
+//! server honours ([`crate::validate`]).
 //!
 //! kubectl 1.27 and 1.28 only read `/openapi/v2`, and only as protobuf (the gnostic
 //! `openapi.v2.Document`, vendor extensions as YAML text), so v2 is encoded by [`v2_protobuf`].
@@ -607,4 +608,82 @@ fn put_str(out: &mut Vec<u8>, field: u32, s: &str) {
 fn put_bool(out: &mut Vec<u8>, field: u32, b: bool) {
     put_varint(out, u64::from(field) << 3);
     out.push(u8::from(b));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn store_with_crd() -> Store {
+        let store = Store::new(100);
+        let crds = store
+            .resource("apiextensions.k8s.io", "v1", "customresourcedefinitions")
+            .unwrap();
+        let crd = json!({"metadata": {"name": "gizmos.test.kubeovn.io"}, "spec": {
+            "group": "test.kubeovn.io", "scope": "Cluster",
+            "names": {"plural": "gizmos", "kind": "Gizmo"},
+            "versions": [{"name": "v1", "served": true, "storage": true, "schema": {"openAPIV3Schema":
+                {"type": "object", "properties": {"spec": {"type": "object"}}}}}]}});
+        store.create(&crds, None, crd).unwrap();
+        store
+    }
+
+    #[test]
+    fn every_v3_document_resolves_its_refs_and_tags_its_kinds() {
+        let store = store_with_crd();
+        let root = v3_root(&store);
+        let paths = root["paths"].as_object().unwrap();
+        assert!(paths.contains_key("api/v1") && paths.contains_key("apis/test.kubeovn.io/v1"));
+        for key in paths.keys() {
+            let parts: Vec<&str> = key.split('/').collect();
+            let doc = match parts.as_slice() {
+                ["api", v] => v3_group_version(&store, "", v),
+                ["apis", g, v] => v3_group_version(&store, g, v),
+                _ => None,
+            }
+            .unwrap();
+            let schemas = doc["components"]["schemas"].as_object().unwrap();
+            let text = doc.to_string();
+            assert!(!text.contains(REF_V2), "{key}: a v2 ref is left");
+            for r in text.split(REF_V3).skip(1) {
+                let name = r.split('"').next().unwrap();
+                assert!(schemas.contains_key(name), "{key}: {name} is not defined");
+            }
+            for (path, item) in doc["paths"].as_object().unwrap() {
+                let op = &item["patch"];
+                let gvk = &op["x-kubernetes-group-version-kind"];
+                assert!(gvk["kind"].is_string(), "{path}");
+                assert!(op["parameters"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|p| p["name"] == "fieldValidation"));
+                let name = op["responses"]["200"]["content"]["application/json"]["schema"]["$ref"]
+                    .as_str()
+                    .unwrap()
+                    .strip_prefix(REF_V3)
+                    .unwrap();
+                assert_eq!(
+                    schemas[name]["x-kubernetes-group-version-kind"][0], *gvk,
+                    "{path}"
+                );
+            }
+        }
+        let gizmo = v3_group_version(&store, "test.kubeovn.io", "v1").unwrap();
+        let s = &gizmo["components"]["schemas"]["io.kubeovn.test.v1.Gizmo"];
+        assert!(s["properties"]["metadata"]["$ref"].is_string(), "{s}");
+    }
+
+    #[test]
+    fn v2_protobuf_has_every_definition() {
+        let store = store_with_crd();
+        let doc = v2(&store);
+        let pb = v2_protobuf(&doc);
+        // Each definition's name is in the encoding, length-prefixed after field 1.
+        for name in doc["definitions"].as_object().unwrap().keys() {
+            let mut needle = vec![0x0a, name.len() as u8];
+            needle.extend_from_slice(name.as_bytes());
+            assert!(pb.windows(needle.len()).any(|w| w == needle), "{name}");
+        }
+    }
 }

@@ -10,8 +10,10 @@
 //! JSON follows the Go encoding the real server answers with: empty strings, lists and maps are
 //! omitted (their Go fields are `omitempty`), a zero `Time` is omitted, `IntOrString` is a number
 //! or a string, `Quantity` a string, raw extensions and `FieldsV1` embedded JSON, embedded Go
-//! structs inlined. Numbers and booleans are kept as sent: optional ones are pointers in Go,
-//! sent only when set, so a zero that arrives was meant.
+//! structs inlined. Numbers and booleans are kept as sent: the wire does not tell a Go pointer
+//! (sent only when set, its zero meant: `replicas: 0`) from a plain field (always sent, its zero
+//! left out of Go's JSON: `stdin: false`), and keeping the second changes no meaning where
+//! dropping the first would.
 
 use std::collections::HashMap;
 use std::sync::OnceLock;
