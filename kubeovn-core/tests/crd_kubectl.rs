@@ -116,10 +116,7 @@ fn crds_apply_and_kube_ovn_manifests_round_trip() {
 
     // The YAML `kube-ovn-controller crd` prints.
     let crds = write(dir.path(), "crds.yaml", &crd::crds_yaml());
-    let out = kubectl(
-        &kc,
-        &["apply", "--validate=false", "-f", crds.to_str().unwrap()],
-    );
+    let out = kubectl(&kc, &["apply", "-f", crds.to_str().unwrap()]);
     for name in [
         "subnets.kubeovn.io",
         "vpcs.kubeovn.io",
@@ -145,10 +142,7 @@ fn crds_apply_and_kube_ovn_manifests_round_trip() {
     assert_eq!(stored.spec, ours.spec);
 
     let m = write(dir.path(), "m.yaml", MANIFESTS);
-    let out = kubectl(
-        &kc,
-        &["apply", "--validate=false", "-f", m.to_str().unwrap()],
-    );
+    let out = kubectl(&kc, &["apply", "-f", m.to_str().unwrap()]);
     assert!(out.contains("subnet.kubeovn.io/ls1 created"), "{out}");
     assert!(out.contains("vpc.kubeovn.io/test-vpc-1 created"), "{out}");
     assert!(out.contains("ippool.kubeovn.io/pool-1 created"), "{out}");
@@ -194,10 +188,7 @@ fn crds_apply_and_kube_ovn_manifests_round_trip() {
         "ls2.json",
         &serde_json::to_string(&ours).unwrap(),
     );
-    kubectl(
-        &kc,
-        &["create", "--validate=false", "-f", f.to_str().unwrap()],
-    );
+    kubectl(&kc, &["create", "-f", f.to_str().unwrap()]);
     let back: Subnet =
         serde_json::from_str(&kubectl(&kc, &["get", "subnet", "ls2", "-o", "json"])).unwrap();
     assert_eq!(back.spec, ours.spec);

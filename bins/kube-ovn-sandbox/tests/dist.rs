@@ -112,7 +112,6 @@ async fn served_kinds_apply_to_the_api_server() {
     let config = dist().join("config.yaml");
     kubectl(&[
         "create",
-        "--validate=false",
         "-f",
         crds.to_str().unwrap(),
         "-f",

@@ -14,10 +14,13 @@ use serde_json::{json, Value};
 use tokio::sync::{broadcast, mpsc};
 
 use crate::error::{Error, Result};
+use crate::openapi;
 use crate::patch::{self, PatchKind};
+use crate::proto;
 use crate::resources::ResourceInfo;
 use crate::select::Selector;
 use crate::store::{self, Event, EventType, Store};
+use crate::validate;
 
 /// Response body: a whole JSON document or a watch stream.
 pub type RespBody = BoxBody<Bytes, Infallible>;
@@ -296,10 +299,11 @@ fn route(store: &Store, path: &str) -> Result<Route> {
         },
         _ => return Err(Error::no_resource()),
     };
-    if let Some(sub) = &t.sub {
-        if sub != "status" || !t.info.status {
-            return Err(Error::no_resource());
-        }
+    match t.sub.as_deref() {
+        None => {}
+        Some("status") if t.info.status => {}
+        Some("scale") if t.info.scale && t.name.is_some() && !t.watch => {}
+        Some(_) => return Err(Error::no_resource()),
     }
     Ok(Route::Resource(t))
 }
@@ -322,12 +326,14 @@ async fn read_body(shared: &Shared, req: Request<hyper::body::Incoming>) -> Resu
         .and_then(|c| c.to_str().ok())
         .unwrap_or("");
     let base = ct.split(';').next().unwrap_or("").trim();
-    if !(base.is_empty()
+    let protobuf = base == proto::CONTENT_TYPE && req.method() != Method::PATCH;
+    if !(protobuf
+        || base.is_empty()
         || base == "application/json"
         || base.ends_with("+json")
         || req.method() == Method::PATCH)
     {
-        // Protobuf and CBOR are not spoken: client-go falls back to JSON on 415.
+        // CBOR is not spoken: client-go falls back to JSON on 415.
         return Err(Error::unsupported_media(base));
     }
     if let Some(len) = req.headers().get(hyper::header::CONTENT_LENGTH) {
@@ -345,8 +351,47 @@ async fn read_body(shared: &Shared, req: Request<hyper::body::Incoming>) -> Resu
         .await
         .map_err(|_| Error::too_large(shared.max_body))?
         .to_bytes();
+    if protobuf {
+        return proto::decode_body(&body);
+    }
     serde_json::from_slice(&body)
         .map_err(|e| Error::bad_request(format!("the body of the request is not valid JSON: {e}")))
+}
+
+/// `/openapi/v2` (protobuf when asked, as kubectl does), `/openapi/v3` and its group versions.
+fn openapi_response(
+    store: &Store,
+    rest: &str,
+    req: &Request<hyper::body::Incoming>,
+) -> Result<Response<RespBody>> {
+    let segs: Vec<&str> = rest.trim_matches('/').split('/').collect();
+    match segs.as_slice() {
+        ["v2"] => {
+            let doc = openapi::v2(store);
+            let accept = req
+                .headers()
+                .get(hyper::header::ACCEPT)
+                .and_then(|a| a.to_str().ok())
+                .unwrap_or("");
+            if accept.contains(openapi::V2_PROTOBUF) {
+                let mut r = bytes_response(200, Bytes::from(openapi::v2_protobuf(&doc)));
+                r.headers_mut().insert(
+                    hyper::header::CONTENT_TYPE,
+                    hyper::header::HeaderValue::from_static(openapi::V2_PROTOBUF_ANSWER),
+                );
+                return Ok(r);
+            }
+            Ok(json_response(200, &doc))
+        }
+        ["v3"] => Ok(json_response(200, &openapi::v3_root(store))),
+        ["v3", "api", v] => openapi::v3_group_version(store, "", v)
+            .map(|d| json_response(200, &d))
+            .ok_or_else(Error::no_resource),
+        ["v3", "apis", g, v] => openapi::v3_group_version(store, g, v)
+            .map(|d| json_response(200, &d))
+            .ok_or_else(Error::no_resource),
+        _ => Err(Error::no_resource()),
+    }
 }
 
 fn wants_table(req: &Request<hyper::body::Incoming>) -> bool {
@@ -361,8 +406,11 @@ async fn handle_inner(
     req: Request<hyper::body::Incoming>,
 ) -> Result<Response<RespBody>> {
     let path = req.uri().path().to_owned();
-    if path.starts_with("/openapi") {
-        return Err(Error::no_resource());
+    if let Some(rest) = path.strip_prefix("/openapi/") {
+        if req.method() != Method::GET {
+            return Err(Error::method_not_allowed());
+        }
+        return openapi_response(&shared.store, rest, &req);
     }
     if path == "/healthz" || path == "/readyz" || path == "/livez" {
         let mut r = Response::new(Full::new(Bytes::from_static(b"ok")).boxed());
@@ -386,6 +434,16 @@ async fn handle_inner(
     let info = t.info.clone();
     let ns = t.ns.as_deref();
     let table = wants_table(&req);
+    let directive = validate::Directive::from_query(q.get("fieldValidation"));
+    if t.sub.as_deref() == Some("scale") {
+        return scale(shared, &t, req).await;
+    }
+    if req.method() != Method::GET && q.get("dryRun").is_some_and(|d| !d.is_empty()) {
+        // Refused rather than ignored: ignoring it would persist what the client only tried.
+        return Err(Error::bad_request(
+            "dryRun is not supported by this test API server: nothing was changed",
+        ));
+    }
     match (req.method().clone(), t.name.as_deref()) {
         (Method::GET, Some(name)) if !t.watch => {
             let obj = store.get(&info, ns, name)?;
@@ -459,15 +517,23 @@ async fn handle_inner(
                 return Err(Error::method_not_allowed());
             }
             let body = read_body(shared, req).await?;
+            let warnings = check_fields(store, &info, &body, directive)?;
             let ev = store.create_event(&info, ns, body)?;
-            Ok(bytes_response(201, ev.object_json()))
+            Ok(with_warnings(
+                bytes_response(201, ev.object_json()),
+                &warnings,
+            ))
         }
         (Method::PUT, Some(name)) => {
             let name = name.to_owned();
             let status_only = t.sub.is_some();
             let body = read_body(shared, req).await?;
+            let warnings = check_fields(store, &info, &body, directive)?;
             let ev = store.update_event(&info, t.ns.as_deref(), &name, body, status_only)?;
-            Ok(bytes_response(200, ev.object_json()))
+            Ok(with_warnings(
+                bytes_response(200, ev.object_json()),
+                &warnings,
+            ))
         }
         (Method::PATCH, Some(name)) => {
             let name = name.to_owned();
@@ -486,6 +552,7 @@ async fn handle_inner(
                 let cur_rv = cur.pointer("/metadata/resourceVersion").cloned();
                 let mut obj = (*cur).clone();
                 patch::apply(kind, &mut obj, &body)?;
+                let warnings = check_fields(store, &info, &obj, directive)?;
                 let pinned = body.pointer("/metadata/resourceVersion").is_some();
                 if !pinned {
                     if let (Some(m), Some(rv)) = (
@@ -498,7 +565,12 @@ async fn handle_inner(
                 match store.update_event(&info, t.ns.as_deref(), &name, obj, status_only) {
                     Err(Error::Status { code: 409, .. }) if !pinned => continue,
                     Err(e) => return Err(e),
-                    Ok(ev) => return Ok(bytes_response(200, ev.object_json())),
+                    Ok(ev) => {
+                        return Ok(with_warnings(
+                            bytes_response(200, ev.object_json()),
+                            &warnings,
+                        ))
+                    }
                 }
             }
             Err(Error::conflict(&info.group, &info.plural, &name))
@@ -532,6 +604,125 @@ async fn handle_inner(
         }
         _ => Err(Error::method_not_allowed()),
     }
+}
+
+/// The `autoscaling/v1` `Scale` of a workload: its `spec.replicas` and label selector.
+fn scale_of(obj: &Value) -> Value {
+    let selector: Vec<String> = obj
+        .pointer("/spec/selector/matchLabels")
+        .and_then(Value::as_object)
+        .into_iter()
+        .flatten()
+        .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or("")))
+        .collect();
+    let meta = |f: &str| {
+        obj.pointer(&format!("/metadata/{f}"))
+            .cloned()
+            .unwrap_or(Value::Null)
+    };
+    json!({
+        "kind": "Scale",
+        "apiVersion": "autoscaling/v1",
+        "metadata": {"name": meta("name"), "namespace": meta("namespace"), "uid": meta("uid"),
+            "resourceVersion": meta("resourceVersion"), "creationTimestamp": meta("creationTimestamp")},
+        // The real server defaults an absent replicas to 1 on create.
+        "spec": {"replicas": obj.pointer("/spec/replicas").cloned().unwrap_or(json!(1))},
+        "status": {"replicas": obj.pointer("/status/replicas").cloned().unwrap_or(json!(0)),
+            "selector": selector.join(",")},
+    })
+}
+
+/// `.../deployments/NAME/scale`: reads and writes `spec.replicas` through a `Scale`.
+async fn scale(
+    shared: &Arc<Shared>,
+    t: &Target,
+    req: Request<hyper::body::Incoming>,
+) -> Result<Response<RespBody>> {
+    let store = &shared.store;
+    let info = &t.info;
+    let ns = t.ns.as_deref();
+    let name = t.name.as_deref().unwrap_or("");
+    let method = req.method().clone();
+    if method == Method::GET {
+        return Ok(json_response(200, &scale_of(&*store.get(info, ns, name)?)));
+    }
+    let kind = match method {
+        Method::PUT => None,
+        Method::PATCH => Some(PatchKind::from_content_type(
+            req.headers()
+                .get(hyper::header::CONTENT_TYPE)
+                .and_then(|c| c.to_str().ok())
+                .unwrap_or(""),
+        )?),
+        _ => return Err(Error::method_not_allowed()),
+    };
+    let body = read_body(shared, req).await?;
+    let pinned = body
+        .pointer("/metadata/resourceVersion")
+        .is_some_and(|v| v != "");
+    // Optimistic retry as for patches: a write without a resourceVersion never conflicts.
+    for _ in 0..16 {
+        let cur = store.get(info, ns, name)?;
+        let mut sc = scale_of(&cur);
+        match kind {
+            Some(k) => patch::apply(k, &mut sc, &body)?,
+            None => sc = body.clone(),
+        }
+        let replicas = sc
+            .pointer("/spec/replicas")
+            .and_then(Value::as_i64)
+            .filter(|r| (0..=i64::from(i32::MAX)).contains(r))
+            .ok_or_else(|| Error::invalid("spec.replicas: must be a non-negative integer"))?;
+        let mut obj = (*cur).clone();
+        if let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) {
+            spec.insert("replicas".into(), json!(replicas));
+        } else {
+            obj["spec"] = json!({"replicas": replicas});
+        }
+        if pinned {
+            obj["metadata"]["resourceVersion"] = sc["metadata"]["resourceVersion"].clone();
+        }
+        match store.update_event(info, ns, name, obj, false) {
+            Err(Error::Status { code: 409, .. }) if !pinned => continue,
+            Err(e) => return Err(e),
+            Ok(ev) => return Ok(json_response(200, &scale_of(&ev.object))),
+        }
+    }
+    Err(Error::conflict(&info.group, &info.plural, name))
+}
+
+/// Unknown fields under `fieldValidation`: an error when Strict, warnings when Warn.
+fn check_fields(
+    store: &Store,
+    info: &ResourceInfo,
+    obj: &Value,
+    directive: validate::Directive,
+) -> Result<Vec<String>> {
+    if directive == validate::Directive::Ignore {
+        return Ok(Vec::new());
+    }
+    let unknown = validate::unknown_fields(store, info, obj);
+    if unknown.is_empty() {
+        return Ok(unknown);
+    }
+    if directive == validate::Directive::Strict {
+        return Err(Error::bad_request(validate::strict_error(info, &unknown)));
+    }
+    Ok(unknown
+        .iter()
+        .map(|f| format!("unknown field \"{f}\""))
+        .collect())
+}
+
+/// Adds one `Warning: 299 - "..."` header per warning, as kubectl prints them.
+fn with_warnings(mut r: Response<RespBody>, warnings: &[String]) -> Response<RespBody> {
+    for w in warnings {
+        let text = format!("299 - {}", serde_json::Value::String(w.clone()));
+        if let Ok(h) = hyper::header::HeaderValue::from_str(&text) {
+            r.headers_mut().append(hyper::header::WARNING, h);
+        }
+    }
+    r
 }
 
 async fn delete_options(shared: &Shared, req: Request<hyper::body::Incoming>) -> Result<Value> {

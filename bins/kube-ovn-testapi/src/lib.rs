@@ -11,6 +11,12 @@
 //! strategic merge patches, delete with finalizers and deletecollection, all answering errors with
 //! `Status` objects. `kubectl get` receives `Table`s.
 //!
+//! kubectl 1.27 to 1.33 work as against a cluster: the protobuf bodies of typed commands
+//! (`create namespace`, `create deployment`, `run`, `expose`, ...) are decoded ([`proto`]),
+//! `/openapi/v2` (protobuf for kubectl) and `/openapi/v3` describe the built-in kinds and every
+//! CRD ([`openapi`]) for `apply`'s validation and `explain`, and `fieldValidation=Strict` fails
+//! unknown fields as the real server does ([`validate`]).
+//!
 //! ```no_run
 //! # async fn demo() -> Result<(), kube_ovn_testapi::Error> {
 //! let server = kube_ovn_testapi::TestApiServer::start(kube_ovn_testapi::Config::default()).await?;
@@ -23,10 +29,13 @@
 
 pub mod error;
 pub mod http;
+pub mod openapi;
 pub mod patch;
+pub mod proto;
 pub mod resources;
 pub mod select;
 pub mod store;
+pub mod validate;
 
 use std::net::SocketAddr;
 use std::path::Path;

@@ -21,6 +21,8 @@ pub struct ResourceInfo {
     pub short_names: Vec<String>,
     /// Whether the `status` subresource is served.
     pub status: bool,
+    /// Whether the `scale` subresource (`autoscaling/v1` `Scale` over `spec.replicas`) is served.
+    pub scale: bool,
 }
 
 impl ResourceInfo {
@@ -57,6 +59,17 @@ impl ResourceInfo {
                 "verbs": ["get", "patch", "update"],
             }));
         }
+        if self.scale {
+            out.push(json!({
+                "name": format!("{}/scale", self.plural),
+                "singularName": "",
+                "namespaced": self.namespaced,
+                "group": "autoscaling",
+                "version": "v1",
+                "kind": "Scale",
+                "verbs": ["get", "patch", "update"],
+            }));
+        }
         out
     }
 }
@@ -78,6 +91,7 @@ fn builtin(
         namespaced,
         short_names: short.iter().map(|s| (*s).to_owned()).collect(),
         status,
+        scale: group == "apps" && plural != "daemonsets",
     }
 }
 
@@ -100,6 +114,10 @@ pub fn builtins() -> Vec<ResourceInfo> {
             &["sa"],
             false,
         ),
+        builtin("apps", "deployments", "Deployment", true, &["deploy"], true),
+        builtin("apps", "replicasets", "ReplicaSet", true, &["rs"], true),
+        builtin("apps", "daemonsets", "DaemonSet", true, &["ds"], true),
+        builtin("apps", "statefulsets", "StatefulSet", true, &["sts"], true),
         builtin("events.k8s.io", "events", "Event", true, &[], false),
         builtin(
             "discovery.k8s.io",
@@ -183,6 +201,7 @@ pub fn from_crd(crd: &Value) -> Result<Vec<ResourceInfo>, String> {
             namespaced,
             short_names: short_names.clone(),
             status,
+            scale: false,
         });
     }
     Ok(out)

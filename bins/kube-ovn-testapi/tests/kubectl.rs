@@ -34,9 +34,20 @@ impl Binary {
     }
 
     fn kubectl(&self, args: &[&str]) -> (bool, String, String) {
-        let out = Command::new("kubectl")
+        self.kubectl_of(Path::new("kubectl"), args)
+    }
+
+    /// Runs one kubectl binary, with its own discovery and OpenAPI cache in the test's directory.
+    fn kubectl_of(&self, kubectl: &Path, args: &[&str]) -> (bool, String, String) {
+        let out = Command::new(kubectl)
             .arg("--kubeconfig")
             .arg(&self.kubeconfig)
+            .arg("--cache-dir")
+            .arg(
+                self._dir
+                    .path()
+                    .join(format!("cache-{}", kubectl.display()).replace('/', "_")),
+            )
             .args(args)
             .output()
             .unwrap();
@@ -49,8 +60,13 @@ impl Binary {
 
     /// Runs kubectl and returns stdout, failing the test on a non-zero exit.
     fn ok(&self, args: &[&str]) -> String {
-        let (ok, out, err) = self.kubectl(args);
-        assert!(ok, "kubectl {args:?} failed: {err}{out}");
+        self.ok_of(Path::new("kubectl"), args)
+    }
+
+    /// [`Self::ok`] with one kubectl binary.
+    fn ok_of(&self, kubectl: &Path, args: &[&str]) -> String {
+        let (ok, out, err) = self.kubectl_of(kubectl, args);
+        assert!(ok, "{} {args:?} failed: {err}{out}", kubectl.display());
         out
     }
 
@@ -128,7 +144,7 @@ fn kubectl_apply_get_label_annotate_patch_delete() {
     let dir = tempfile::tempdir().unwrap();
     let f = write(dir.path(), "m.yaml", MANIFEST);
 
-    let out = b.ok(&["apply", "--validate=false", "-f", &f]);
+    let out = b.ok(&["apply", "-f", &f]);
     assert!(
         out.contains("pod/web created") && out.contains("configmap/cfg created"),
         "{out}"
@@ -139,7 +155,7 @@ fn kubectl_apply_get_label_annotate_patch_delete() {
         "m2.yaml",
         &MANIFEST.replace("a: \"1\"", "a: \"2\""),
     );
-    let out = b.ok(&["apply", "--validate=false", "-f", &f2]);
+    let out = b.ok(&["apply", "-f", &f2]);
     assert!(
         out.contains("configmap/cfg configured") && out.contains("pod/web unchanged"),
         "{out}"
@@ -261,7 +277,7 @@ spec:
     schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}
 ",
     );
-    b.ok(&["apply", "--validate=false", "-f", &crd]);
+    b.ok(&["apply", "-f", &crd]);
     assert!(b
         .ok(&["api-resources", "--api-group=test.kubeovn.io"])
         .contains("gadgets"));
@@ -281,7 +297,7 @@ spec:
         "g.yaml",
         "apiVersion: test.kubeovn.io/v1\nkind: Gadget\nmetadata: {name: g1}\nspec: {size: 3}\n",
     );
-    b.ok(&["apply", "--validate=false", "-f", &g]);
+    b.ok(&["apply", "-f", &g]);
     b.ok(&["label", "gd", "g1", "a=b"]);
     assert_eq!(
         b.ok(&["get", "gd", "g1", "-o", "jsonpath={.spec.size}"]),
@@ -299,5 +315,233 @@ spec:
             >= 3,
         "{seen}"
     );
+    b.terminate();
+}
+
+/// Every kubectl minor version installed beside `kubectl` (`kubectl.1.27` ... `kubectl.1.33`),
+/// or plain `kubectl` when there are none.
+fn kubectl_versions() -> Vec<PathBuf> {
+    let dir = std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .map(|d| d.join("kubectl"))
+        .find(|k| k.exists())
+        .and_then(|k| std::fs::canonicalize(k).ok())
+        .and_then(|k| k.parent().map(Path::to_path_buf));
+    let mut found: Vec<(u32, PathBuf)> = dir
+        .and_then(|d| std::fs::read_dir(d).ok())
+        .into_iter()
+        .flatten()
+        .filter_map(|e| {
+            let p = e.ok()?.path();
+            let minor = p
+                .file_name()?
+                .to_str()?
+                .strip_prefix("kubectl.1.")?
+                .parse()
+                .ok()?;
+            Some((minor, p))
+        })
+        .collect();
+    found.sort();
+    if found.is_empty() {
+        return vec![PathBuf::from("kubectl")];
+    }
+    found.into_iter().map(|(_, p)| p).collect()
+}
+
+const GADGET_CRD: &str = "apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: gizmos.test.kubeovn.io
+spec:
+  group: test.kubeovn.io
+  scope: Namespaced
+  names: {plural: gizmos, singular: gizmo, kind: Gizmo}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema:
+        type: object
+        description: A gizmo for the kubectl tests.
+        properties:
+          spec:
+            type: object
+            properties:
+              size: {type: integer, description: How big the gizmo is.}
+              color: {type: string}
+";
+
+/// kubectl's typed commands send protobuf bodies (1.32 on), `apply` reads the OpenAPI
+/// documents to validate (v2 protobuf up to 1.28, v3 after) and `explain` renders them: each
+/// installed kubectl version works as against a cluster, without `--validate=false`.
+#[test]
+fn kubectl_versions_create_run_expose_apply_explain() {
+    if !have_kubectl() {
+        return;
+    }
+    let b = Binary::start();
+    let dir = tempfile::tempdir().unwrap();
+    let crd = write(dir.path(), "crd.yaml", GADGET_CRD);
+    b.ok(&["apply", "-f", &crd]);
+    let versions = kubectl_versions();
+    println!("kubectl versions: {versions:?}");
+    for (i, k) in versions.iter().enumerate() {
+        let ns = format!("ns{i}");
+        let out = b.ok_of(k, &["create", "namespace", &ns]);
+        assert!(out.contains(&format!("namespace/{ns} created")), "{out}");
+        let run = |args: &[&str]| {
+            let mut a: Vec<String> = vec!["-n".into(), ns.clone()];
+            a.extend(args.iter().map(|s| (*s).to_owned()));
+            let a: Vec<&str> = a.iter().map(String::as_str).collect();
+            b.ok_of(k, &a)
+        };
+        run(&[
+            "create",
+            "deployment",
+            "web",
+            "--image=nginx:1.27",
+            "--replicas=3",
+            "--port=80",
+        ]);
+        run(&[
+            "run",
+            "solo",
+            "--image=busybox",
+            "--labels=app=solo",
+            "--env=MODE=test",
+        ]);
+        run(&[
+            "expose",
+            "deployment",
+            "web",
+            "--port=8080",
+            "--target-port=80",
+        ]);
+        run(&["create", "configmap", "conf", "--from-literal=k=v"]);
+        run(&[
+            "create",
+            "secret",
+            "generic",
+            "pw",
+            "--from-literal=p=s3cret",
+        ]);
+
+        let dep: serde_json::Value =
+            serde_json::from_str(&run(&["get", "deployment", "web", "-o", "json"])).unwrap();
+        assert_eq!(dep["spec"]["replicas"], 3, "{dep}");
+        assert_eq!(
+            dep["spec"]["selector"]["matchLabels"]["app"], "web",
+            "{dep}"
+        );
+        let c = &dep["spec"]["template"]["spec"]["containers"][0];
+        assert_eq!(c["image"], "nginx:1.27", "{dep}");
+        assert_eq!(c["ports"][0]["containerPort"], 80, "{dep}");
+        let out = run(&["scale", "deployment", "web", "--replicas=5"]);
+        assert!(out.contains("deployment.apps/web scaled"), "{out}");
+        assert_eq!(
+            run(&[
+                "get",
+                "deployment",
+                "web",
+                "-o",
+                "jsonpath={.spec.replicas}"
+            ]),
+            "5"
+        );
+        let pod: serde_json::Value =
+            serde_json::from_str(&run(&["get", "pod", "solo", "-o", "json"])).unwrap();
+        assert_eq!(pod["metadata"]["labels"]["app"], "solo", "{pod}");
+        assert_eq!(
+            pod["spec"]["containers"][0]["env"][0]["value"], "test",
+            "{pod}"
+        );
+        assert!(
+            pod["metadata"]
+                .get("resourceVersion")
+                .is_some_and(|v| v != ""),
+            "{pod}"
+        );
+        let svc: serde_json::Value =
+            serde_json::from_str(&run(&["get", "service", "web", "-o", "json"])).unwrap();
+        assert_eq!(svc["spec"]["ports"][0]["port"], 8080, "{svc}");
+        assert_eq!(svc["spec"]["ports"][0]["targetPort"], 80, "{svc}");
+        assert_eq!(svc["spec"]["selector"]["app"], "web", "{svc}");
+        assert_eq!(
+            run(&["get", "secret", "pw", "-o", "jsonpath={.data.p}"]),
+            "czNjcmV0"
+        );
+
+        // apply validates against the OpenAPI documents, then re-applies through a patch.
+        let m = write(
+            dir.path(),
+            "m.yaml",
+            &MANIFEST.replace("name: cfg", &format!("name: cfg{i}")),
+        );
+        let out = run(&["apply", "-f", &m]);
+        assert!(out.contains("pod/web created"), "{out}");
+        let g = format!("apiVersion: test.kubeovn.io/v1\nkind: Gizmo\nmetadata: {{name: g1, namespace: {ns}}}\nspec: {{size: 3}}\n");
+        let gf = write(dir.path(), "g.yaml", &g);
+        run(&["apply", "-f", &gf]);
+        let gf = write(
+            dir.path(),
+            "g.yaml",
+            &g.replace("size: 3", "size: 4, color: red"),
+        );
+        let out = run(&["apply", "-f", &gf]);
+        assert!(out.contains("gizmo.test.kubeovn.io/g1 configured"), "{out}");
+        assert_eq!(
+            run(&[
+                "get",
+                "gizmo",
+                "g1",
+                "-o",
+                "jsonpath={.spec.size}/{.spec.color}"
+            ]),
+            "4/red"
+        );
+
+        // Typos fail as on a cluster: kubectl leaves them to the server's strict validation.
+        let bad = write(
+            dir.path(),
+            "bad.yaml",
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: bad}\ndatta: {a: b}\n",
+        );
+        let (ok, _, err) = b.kubectl_of(k, &["-n", &ns, "apply", "-f", &bad]);
+        assert!(!ok && err.contains(r#"unknown field "datta""#), "{err}");
+        let gf = write(dir.path(), "g.yaml", &g.replace("size: 3", "colour: red"));
+        let (ok, _, err) = b.kubectl_of(k, &["apply", "-f", &gf]);
+        assert!(
+            !ok && err.contains(r#"unknown field "spec.colour""#),
+            "{err}"
+        );
+
+        // A server-side dry run must not persist anything.
+        let (ok, _, err) = b.kubectl_of(
+            k,
+            &["-n", &ns, "create", "configmap", "dry", "--dry-run=server"],
+        );
+        assert!(!ok && err.contains("dryRun is not supported"), "{err}");
+        let (ok, _, err) = b.kubectl_of(k, &["-n", &ns, "get", "configmap", "dry"]);
+        assert!(!ok && err.contains("NotFound"), "{err}");
+
+        let out = b.ok_of(k, &["explain", "pods.spec.containers.ports"]);
+        assert!(
+            out.contains("ContainerPort") && out.contains("containerPort"),
+            "{out}"
+        );
+        let out = b.ok_of(k, &["explain", "deployments.spec"]);
+        assert!(
+            out.contains("replicas") && out.contains("template"),
+            "{out}"
+        );
+        let out = b.ok_of(k, &["explain", "gizmos.spec"]);
+        assert!(
+            out.contains("How big the gizmo is") && out.contains("color"),
+            "{out}"
+        );
+    }
     b.terminate();
 }

@@ -249,10 +249,7 @@ impl Env {
     /// `kubectl apply -f -` of a YAML/JSON text.
     pub async fn apply(&self, doc: &str) {
         let (ok, _, err) = self
-            .kubectl_io(
-                &["apply", "--validate=false", "-f", "-"],
-                Some(doc.to_owned()),
-            )
+            .kubectl_io(&["apply", "-f", "-"], Some(doc.to_owned()))
             .await;
         assert!(ok, "kubectl apply: {err}\n{doc}");
     }

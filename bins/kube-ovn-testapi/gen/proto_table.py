@@ -1,0 +1,170 @@
+#!/usr/bin/env python3
+"""Writes src/kinds.table: the protobuf fields and OpenAPI shapes of the built-in kinds served.
+
+Read from the k8s-pb crate (message names, field numbers, types, doc comments) and the k8s-openapi
+crate (JSON field names, which protobuf's snake_case loses: `clusterIP`, `$ref`). Both come from
+crates.io; run after `cargo fetch` with their source directories:
+
+    python3 gen/proto_table.py ~/.cargo/registry/src/*/k8s-pb-0.9.0 \
+        ~/.cargo/registry/src/*/k8s-openapi-0.29.0/src/v1_37 > src/kinds.table
+"""
+import os
+import re
+import sys
+
+PB, OA = sys.argv[1], sys.argv[2]
+
+# (module, kind): the roots, every message reachable from them is written.
+ROOTS = [
+    ("api.core.v1", k)
+    for k in ["Namespace", "Pod", "Node", "Service", "Endpoints", "Event", "ConfigMap", "Secret",
+              "ServiceAccount"]
+] + [
+    ("api.apps.v1", k) for k in ["Deployment", "ReplicaSet", "DaemonSet", "StatefulSet"]
+] + [
+    ("api.events.v1", "Event"),
+    ("api.discovery.v1", "EndpointSlice"),
+    ("api.networking.v1", "NetworkPolicy"),
+    ("api.coordination.v1", "Lease"),
+    ("apiextensions_apiserver.pkg.apis.apiextensions.v1", "CustomResourceDefinition"),
+]
+
+FIELD_RE = re.compile(r"#\[prost\(([^\]]*?)tag = \"(\d+)\"\)\]\s*pub (r#)?(\w+):\s*(.*?),(?=\n\s*(?:///|#\[)|\s*$)", re.S)
+
+
+def parse_module(path, module):
+    """Messages of one k8s-pb mod.rs: name -> (doc, [fields])."""
+    text = open(path).read()
+    out = {}
+    for m in re.finditer(r"((?:[ \t]*///[^\n]*\n)*)#\[derive[^\n]*\n(?:#\[[^\n]*\n)*pub struct (\w+) \{(.*?)\}\n",
+                         text, re.S):
+        doc, name, body = m.group(1), m.group(2), m.group(3)
+        fields = []
+        pos = 0
+        for f in FIELD_RE.finditer(body):
+            fdoc = body[pos:f.start()]
+            pos = f.end()
+            fields.append((f.group(1).strip().rstrip(","), int(f.group(2)), f.group(4), f.group(5),
+                           comment(fdoc)))
+        out[name] = (comment(doc), fields)
+    return out
+
+
+def comment(block):
+    lines = [l.strip()[3:].strip() if l.strip().startswith("///") else None for l in block.split("\n")]
+    lines = [l for l in lines if l is not None and not l.startswith("+")]
+    text = "\n".join(lines).strip()
+    text = re.sub(r"<(https?://[^>]*)>", r"\1", text)
+    return re.sub(r"(?<!\n)\n(?!\n)", " ", text)
+
+
+def resolve(module, ty):
+    """A Rust type path relative to `module` -> (module, name)."""
+    ty = re.sub(r"::prost::alloc::boxed::Box<(.*)>", r"\1", ty)
+    parts = ty.split("::")
+    mod = module.split(".")
+    while parts[0] == "super":
+        mod = mod[:-1]
+        parts = parts[1:]
+    return ".".join(mod + parts[:-1]), parts[-1]
+
+
+def message_type(mod, ty):
+    """The message a field's Rust type holds: (module, name)."""
+    t = re.sub(r"\s+", "", ty).replace(",>", ">")
+    t = re.sub(r"^(::core::option::Option|::prost::alloc::vec::Vec)<", "", t)
+    t = re.sub(r"^::prost::alloc::collections::BTreeMap<[^,]*,|^::std::collections::BTreeMap<[^,]*,", "", t)
+    t = t.replace("::prost::alloc::boxed::Box<", "").rstrip(">")
+    return resolve(mod, t)
+
+
+def openapi_struct(module, name):
+    """k8s-openapi's name of a message (`PodIP` where k8s-pb says `PodIp`), else `name`."""
+    d = os.path.join(OA, *module.split("."))
+    for f in os.listdir(d) if os.path.isdir(d) else []:
+        m = re.search(r"pub (?:struct|enum) (\w+)[ ({]", open(os.path.join(d, f)).read())
+        if m and m.group(1).lower() == name.lower():
+            return m.group(1)
+    return name
+
+
+def openapi_names(module, name):
+    """snake -> JSON name from k8s-openapi's deserializer of the same type."""
+    d = os.path.join(OA, *module.split("."))
+    if not os.path.isdir(d):
+        return {}
+    for f in os.listdir(d):
+        text = open(os.path.join(d, f)).read()
+        m = re.search(r"pub struct (\w+) \{", text)
+        if m and m.group(1).lower() == name.lower():
+            return {norm(s): j for j, s in re.findall(r'"([^"]+)" => Field::Key_(\w+),', text)}
+    return {}
+
+
+def norm(s):
+    """Snake names compared without underscores: k8s-pb splits `podCIDRs` as `pod_cid_rs`."""
+    s = {"ref_path": "ref", "type_": "type", "enum_": "enum"}.get(s, s)
+    return s.replace("_", "")
+
+
+def camel(s):
+    p = s.split("_")
+    return p[0] + "".join(x[:1].upper() + x[1:] for x in p[1:])
+
+
+modules = {}
+
+
+def module(mod):
+    if mod not in modules:
+        modules[mod] = parse_module(os.path.join(PB, "src", *mod.split("."), "mod.rs"), mod)
+    return modules[mod]
+
+
+SCALARS = {"string", "int32", "int64", "bool", "double", "bytes"}
+seen, order, queue = set(), [], list(ROOTS)
+while queue:
+    mod, name = queue.pop(0)
+    if (mod, name) in seen:
+        continue
+    seen.add((mod, name))
+    order.append((mod, name))
+    for attr, _tag, _f, ty, _d in module(mod)[name][1]:
+        if "message" in attr:
+            queue.append(message_type(mod, ty))
+
+print("# Generated by gen/proto_table.py from k8s-pb 0.9.0 and k8s-openapi 0.29.0 (v1_37): do not edit.")
+print("# M <proto message> <description>")
+print("# F <number> <json name> <type> <opt|rep|map> <message or -> <description>")
+unmatched = []
+for mod, name in order:
+    doc, fields = module(mod)[name]
+    names = openapi_names(mod, name)
+    esc = lambda s: s.replace("\\", "\\\\").replace("\t", " ").replace("\n", "\\n")
+    print(f"M\t{mod}.{openapi_struct(mod, name)}\t{esc(doc)}")
+    for attr, tag, field, ty, fdoc in fields:
+        a = [x.strip() for x in attr.split(",")]
+        json_name = names.get(norm(field))
+        target = "-"
+        if a[0].startswith("btree_map"):
+            card = "map"
+            kind = attr.split('"')[1].split(",")[1].strip()
+        else:
+            card = "rep" if "repeated" in a else "opt"
+            kind = a[0].split(" ")[0]
+        if kind == "message":
+            m2, n2 = message_type(mod, ty)
+            target = f"{m2}.{openapi_struct(m2, n2)}"
+        if json_name is None and kind == "message" and names and card == "opt":
+            # A Go struct embedded inline: its fields appear in the parent's JSON object.
+            sub = module(m2)[n2][1]
+            if sub and all(norm(f[2]) in names for f in sub):
+                json_name = "-"
+        if json_name is None:
+            json_name = camel(field)
+            if names:
+                unmatched.append(f"{mod}.{name}.{field} -> {json_name}")
+        assert kind in SCALARS or kind == "message", (mod, name, field, attr)
+        print(f"F\t{tag}\t{json_name}\t{kind}\t{card}\t{target}\t{esc(fdoc)}")
+for u in unmatched:
+    print("unmatched:", u, file=sys.stderr)
