@@ -96,6 +96,17 @@ pub fn spawn_server(
         .expect("spawn ovsdb-server")
 }
 
+/// Sends `sig` to `pid` (a child of the test).
+fn signal_pid(pid: u32, sig: &str) {
+    assert!(pid > 0, "not running");
+    let st = Command::new("kill")
+        .arg(format!("-{sig}"))
+        .arg(pid.to_string())
+        .status()
+        .expect("kill");
+    assert!(st.success());
+}
+
 pub fn free_port() -> u16 {
     let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     l.local_addr().expect("addr").port()
@@ -239,6 +250,11 @@ impl OvsdbServer {
     /// The server's pid (0 when killed).
     pub fn pid(&self) -> u32 {
         self.child.as_ref().map_or(0, Child::id)
+    }
+
+    /// Sends `sig` (`STOP`, `CONT`) to the server, our own child, by pid.
+    pub fn signal(&self, sig: &str) {
+        signal_pid(self.pid(), sig);
     }
 
     /// The server log so far.
@@ -408,14 +424,7 @@ impl Cluster {
 
     /// Sends `sig` (`STOP`, `CONT`) to member i, our own child, by pid.
     pub fn signal(&self, i: usize, sig: &str) {
-        let pid = self.pid(i);
-        assert!(pid > 0);
-        let st = Command::new("kill")
-            .arg(format!("-{sig}"))
-            .arg(pid.to_string())
-            .status()
-            .expect("kill");
-        assert!(st.success());
+        signal_pid(self.pid(i), sig);
     }
 
     /// Starts member i again on its socket and database.
