@@ -31,7 +31,7 @@ use std::time::Duration;
 
 use tokio::sync::{broadcast, watch};
 
-use crate::client::{Client, MonitorStream};
+use crate::client::{Client, ConnectionId, MonitorStream};
 use crate::datum::{Atom, AtomType, Datum};
 use crate::error::Error;
 use crate::model::{Model, ModelError};
@@ -801,6 +801,8 @@ struct Inner {
     generation: watch::Sender<u64>,
     closed: watch::Sender<Option<String>>,
     online: watch::Sender<bool>,
+    /// The connection the monitor runs on (set before `online` turns true).
+    monitored: std::sync::Mutex<Option<ConnectionId>>,
     resyncs: std::sync::atomic::AtomicU64,
     full_resyncs: std::sync::atomic::AtomicU64,
     task: std::sync::Mutex<Option<tokio::task::AbortHandle>>,
@@ -955,6 +957,7 @@ impl CacheBuilder {
                 generation: watch::Sender::new(0),
                 closed: watch::Sender::new(None),
                 online: watch::Sender::new(false),
+                monitored: std::sync::Mutex::new(None),
                 resyncs: std::sync::atomic::AtomicU64::new(0),
                 full_resyncs: std::sync::atomic::AtomicU64::new(0),
                 task: std::sync::Mutex::new(None),
@@ -1001,6 +1004,7 @@ impl CacheBuilder {
             .inner
             .resyncs
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        cache.set_monitored(client);
         cache.inner.online.send_replace(true);
         let weak = Arc::downgrade(&cache.inner);
         let h = tokio::spawn(run(weak, stream));
@@ -1081,6 +1085,7 @@ async fn resume(
         .inner
         .resyncs
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    cache.set_monitored(client);
     cache.inner.online.send_replace(true);
     Ok(stream)
 }
@@ -1208,6 +1213,40 @@ impl Cache {
             .await
             .map(|r| r.is_ok())
             .unwrap_or(false)
+    }
+
+    fn set_monitored(&self, client: &Client) {
+        if let Ok(mut m) = self.inner.monitored.lock() {
+            *m = Some(client.connection_id());
+        }
+    }
+
+    fn monitors(&self, client: &Client) -> bool {
+        self.inner
+            .monitored
+            .lock()
+            .is_ok_and(|m| m.as_ref().is_some_and(|id| id.is(client)))
+    }
+
+    /// Whether the replica is online and its monitor runs on `client`'s connection. It then shows every
+    /// change committed before that connection was made, so the outcome of a transaction sent on an earlier
+    /// connection (one whose reply never came, [`Error::OutcomeUnknown`]) can be read from it, and every
+    /// later change on `client` arrives in order after its reply.
+    pub fn follows(&self, client: &Client) -> bool {
+        *self.inner.online.borrow() && self.monitors(client)
+    }
+
+    /// Waits until the replica [`follows`](Cache::follows) `client`, up to `timeout`; false on timeout or
+    /// when `client`'s connection has closed meanwhile.
+    pub async fn wait_follows(&self, client: &Client, timeout: Duration) -> bool {
+        let mut rx = self.inner.online.subscribe();
+        // `monitored` is set before `online` turns true, so each resume wakes this up after the switch.
+        let waited = tokio::time::timeout(
+            timeout,
+            rx.wait_for(|o| (*o && self.monitors(client)) || client.is_closed()),
+        )
+        .await;
+        waited.is_ok_and(|r| r.is_ok()) && self.follows(client)
     }
 
     /// How many times the monitor was (re)started (1 after the first start).

@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use serde::Serialize;
@@ -316,6 +316,18 @@ struct Shared {
     next_monitor: AtomicU64,
 }
 
+/// Names a connection without keeping it alive (a weak reference, so its address is not reused while the
+/// name exists).
+#[derive(Clone)]
+pub(crate) struct ConnectionId(Weak<Shared>);
+
+impl ConnectionId {
+    /// Whether `c` is a handle on the connection named.
+    pub(crate) fn is(&self, c: &Client) -> bool {
+        std::ptr::eq(self.0.as_ptr(), Arc::as_ptr(&c.shared))
+    }
+}
+
 /// A handle on one OVSDB connection; cheap to clone, all clones share the connection. The connection's task
 /// ends when the last handle is dropped and no request is waiting.
 #[derive(Clone)]
@@ -350,6 +362,16 @@ impl Client {
     /// The remote this client is connected to.
     pub fn remote(&self) -> &str {
         &self.shared.remote
+    }
+
+    /// Whether `self` and `other` are handles on the same connection.
+    pub fn same_connection(&self, other: &Client) -> bool {
+        Arc::ptr_eq(&self.shared, &other.shared)
+    }
+
+    /// Names this connection without keeping it alive.
+    pub(crate) fn connection_id(&self) -> ConnectionId {
+        ConnectionId(Arc::downgrade(&self.shared))
     }
 
     /// Whether the connection has stopped (closed by either side or failed).

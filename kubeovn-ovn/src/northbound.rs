@@ -909,7 +909,10 @@ impl OvsdbNorthbound {
 
     /// Uses a reconnecting `session` (see [`Session`]): the replica resumes after reconnects and each commit
     /// goes to the session's current connection (the leader, with a leader-only session). A commit whose
-    /// connection dies before the reply fails with [`Error::OutcomeUnknown`]; it is never retried.
+    /// connection dies before the reply fails with [`Error::OutcomeUnknown`]; it is never retried here. Each
+    /// commit is planned once the replica follows the connection it is sent on, so committing the same batch
+    /// again after an unknown outcome re-checks it against a replica that shows whether it went through:
+    /// what is already in place is not sent twice.
     pub async fn with_session(session: Session, extra_keys: &[&str]) -> Result<Self, Error> {
         let client = session.client().await?;
         let cache = Self::cache_builder(extra_keys)

@@ -539,7 +539,10 @@ mod server_tests {
 }
 
 /// The connection a high-level API writes on: with a session, its current (or a new) connection once the
-/// replica is back online, since a write is planned against the replica; without one, the fixed client.
+/// replica follows that very connection ([`crate::cache::Cache::follows`]), since a write is planned against
+/// the replica: after a transaction whose outcome is unknown, the next plan is made on a replica resumed on a
+/// newer connection, which shows whether it committed, so it is re-checked and never applied twice. Without a
+/// session, the fixed client.
 pub(crate) async fn write_client(
     session: Option<&Session>,
     fixed: &Client,
@@ -549,8 +552,25 @@ pub(crate) async fn write_client(
     let Some(s) = session else {
         return Ok(fixed.clone());
     };
-    if !cache.wait_online(wait).await {
-        return Err(Error::Disconnected("the replica is resynchronising".into()));
+    let deadline = tokio::time::Instant::now() + wait;
+    loop {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        if !cache.wait_online(left).await {
+            return Err(Error::Disconnected("the replica is resynchronising".into()));
+        }
+        let c = s.client().await?;
+        if cache.follows(&c) {
+            return Ok(c);
+        }
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        if cache.wait_follows(&c, left).await {
+            return Ok(c);
+        }
+        if !c.is_closed() || tokio::time::Instant::now() >= deadline {
+            return Err(Error::Disconnected(
+                "the replica did not resume on the current connection in time".into(),
+            ));
+        }
+        // That connection died before the replica moved to it: try the next one.
     }
-    s.client().await
 }

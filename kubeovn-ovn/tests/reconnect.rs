@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use common::{Cluster, OvsdbServer, Storage};
 use kubeovn_ovn::cache::{Cache, EventKind, RowEvent};
-use kubeovn_ovn::northbound::{Batch, Northbound, OvsdbNorthbound, SwitchPort};
+use kubeovn_ovn::northbound::{Batch, Northbound, OvsdbNorthbound, RouterPolicy, SwitchPort};
 use kubeovn_ovn::ops::{Condition, Operation, Transaction};
 use kubeovn_ovn::session::{Backoff, Session};
 use kubeovn_ovn::{Datum, Error, Uuid};
@@ -267,6 +267,60 @@ async fn standalone_kill9_restart_converges() {
 #[tokio::test]
 async fn clustered_kill9_restart_converges() {
     kill_restart(Storage::Clustered).await;
+}
+
+/// A commit whose outcome is unknown (our connection closed while the frozen server held the request) is
+/// committed again: it is planned against the replica resumed on the new connection, which shows whether the
+/// first one went through, so the policy exists once. The policy table has no unique index: a blind retry
+/// would add a second row.
+#[tokio::test]
+async fn an_unknown_outcome_is_rechecked_not_applied_twice() {
+    let Some(srv) = OvsdbServer::start("ovn-nb.ovsschema", Storage::Standalone, false) else {
+        return;
+    };
+    if !common::have("ovn-nbctl") {
+        return;
+    }
+    srv.ctl("ovn-nbctl", &["lr-add", "lr0"]);
+    let session = Session::builder(&srv.unix_remote())
+        .unwrap()
+        .backoff(backoff())
+        .connect()
+        .await
+        .unwrap();
+    let nb = OvsdbNorthbound::with_session(session.clone(), &[])
+        .await
+        .unwrap()
+        .cache_wait(Duration::from_secs(5));
+    let policy = || RouterPolicy::new("lr0", 1000, "ip4.src == 10.0.0.1", "allow");
+    let commit = |nb: &OvsdbNorthbound| {
+        let nb = nb.clone();
+        tokio::spawn(async move { policy().execute(&nb).await })
+    };
+    assert!(
+        nb.cache()
+            .wait_for(Duration::from_secs(5), |v| v
+                .lookup("Logical_Router", "name", "lr0")
+                .is_some())
+            .await
+    );
+    srv.signal("STOP");
+    let first = commit(&nb);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let cut = session.current().unwrap();
+    cut.close("test: cut off before the reply");
+    let r = first.await.unwrap();
+    assert!(matches!(r, Err(Error::OutcomeUnknown(_))), "{r:?}");
+    // Again at once, while the server still holds the first request unread.
+    let again = commit(&nb);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    srv.signal("CONT");
+    again.await.unwrap().unwrap();
+    let c = session.current().unwrap();
+    assert!(!c.same_connection(&cut) && nb.cache().follows(&c));
+    let list = srv.ctl("ovn-nbctl", &["lr-policy-list", "lr0"]);
+    assert_eq!(list.matches("ip4.src == 10.0.0.1").count(), 1, "{list}");
+    assert_eq!(nb.policies("lr0").len(), 1);
 }
 
 #[tokio::test]

@@ -162,8 +162,8 @@ async fn main() {
         .prefix("ctrl-bench")
         .tempdir()
         .unwrap();
-    let nbs = common::Nb::start(dir.path());
-    let nb_addr = nbs.remote();
+    let nbs = common::start_nb().expect("ovsdb-server");
+    let nb_addr = nbs.unix_remote();
 
     // NB preload: foreign ports (no vendor=kube-ovn), so the controller only replicates them.
     let t = Instant::now();

@@ -1,7 +1,8 @@
 //! Kube-OVN controller: translates Kubernetes objects into OVN northbound state.
 //!
 //! A thin binary around [`kubeovn_core::controller`]: command-line flags (Kube-OVN's names where they
-//! exist), a stderr log subscriber for `tracing`, and a `/metrics` endpoint.
+//! exist), the northbound as a reconnecting session over every `--ovn-nb-addr` remote ([`connect_nb`]), a
+//! stderr log subscriber for `tracing`, and a `/metrics` endpoint.
 //!
 //! ```
 //! let args = kube_ovn_controller::Args::parse(["--ovn-nb-addr", "unix:/tmp/nb.sock", "--default-cidr", "10.17.0.0/16"])
@@ -14,15 +15,18 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use kubeovn_core::controller::{Config, LeaseConfig, Metrics};
+use kubeovn_ovn::northbound::{OvsdbNorthbound, NB_DB};
+use kubeovn_ovn::session::{Backoff, Session};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// Usage text.
-pub const USAGE: &str = "usage: kube-ovn-controller [crd] [--kubeconfig FILE] [--ovn-nb-addr unix:PATH|tcp:IP:PORT|ssl:IP:PORT]
+pub const USAGE: &str = "usage: kube-ovn-controller [crd] [--kubeconfig FILE] [--ovn-nb-addr REMOTE[,REMOTE...]]
   [--default-ls NAME] [--default-cidr CIDR] [--default-gateway IP] [--default-exclude-ips IPS]
   [--node-switch NAME] [--node-switch-cidr CIDR] [--node-switch-gateway IP] [--cluster-router NAME]
   [--service-cluster-ip-range CIDR[,CIDR]]
   [--metrics-addr IP:PORT] [--leader-elect] [--lease-namespace NS] [--pod-name NAME]
-  [--gc-interval SECONDS] [--pod-workers N] [--log-level error|warn|info|debug]";
+  [--gc-interval SECONDS] [--pod-workers N] [--log-level error|warn|info|debug]
+REMOTE: unix:PATH, tcp:IP:PORT or ssl:IP:PORT; several (a raft cluster) comma-separated, writes go to the leader";
 
 /// What the binary is asked to do.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,7 +44,7 @@ pub struct Args {
     pub command: Command,
     /// Kubeconfig (None: in-cluster or the default kubeconfig).
     pub kubeconfig: Option<PathBuf>,
-    /// Northbound address.
+    /// Northbound remotes, comma-separated.
     pub nb_addr: String,
     /// Metrics listen address (None: no metrics server).
     pub metrics_addr: Option<SocketAddr>,
@@ -258,6 +262,25 @@ pub async fn client(kubeconfig: Option<&std::path::Path>) -> Result<kube::Client
     kube::Client::try_from(config).map_err(|e| Error::Kube(e.to_string()))
 }
 
+/// The reconnect backoff towards the northbound: short enough that work waiting on a restarted northbound
+/// resumes within seconds of its return.
+pub const NB_BACKOFF: Backoff = Backoff {
+    initial: Duration::from_millis(100),
+    max: Duration::from_secs(2),
+    factor: 2,
+};
+
+/// The northbound over a reconnecting session on every remote of `addr` (comma-separated: the members of a
+/// raft cluster), writing to the leader only; the replica resumes after each reconnect.
+pub async fn connect_nb(addr: &str) -> Result<OvsdbNorthbound, kubeovn_ovn::Error> {
+    let session = Session::builder(addr)?
+        .backoff(NB_BACKOFF)
+        .leader_only(NB_DB)
+        .connect()
+        .await?;
+    OvsdbNorthbound::with_session(session, &[]).await
+}
+
 /// Runs the controller as the binary does, until `shutdown`.
 pub async fn run(
     args: Args,
@@ -267,12 +290,10 @@ pub async fn run(
     // The northbound replica fills while the controller lists from Kubernetes.
     let nb_addr = args.nb_addr.clone();
     let nb = async move {
-        let nb = kubeovn_ovn::northbound::OvsdbNorthbound::connect(&nb_addr)
-            .await
-            .map_err(|source| {
-                tracing::error!(addr = %nb_addr, error = %source, "northbound connection");
-                source
-            })?;
+        let nb = connect_nb(&nb_addr).await.map_err(|source| {
+            tracing::error!(addr = %nb_addr, error = %source, "northbound connection");
+            source
+        })?;
         Ok(std::sync::Arc::new(nb) as std::sync::Arc<dyn kubeovn_ovn::northbound::Northbound>)
     };
     let controller = kubeovn_core::controller::Controller::connecting(client, nb, args.config);

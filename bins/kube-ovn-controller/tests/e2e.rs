@@ -541,7 +541,7 @@ async fn binary_serves_pods_and_metrics() {
         .arg("--kubeconfig")
         .arg(&env.kubeconfig)
         .arg("--ovn-nb-addr")
-        .arg(env.nb.remote())
+        .arg(env.nb.unix_remote())
         .args([
             "--default-cidr",
             "10.17.0.0/16",

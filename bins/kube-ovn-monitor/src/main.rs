@@ -1,5 +1,8 @@
 //! `kube-ovn-monitor`: Prometheus metrics of the OVN databases. Every interval it connects (or stays
-//! connected) to the northbound and southbound ovsdb-servers and times a one-row read transaction:
+//! connected) to the northbound and southbound ovsdb-servers and times a one-row read transaction. Each
+//! database is a reconnecting session over its comma-separated remotes (any member of a raft cluster): a
+//! connection that died since the last round is replaced before the probe, so a restarted database is
+//! reported up at the first round after its return.
 //!
 //! - `kube_ovn_monitor_db_connected{db}`: 1 while the database answers, else 0;
 //! - `kube_ovn_monitor_db_transaction_seconds{db}`: histogram of the probe transactions' round trips;
@@ -18,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use kube_ovn_sandbox::state::StateDir;
 use kubeovn_ovn::ops::{Operation, Transaction};
-use kubeovn_ovn::Client;
+use kubeovn_ovn::session::{Backoff, Session};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -94,35 +97,70 @@ struct Db {
     schema: &'static str,
     table: &'static str,
     remote: String,
-    client: Option<Client>,
+    session: Option<Session>,
 }
 
 impl Db {
+    fn new(name: &'static str, schema: &'static str, table: &'static str, remote: String) -> Db {
+        Db {
+            name,
+            schema,
+            table,
+            remote,
+            session: None,
+        }
+    }
+
+    /// The session, made on first success; it then reconnects by itself, trying the remotes for up to
+    /// `timeout` per request.
+    async fn session(&mut self, timeout: Duration) -> Result<Session, String> {
+        if let Some(s) = &self.session {
+            return Ok(s.clone());
+        }
+        let s = Session::builder(&self.remote)
+            .map_err(|e| e.to_string())?
+            .retry_for(Some(timeout))
+            .backoff(Backoff {
+                initial: Duration::from_millis(50),
+                max: Duration::from_millis(500),
+                factor: 2,
+            })
+            .connect();
+        let s = tokio::time::timeout(timeout, s)
+            .await
+            .map_err(|_| format!("connect {}: timed out", self.remote))?
+            .map_err(|e| format!("connect {}: {e}", self.remote))?;
+        self.session = Some(s.clone());
+        Ok(s)
+    }
+
     /// Connects if needed and times one read; the round trip or why not.
     async fn probe(&mut self, timeout: Duration) -> Result<Duration, String> {
-        if self.client.is_none() {
-            let c = tokio::time::timeout(timeout, Client::connect(&self.remote))
+        let s = self.session(timeout).await?;
+        let txn = Transaction::new(self.schema).op(Operation::select(self.table));
+        // A connection that died without our noticing yet (the server restarted between rounds) fails its
+        // first request: one more try on a fresh connection.
+        let mut last = String::new();
+        for _ in 0..2 {
+            let c = tokio::time::timeout(timeout, s.client())
                 .await
                 .map_err(|_| format!("connect {}: timed out", self.remote))?
                 .map_err(|e| format!("connect {}: {e}", self.remote))?;
-            self.client = Some(c);
-        }
-        let Some(c) = &self.client else {
-            return Err("not connected".into());
-        };
-        let txn = Transaction::new(self.schema).op(Operation::select(self.table));
-        let t0 = Instant::now();
-        match tokio::time::timeout(timeout, c.transact(&txn)).await {
-            Ok(Ok(_)) => Ok(t0.elapsed()),
-            Ok(Err(e)) => {
-                self.client = None;
-                Err(format!("transact: {e}"))
-            }
-            Err(_) => {
-                self.client = None;
-                Err("transact: timed out".into())
+            let t0 = Instant::now();
+            match tokio::time::timeout(timeout, c.transact(&txn)).await {
+                Ok(Ok(_)) => return Ok(t0.elapsed()),
+                Ok(Err(e)) if e.is_connection_error() => {
+                    c.close("probe failed");
+                    last = format!("transact: {e}");
+                }
+                Ok(Err(e)) => return Err(format!("transact: {e}")),
+                Err(_) => {
+                    c.close("probe timed out");
+                    return Err("transact: timed out".into());
+                }
             }
         }
+        Err(last)
     }
 }
 
@@ -214,20 +252,8 @@ fn main() -> ExitCode {
     rt.block_on(async move {
         let m = Arc::new(Metrics::new());
         let mut dbs = vec![
-            Db {
-                name: "nb",
-                schema: "OVN_Northbound",
-                table: "NB_Global",
-                remote: args.nb.clone(),
-                client: None,
-            },
-            Db {
-                name: "sb",
-                schema: "OVN_Southbound",
-                table: "SB_Global",
-                remote: args.sb.clone(),
-                client: None,
-            },
+            Db::new("nb", "OVN_Northbound", "NB_Global", args.nb.clone()),
+            Db::new("sb", "OVN_Southbound", "SB_Global", args.sb.clone()),
         ];
         if args.once {
             let mut ok = true;
@@ -299,13 +325,12 @@ mod tests {
     #[tokio::test]
     async fn a_missing_database_is_down() {
         let m = Metrics::new();
-        let mut dbs = vec![Db {
-            name: "nb",
-            schema: "OVN_Northbound",
-            table: "NB_Global",
-            remote: "unix:/nonexistent/nb.sock".into(),
-            client: None,
-        }];
+        let mut dbs = vec![Db::new(
+            "nb",
+            "OVN_Northbound",
+            "NB_Global",
+            "unix:/nonexistent/nb.sock".into(),
+        )];
         let r = round(&mut dbs, &m).await;
         assert!(r[0].1.is_err());
         let text = m.render();
@@ -318,4 +343,47 @@ mod tests {
             "{text}"
         );
     }
+
+    fn connected(m: &Metrics) -> bool {
+        m.render()
+            .contains("kube_ovn_monitor_db_connected{db=\"nb\"} 1")
+    }
+
+    /// A northbound killed and restarted between two rounds is up at the next round (the connection the
+    /// previous round used is dead: it is replaced, not reported as a failure), and down while it is down.
+    #[tokio::test]
+    async fn a_restarted_database_is_up_at_the_next_round() {
+        let schema = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../kubeovn-ovn/schemas/ovn-nb.ovsschema"
+        );
+        let Some(mut srv) =
+            ovn_common::OvsdbServer::start(schema, ovn_common::Storage::Standalone, false)
+        else {
+            return;
+        };
+        let m = Metrics::new();
+        let mut dbs = vec![Db::new(
+            "nb",
+            "OVN_Northbound",
+            "NB_Global",
+            srv.unix_remote(),
+        )];
+        assert!(round(&mut dbs, &m).await[0].1.is_ok());
+        assert!(connected(&m));
+        srv.restart();
+        let r = round(&mut dbs, &m).await;
+        assert!(r[0].1.is_ok(), "{:?}", r[0].1);
+        assert!(connected(&m));
+        srv.kill9();
+        assert!(round(&mut dbs, &m).await[0].1.is_err());
+        assert!(!connected(&m));
+        srv.restart();
+        assert!(round(&mut dbs, &m).await[0].1.is_ok());
+        assert!(connected(&m));
+    }
 }
+
+#[cfg(test)]
+#[path = "../../../kubeovn-ovn/tests/common/mod.rs"]
+mod ovn_common;

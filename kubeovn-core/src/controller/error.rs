@@ -51,6 +51,11 @@ impl ControllerError {
             reason: reason.into(),
         }
     }
+    /// Whether the northbound connection failed: the change may or may not be in. Retrying is safe, since
+    /// the next commit is planned against a replica resumed on a newer connection.
+    pub fn is_nb_connection_error(&self) -> bool {
+        matches!(self, ControllerError::Nb(e) if e.is_connection_error())
+    }
     /// Whether retrying cannot help (bad input waits for the object to change).
     pub fn is_permanent(&self) -> bool {
         matches!(self, ControllerError::Invalid { .. })

@@ -595,6 +595,11 @@ impl Drop for AbortOnDrop {
 
 type BoxFut = std::pin::Pin<Box<dyn Future<Output = Result<()>> + Send>>;
 
+/// The retry delay of a key whose handler lost the northbound connection. Not the queue's growing backoff:
+/// each attempt already waits for the northbound (the session reconnects with its own backoff, a commit
+/// waits for the replica), so a long outage must not leave keys minutes away once it ends.
+const NB_RETRY: Duration = Duration::from_millis(500);
+
 async fn run_queue(
     ctx: Arc<Ctx>,
     q: Arc<WorkQueue<String>>,
@@ -603,11 +608,19 @@ async fn run_queue(
     handle: fn(Arc<Ctx>, String) -> BoxFut,
 ) {
     let c = ctx.clone();
+    let queue = q.clone();
     q.run(workers, move |k: String| {
         let ctx = c.clone();
+        let queue = queue.clone();
         async move {
             match handle(ctx.clone(), k.clone()).await {
                 Ok(()) => Ok(()),
+                Err(e) if e.is_nb_connection_error() => {
+                    ctx.metrics.handler_error(kind);
+                    tracing::warn!(kind, key = %k, error = %e, retry_ms = NB_RETRY.as_millis() as u64, "handler failed");
+                    queue.add_after(k, NB_RETRY);
+                    Err(false)
+                }
                 Err(e) => {
                     ctx.metrics.handler_error(kind);
                     let retry = !e.is_permanent();

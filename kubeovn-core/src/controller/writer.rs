@@ -1,7 +1,10 @@
 //! Group commit of northbound writes: concurrent handlers hand in small batches, one task merges what
 //! arrived within a short window (and while the previous transaction was in flight) into one transaction.
 //!
-//! A merged transaction that fails is retried batch by batch, so one bad request fails only its sender.
+//! A merged transaction that fails is retried batch by batch, so one bad request fails only its sender. A
+//! northbound connection error fails every sender at once instead: retrying batch by batch would wait out the
+//! outage once per batch. Their handlers retry, and [`Northbound::commit`] plans each retry against a replica
+//! resumed on the new connection, so a change whose outcome was unknown is re-checked and never applied twice.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -154,13 +157,30 @@ async fn commit_all(nb: &dyn Northbound, metrics: Option<&Metrics>, jobs: &mut V
                 let _ = j.done.send(Ok(()));
             }
         }
+        Err(e) if e.is_nb_connection_error() => fail_all(jobs, &e),
         Err(e) => {
             tracing::debug!(error = %e, batches = jobs.len(), "merged northbound transaction failed, retrying one by one");
-            for j in jobs.drain(..) {
+            while !jobs.is_empty() {
+                let j = jobs.remove(0);
                 let r = commit_one(nb, metrics, j.batch).await;
+                let lost = r
+                    .as_ref()
+                    .err()
+                    .filter(|e| e.is_nb_connection_error())
+                    .cloned();
                 let _ = j.done.send(r);
+                if let Some(e) = lost {
+                    fail_all(jobs, &e);
+                }
             }
         }
+    }
+}
+
+/// Answers every job with `e` (a connection error: each sender retries).
+fn fail_all(jobs: &mut Vec<Job>, e: &ControllerError) {
+    for j in jobs.drain(..) {
+        let _ = j.done.send(Err(e.clone()));
     }
 }
 
@@ -234,6 +254,42 @@ mod tests {
         );
     }
 
+    /// Three single-op batches committed at once through a writer that merges up to three ops.
+    async fn three(nb: MockNorthbound, names: [&str; 3]) -> [Result<()>; 3] {
+        let w = NbWriter::spawn(
+            Arc::new(nb),
+            WriterConfig {
+                window: Duration::from_millis(100),
+                max_ops: 3,
+                queue: 10,
+            },
+            None,
+        );
+        let (a, b, c) = tokio::join!(
+            w.commit(port(names[0])),
+            w.commit(port(names[1])),
+            w.commit(port(names[2]))
+        );
+        [a, b, c]
+    }
+
+    /// A connection error on the merged transaction fails every sender at once (each retries on its own),
+    /// without one transaction per batch against a northbound that is gone.
+    #[tokio::test]
+    async fn a_connection_error_fails_every_batch_at_once() {
+        let calls = Arc::new(AtomicUsize::new(0));
+        let mut nb = MockNorthbound::new();
+        let c = calls.clone();
+        nb.expect_commit().returning(move |_| {
+            c.fetch_add(1, Ordering::SeqCst);
+            Err(kubeovn_ovn::Error::OutcomeUnknown("test".into()))
+        });
+        for r in three(nb, ["a", "b", "c"]).await {
+            assert!(r.is_err_and(|e| e.is_nb_connection_error()));
+        }
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+    }
+
     #[tokio::test]
     async fn a_bad_batch_fails_alone() {
         let mut nb = MockNorthbound::new();
@@ -251,20 +307,7 @@ mod tests {
                 Ok(())
             }
         });
-        let w = NbWriter::spawn(
-            Arc::new(nb),
-            WriterConfig {
-                window: Duration::from_millis(100),
-                max_ops: 3,
-                queue: 10,
-            },
-            None,
-        );
-        let (a, b, c) = tokio::join!(
-            w.commit(port("a")),
-            w.commit(port("bad")),
-            w.commit(port("c"))
-        );
+        let [a, b, c] = three(nb, ["a", "bad", "c"]).await;
         assert!(a.is_ok() && c.is_ok());
         assert!(b.is_err());
     }

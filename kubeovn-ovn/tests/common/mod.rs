@@ -6,8 +6,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// The shipped schema files.
+/// The shipped schema files (an absolute path is taken as it is: other crates' tests include this module).
 pub fn schema_path(file: &str) -> PathBuf {
+    if Path::new(file).is_absolute() {
+        return PathBuf::from(file);
+    }
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("schemas")
         .join(file)
@@ -89,6 +92,17 @@ pub fn spawn_server(
         .stderr(Stdio::null())
         .spawn()
         .expect("spawn ovsdb-server")
+}
+
+/// Sends `sig` to `pid` (a child of the test).
+fn signal_pid(pid: u32, sig: &str) {
+    assert!(pid > 0, "not running");
+    let st = Command::new("kill")
+        .arg(format!("-{sig}"))
+        .arg(pid.to_string())
+        .status()
+        .expect("kill");
+    assert!(st.success());
 }
 
 pub fn free_port() -> u16 {
@@ -234,6 +248,11 @@ impl OvsdbServer {
     /// The server's pid (0 when killed).
     pub fn pid(&self) -> u32 {
         self.child.as_ref().map_or(0, Child::id)
+    }
+
+    /// Sends `sig` (`STOP`, `CONT`) to the server, our own child, by pid.
+    pub fn signal(&self, sig: &str) {
+        signal_pid(self.pid(), sig);
     }
 
     /// The server log so far.
@@ -403,14 +422,7 @@ impl Cluster {
 
     /// Sends `sig` (`STOP`, `CONT`) to member i, our own child, by pid.
     pub fn signal(&self, i: usize, sig: &str) {
-        let pid = self.pid(i);
-        assert!(pid > 0);
-        let st = Command::new("kill")
-            .arg(format!("-{sig}"))
-            .arg(pid.to_string())
-            .status()
-            .expect("kill");
-        assert!(st.success());
+        signal_pid(self.pid(i), sig);
     }
 
     /// Starts member i again on its socket and database.

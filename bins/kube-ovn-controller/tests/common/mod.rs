@@ -4,7 +4,7 @@
 #![allow(dead_code, clippy::unwrap_used)]
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -14,76 +14,27 @@ use kubeovn_ovn::northbound::OvsdbNorthbound;
 use serde_json::{json, Value};
 use tokio::sync::oneshot;
 
-#[path = "../../../../test-support/skip.rs"]
-mod skip;
+/// kubeovn-ovn's harness: ovsdb-servers (standalone or a raft cluster) that tests kill and restart by pid.
+#[path = "../../../../kubeovn-ovn/tests/common/mod.rs"]
+pub mod ovn;
 
-/// Whether a program runs; if not, the test is skipped ([`skip::skip`]: a failure under CI).
-pub fn have(prog: &str) -> bool {
-    let ok = skip::installed(prog);
-    if !ok {
-        skip::skip(&format!("{prog} is not installed"));
-    }
-    ok
+pub use ovn::{have, OvsdbServer};
+
+/// The NB schema: the installed one, else the copy kubeovn-ovn ships.
+pub fn nb_schema() -> PathBuf {
+    ["/usr/share/ovn/ovn-nb.ovsschema"]
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.exists())
+        .unwrap_or_else(|| {
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../kubeovn-ovn/schemas/ovn-nb.ovsschema")
+        })
 }
 
-/// A private NB ovsdb-server.
-pub struct Nb {
-    pub sock: PathBuf,
-    child: Child,
-}
-
-impl Nb {
-    pub fn start(dir: &Path) -> Nb {
-        let schema = ["/usr/share/ovn/ovn-nb.ovsschema"]
-            .iter()
-            .map(PathBuf::from)
-            .find(|p| p.exists())
-            .unwrap_or_else(|| {
-                Path::new(env!("CARGO_MANIFEST_DIR"))
-                    .join("../../kubeovn-ovn/schemas/ovn-nb.ovsschema")
-            });
-        let db = dir.join("nb.db");
-        let st = Command::new("ovsdb-tool")
-            .arg("create")
-            .arg(&db)
-            .arg(&schema)
-            .status()
-            .unwrap();
-        assert!(st.success(), "ovsdb-tool create");
-        let sock = dir.join("nb.sock");
-        let child = Command::new("ovsdb-server")
-            .arg(format!("--remote=punix:{}", sock.display()))
-            .arg(format!("--pidfile={}", dir.join("nb.pid").display()))
-            .arg(format!("--log-file={}", dir.join("nb.log").display()))
-            .arg(format!("--unixctl={}", dir.join("nb.ctl").display()))
-            .arg("-vconsole:off")
-            .arg(&db)
-            .env("OVS_RUNDIR", dir)
-            .env("OVS_LOGDIR", dir)
-            .env("OVS_DBDIR", dir)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !sock.exists() {
-            assert!(Instant::now() < deadline, "ovsdb-server did not start");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Nb { sock, child }
-    }
-
-    pub fn remote(&self) -> String {
-        format!("unix:{}", self.sock.display())
-    }
-}
-
-impl Drop for Nb {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// A private standalone NB ovsdb-server in a temporary directory of its own; None (with the reason printed)
+/// without the OVS binaries.
+pub fn start_nb() -> Option<OvsdbServer> {
+    OvsdbServer::start(nb_schema().to_str()?, ovn::Storage::Standalone, false)
 }
 
 /// Kube-OVN's CRDs (kubeovn-core), as JSON objects.
@@ -97,7 +48,7 @@ pub fn crds() -> Vec<Value> {
 /// Test API server + NB + a controller that can be stopped and started again.
 pub struct Env {
     pub dir: tempfile::TempDir,
-    pub nb: Nb,
+    pub nb: OvsdbServer,
     pub api: TestApiServer,
     pub client: kube::Client,
     pub kubeconfig: PathBuf,
@@ -138,7 +89,7 @@ impl Env {
             .prefix("kube-ovn-controller-e2e")
             .tempdir()
             .unwrap();
-        let nb = Nb::start(dir.path());
+        let nb = start_nb()?;
         let api = TestApiServer::start(ApiConfig::default()).await.unwrap();
         let kubeconfig = dir.path().join("kubeconfig");
         api.write_kubeconfig(&kubeconfig).unwrap();
@@ -162,7 +113,9 @@ impl Env {
     }
 
     pub async fn start_controller(&mut self, config: Config) {
-        let nb = OvsdbNorthbound::connect(&self.nb.remote()).await.unwrap();
+        let nb = OvsdbNorthbound::connect(&self.nb.unix_remote())
+            .await
+            .unwrap();
         let c = Controller::new(self.client.clone(), Arc::new(nb), config);
         let ipam = c.ipam();
         let metrics = c.metrics();
@@ -193,7 +146,7 @@ impl Env {
 
     /// `ovn-nbctl --db=unix:... args`, stdout trimmed.
     pub async fn nbctl(&self, args: &[&str]) -> String {
-        let db = format!("--db={}", self.nb.remote());
+        let db = format!("--db={}", self.nb.unix_remote());
         let args: Vec<String> = std::iter::once(db)
             .chain(args.iter().map(|s| s.to_string()))
             .collect();
