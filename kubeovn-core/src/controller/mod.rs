@@ -598,7 +598,7 @@ async fn run_queue(
     handle: fn(Arc<Ctx>, String) -> BoxFut,
 ) {
     let c = ctx.clone();
-    q.run(workers, move |k: String| {
+    q.run(workers, Some(ctx.metrics.clone()), move |k: String| {
         let ctx = c.clone();
         async move {
             match handle(ctx.clone(), k.clone()).await {
