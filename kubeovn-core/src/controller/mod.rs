@@ -190,6 +190,8 @@ pub(crate) struct Ctx {
     pub subnet_tombstones: Arc<Tombstones<DynamicObject>>,
     pub pool_tombstones: Arc<Tombstones<DynamicObject>>,
     pub queues: Queues,
+    /// Pods waiting for an address in a full subnet.
+    pub waiting: pod::Waiting,
 }
 
 /// The work queues, one per kind.
@@ -428,7 +430,7 @@ impl Controller {
         spawn(Box::pin({
             let client = client.clone();
             async move {
-                let _ = ip_tx.send(ip::list(&client).await);
+                let _ = ip_tx.send(ip::list_records(&client).await);
             }
         }));
 
@@ -479,11 +481,9 @@ impl Controller {
                 elapsed_ms = started.elapsed().as_millis() as u64,
                 "informers listed"
             );
-            let mut recs = rebuild::object_records(&pods, &nodes);
-            recs.extend(ips);
-            Ok::<_, ControllerError>(recs)
+            Ok::<_, ControllerError>((rebuild::object_records(&pods, &nodes), ips))
         };
-        let (nb, records) = tokio::try_join!(connected, listed)?;
+        let (nb, (records, ips)) = tokio::try_join!(connected, listed)?;
 
         let writer = NbWriter::spawn(nb.clone(), c.writer.clone(), Some(self.metrics.clone()));
         let reporter = Reporter {
@@ -511,14 +511,18 @@ impl Controller {
             subnet_tombstones,
             pool_tombstones,
             queues,
+            waiting: pod::Waiting::default(),
         });
-        let report = rebuild::rebuild(&ctx, &[join.clone(), default.clone()], records)?;
+        let (report, orphans) =
+            rebuild::rebuild(&ctx, &[join.clone(), default.clone()], records, ips)?;
         for c in &report.conflicts {
             tracing::warn!(subnet = %c.record.subnet, pod = %c.record.pod, error = %c.error, "ipam conflict at rebuild");
         }
         // The join and default subnets exist in NB before any pod or node is handled.
         subnet::reconcile_info(&ctx, &join).await?;
         subnet::reconcile_info(&ctx, &default).await?;
+        // What went away while the controller was down is released before it reports started.
+        gc::at_start(&ctx, orphans).await?;
 
         let w = c.workers;
         let q = &ctx.queues;
