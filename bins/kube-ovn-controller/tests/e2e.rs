@@ -770,16 +770,16 @@ async fn restart_releases_what_pods_deleted_while_down_left() {
     child.kill();
 }
 
-/// Issue #16, 5: a user's IP record (no pod) survives garbage collection and its address is never given to a
-/// pod; a pod that finds its subnet full waits (with an event) and is served as soon as an address is
-/// released, well before its backoff would retry it.
+/// Issue #16, 5: a user's IP record (no pod), made before the controller starts or while it runs, survives
+/// garbage collection and its address is never given to a pod; a pod that finds its subnet full waits (with
+/// an event) and is served as soon as an address is released, well before its backoff would retry it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reservations_are_kept_and_a_full_subnet_serves_waiting_pods() {
     let Some(mut env) = Env::start().await else {
         return;
     };
     // .2 .. .5 free, .3 and .5 reserved by a user (no pod, no labels, as Kube-OVN's docs write one; .5
-    // without a MAC).
+    // without a MAC, made while the controller runs).
     env.apply(
         r#"{"apiVersion":"kubeovn.io/v1","kind":"Subnet","metadata":{"name":"small"},
         "spec":{"cidrBlock":"10.71.0.0/29","excludeIps":["10.71.0.6"],"protocol":"IPv4","provider":"ovn","vpc":"ovn-cluster"}}"#,
@@ -790,14 +790,24 @@ async fn reservations_are_kept_and_a_full_subnet_serves_waiting_pods() {
         "spec":{"subnet":"small","ipAddress":"10.71.0.3","v4IpAddress":"10.71.0.3","macAddress":"00:00:00:71:00:03"}}"#,
     )
     .await;
+    let config = common::test_config();
+    let gc = config.gc_interval;
+    env.start_controller(config).await;
+    // One reservation made while the controller runs: reserved as soon as it is seen.
     env.apply(
         r#"{"apiVersion":"kubeovn.io/v1","kind":"IP","metadata":{"name":"reserve-2"},
         "spec":{"subnet":"small","ipAddress":"10.71.0.5"}}"#,
     )
     .await;
-    let config = common::test_config();
-    let gc = config.gc_interval;
-    env.start_controller(config).await;
+    wait_for(
+        "both reservations counted in the subnet's status",
+        20,
+        || async {
+            let o = env.get_json(&["subnets.kubeovn.io", "small"]).await?;
+            (o.pointer("/status/v4usingIPs")?.as_f64()? == 2.0).then_some(())
+        },
+    )
+    .await;
     let sw = [("ovn.kubernetes.io/logical_switch", "small")];
     env.apply(&pod("default", "w1", "n1", &sw)).await;
     env.apply(&pod("default", "w2", "n1", &sw)).await;
@@ -842,5 +852,12 @@ async fn reservations_are_kept_and_a_full_subnet_serves_waiting_pods() {
     for r in ["reserve-1", "reserve-2"] {
         assert!(env.get_json(&["ips.kubeovn.io", r]).await.is_some());
     }
+    // A reservation deleted frees its address for the pod waiting.
+    env.apply(&pod("default", "w4", "n1", &sw)).await;
+    warning_for(&env, "default", "w4", "AcquireAddressFailed").await;
+    env.kubectl(&["delete", "ips.kubeovn.io", "reserve-2"])
+        .await;
+    let w4 = annotated(&env, "default", "w4").await;
+    assert_eq!(ann(&w4, "ovn.kubernetes.io/ip_address"), Some("10.71.0.5"));
     env.kill_controller().await;
 }

@@ -218,6 +218,66 @@ pub(crate) async fn list_records(client: &kube::Client) -> Result<Vec<Listed>> {
     }
 }
 
+/// Keeps the reservations users create and delete while the controller runs in the allocator (those there at
+/// start were restored by the rebuild): an address reserved is never handed to a pod, one unreserved serves
+/// the pods waiting for one. Watches only records not labelled as the controller's.
+pub(crate) async fn watch_reservations(ctx: std::sync::Arc<Ctx>) {
+    use futures::StreamExt;
+    use kube::runtime::watcher::{self, Event};
+    use kube::runtime::WatchStreamExt;
+
+    let api: Api<crate::crd::IP> = Api::all(ctx.client.clone());
+    let selector = format!("{RESERVED_LABEL}!=false");
+    let stream = watcher::watcher(
+        api,
+        watcher::Config::default().labels(&selector).any_semantic(),
+    )
+    .default_backoff();
+    futures::pin_mut!(stream);
+    while let Some(ev) = stream.next().await {
+        let (ip, apply) = match ev {
+            Ok(Event::Apply(ip)) | Ok(Event::InitApply(ip)) => (ip, true),
+            Ok(Event::Delete(ip)) => (ip, false),
+            Ok(_) => continue,
+            Err(e) => {
+                tracing::warn!(error = %e, "watch ip reservations");
+                continue;
+            }
+        };
+        let Some(name) = ip.metadata.name.clone() else {
+            continue;
+        };
+        let r = Listed::new(name, ip.metadata.labels.as_ref(), &ip.spec);
+        // Records of the controller written before its label existed match the selector too.
+        if r.ours {
+            continue;
+        }
+        let Some(a) = r.allocation() else {
+            continue;
+        };
+        if apply {
+            // Taken under the subnet's lock like a pod's static address (a restore is for the start only).
+            let ips: Vec<IpAddr> =
+                a.v4.map(IpAddr::V4)
+                    .into_iter()
+                    .chain(a.v6.map(IpAddr::V6))
+                    .collect();
+            let mut req = kubeovn_ipam::AllocRequest::new(&a.pod, &a.nic).static_ips(&ips);
+            if let Some(m) = a.mac {
+                req = req.mac(m);
+            }
+            if let Err(e) = ctx.ipam.allocate(&r.subnet, &req) {
+                tracing::warn!(ip = %r.name, subnet = %r.subnet, error = %e, "reservation refused");
+            }
+        } else if r.namespace.is_empty() || !ctx.pods.contains(&r.namespace, &r.pod) {
+            // A reservation a live pod uses stays that pod's until the pod goes.
+            if let Ok(Some(_)) = ctx.ipam.release(&r.subnet, &a.pod, &a.nic) {
+                super::pod::wake(&ctx, &r.subnet);
+            }
+        }
+    }
+}
+
 /// Creates the record, or replaces it if it says something else.
 pub(crate) async fn ensure(ctx: &Ctx, rec: &IpRecord) -> Result<()> {
     let api = api(ctx);

@@ -5,10 +5,11 @@
 //! then, at the same time, the informers' first lists and the IP record list on one side, and on the other
 //! the northbound replica (with [`Controller::connecting`], still filling), NB_Global options, the default VPC
 //! router and the `join` and default subnets (Subnet objects created if missing); then the IPAM rebuild from
-//! every source at once (Subnets, IPPools, IP records, pod and node annotations and the northbound ports, so
-//! that an address still held by a port whose pod went away while the controller was down is never handed
-//! out again), then one work queue per kind with bounded concurrency, periodic garbage collection and Subnet
-//! status updates. Each step's time since the start is logged at info level.
+//! every source at once (Subnets, IPPools, IP records, pod and node annotations and the northbound ports),
+//! which also finds what pods and nodes deleted while the controller was down left behind: their ports and
+//! IP records are removed and their addresses freed before the controller reports started. Then one work
+//! queue per kind with bounded concurrency, a watch of users' IP reservations, periodic garbage collection
+//! and Subnet status updates. Each step's time since the start is logged at info level.
 //!
 //! Pod handlers hand their northbound writes to one [`writer::NbWriter`], which commits what concurrent
 //! handlers produced within a short window as one transaction.
@@ -568,6 +569,7 @@ impl Controller {
             "pod",
             |ctx, k| Box::pin(async move { pod::reconcile(&ctx, &k).await }),
         )));
+        spawn(Box::pin(ip::watch_reservations(ctx.clone())));
         spawn(Box::pin(gc::run(ctx.clone())));
         spawn(Box::pin(subnet::status_loop(ctx.clone())));
         spawn(Box::pin(queue_metrics(ctx.clone())));
