@@ -1,15 +1,27 @@
-//! Garbage collection, two-phase: an orphan found in one pass (a kube-ovn port or IP record whose pod or
-//! node is gone) is removed in the next pass if it is still an orphan, so objects created between a list and
-//! a check are never removed. Only rows with `external_ids:vendor=kube-ovn` are considered.
+//! Garbage collection of what pods and nodes left behind: kube-ovn ports (`external_ids:vendor=kube-ovn`)
+//! and the controller's IP records whose pod or node is gone. A user's reservation (an IP record the
+//! controller did not write) is never collected.
+//!
+//! At start ([`at_start`]), before any handler runs, the orphans the rebuild found (from the pod list, the
+//! node list, the IP record list and the northbound replica, nothing else read) are removed at once: the
+//! controller was down when their pods went away, so no delete event will come, and nothing can be created
+//! for them meanwhile. Afterwards a pass runs every `gc_interval` for leaks from other sources, two-phase:
+//! an orphan found in one pass is removed in the next if it still is one, so objects created between a
+//! list and a check are never removed.
 
 use std::collections::HashSet;
 use std::sync::Arc;
 
+use futures::{StreamExt, TryStreamExt};
+use kubeovn_ovn::models::nb::LogicalSwitchPort;
 use kubeovn_ovn::northbound::Batch;
 
 use super::error::Result;
-use super::{ip, split_key, Ctx};
+use super::{ip, pod, split_key, Ctx};
 use crate::naming::{self, external_ids as ext};
+
+/// IP record deletions in flight at once.
+const DELETES_IN_FLIGHT: usize = 16;
 
 /// What one pass found.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -20,12 +32,35 @@ pub(crate) struct Orphans {
     pub ips: HashSet<(String, String, String)>,
 }
 
-fn owner_alive(ctx: &Ctx, owner: &str, node: Option<&str>) -> bool {
-    if let Some(n) = node {
-        return ctx.node(n).is_some();
+impl Orphans {
+    fn is_empty(&self) -> bool {
+        self.ports.is_empty() && self.ips.is_empty()
     }
-    let (ns, name) = split_key(owner);
-    ctx.pods.contains(ns, name)
+}
+
+/// The owner key (in the allocator) of a kube-ovn port and whether that owner still exists; None for
+/// ports no pod or node owns (router patch ports and others).
+pub(crate) fn port_owner(ctx: &Ctx, lsp: &LogicalSwitchPort) -> Option<(String, bool)> {
+    match (
+        lsp.external_ids.get(ext::POD),
+        lsp.external_ids.get(ext::NODE),
+    ) {
+        (Some(p), _) => {
+            let (ns, name) = split_key(p);
+            Some((p.clone(), ctx.pods.contains(ns, name)))
+        }
+        (None, Some(n)) => Some((lsp.name.clone(), ctx.node(n).is_some())),
+        (None, None) => None,
+    }
+}
+
+/// Whether the pod or node a record of the controller was written for still exists.
+pub(crate) fn record_alive(ctx: &Ctx, r: &ip::Listed) -> bool {
+    if r.namespace.is_empty() {
+        ctx.node(&r.pod).is_some()
+    } else {
+        ctx.pods.contains(&r.namespace, &r.pod)
+    }
 }
 
 /// Finds the orphans now.
@@ -35,68 +70,84 @@ pub(crate) async fn scan(ctx: &Ctx) -> Result<Orphans> {
         .nb
         .switch_ports_by_external_id(ext::VENDOR, naming::VENDOR)
     {
-        let ls = lsp.external_ids.get(ext::LS).cloned().unwrap_or_default();
-        let node = lsp.external_ids.get(ext::NODE).map(String::as_str);
-        let owner = match (lsp.external_ids.get(ext::POD), node) {
-            (Some(p), _) => p.clone(),
-            (None, Some(_)) => lsp.name.clone(),
-            // Router patch ports and others carry no owner.
-            (None, None) => continue,
-        };
-        let node = if lsp.external_ids.contains_key(ext::POD) {
-            None
-        } else {
-            node
-        };
-        if !owner_alive(ctx, &owner, node) {
+        if let Some((owner, false)) = port_owner(ctx, &lsp) {
+            let ls = lsp.external_ids.get(ext::LS).cloned().unwrap_or_default();
             o.ports.insert((lsp.name.clone(), owner, ls));
         }
     }
     for r in ip::list_records(&ctx.client).await? {
-        let alive = if r.namespace.is_empty() {
-            ctx.node(&r.pod).is_some()
-        } else {
-            ctx.pods.contains(&r.namespace, &r.pod)
-        };
-        if !alive {
+        if r.ours && !record_alive(ctx, &r) {
             o.ips.insert((r.name.clone(), r.owner(), r.subnet.clone()));
         }
     }
     Ok(o)
 }
 
-/// Removes what was an orphan in `marked` and still is in `now`; returns what to mark for the next pass.
-pub(crate) async fn sweep(ctx: &Ctx, marked: &Orphans, now: Orphans) -> Result<Orphans> {
-    let ports: Vec<_> = now.ports.intersection(&marked.ports).cloned().collect();
-    let ips: Vec<_> = now.ips.intersection(&marked.ips).cloned().collect();
-    if !ports.is_empty() {
+/// Deletes the ports (one transaction) and the IP records, then releases their addresses and serves the
+/// pods waiting for one.
+async fn remove(ctx: &Ctx, o: &Orphans) -> Result<()> {
+    if !o.ports.is_empty() {
         let mut b = Batch::new();
-        for (name, _, _) in &ports {
+        for (name, _, _) in &o.ports {
             b.delete_switch_port(name);
         }
         ctx.writer.commit(b).await?;
-        tracing::info!(ports = ports.len(), "garbage collected orphaned ports");
+        tracing::info!(ports = o.ports.len(), "garbage collected orphaned ports");
     }
-    for (name, _, _) in &ips {
-        ip::delete(ctx, name).await?;
+    // Owned names: a stream of borrowed ones is not `Send` for every lifetime the spawned task needs.
+    let names: Vec<String> = o.ips.iter().map(|(name, _, _)| name.clone()).collect();
+    futures::stream::iter(names)
+        .map(|name| async move { ip::delete(ctx, &name).await })
+        .buffer_unordered(DELETES_IN_FLIGHT)
+        .try_collect::<()>()
+        .await?;
+    if !o.ips.is_empty() {
+        tracing::info!(ips = o.ips.len(), "garbage collected orphaned IP records");
     }
-    if !ips.is_empty() {
-        tracing::info!(ips = ips.len(), "garbage collected orphaned IP records");
-    }
-    for (name, owner, subnet) in ports.iter().chain(&ips) {
+    let mut released = HashSet::new();
+    for (name, owner, subnet) in o.ports.iter().chain(&o.ips) {
         // Released only after the port is gone, so the address is never in two places.
-        if let Err(e) = ctx.ipam.release(subnet, owner, name) {
-            tracing::debug!(subnet, owner, error = %e, "release at gc");
+        match ctx.ipam.release(subnet, owner, name) {
+            Ok(Some(_)) => {
+                released.insert(subnet.as_str());
+            }
+            Ok(None) => {}
+            Err(e) => tracing::debug!(subnet, owner, error = %e, "release at gc"),
         }
     }
+    for s in released {
+        pod::wake(ctx, s);
+    }
+    Ok(())
+}
+
+/// Removes what was an orphan in `marked` and still is in `now`; returns what to mark for the next pass.
+pub(crate) async fn sweep(ctx: &Ctx, marked: &Orphans, now: Orphans) -> Result<Orphans> {
+    let gone = Orphans {
+        ports: now.ports.intersection(&marked.ports).cloned().collect(),
+        ips: now.ips.intersection(&marked.ips).cloned().collect(),
+    };
+    remove(ctx, &gone).await?;
     let mut next = now;
-    for p in &ports {
-        next.ports.remove(p);
-    }
-    for i in &ips {
-        next.ips.remove(i);
-    }
+    next.ports.retain(|p| !gone.ports.contains(p));
+    next.ips.retain(|i| !gone.ips.contains(i));
     Ok(next)
+}
+
+/// Removes the orphans the start found (see the module docs); their addresses were never restored.
+pub(crate) async fn at_start(ctx: &Ctx, o: Orphans) -> Result<()> {
+    if o.is_empty() {
+        return Ok(());
+    }
+    let t = std::time::Instant::now();
+    remove(ctx, &o).await?;
+    tracing::info!(
+        ports = o.ports.len(),
+        ips = o.ips.len(),
+        elapsed_ms = t.elapsed().as_millis() as u64,
+        "removed what pods and nodes deleted while the controller was down left behind"
+    );
+    Ok(())
 }
 
 /// Runs a pass every `gc_interval`, the first one interval after start (not competing with the start's

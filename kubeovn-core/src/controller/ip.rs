@@ -1,14 +1,22 @@
 //! IP records (`ips.kubeovn.io`): one per pod network and per node port, named like the port.
+//!
+//! The records the controller writes carry `ovn.kubernetes.io/ip_reserved=false` (as Kube-OVN's do since
+//! 1.13); any other record is a user's reservation: never garbage collected, its address kept reserved.
 
 use std::collections::BTreeMap;
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, ListParams, PostParams};
-use kubeovn_ipam::{Addresses, Allocation};
+use kubeovn_ipam::{Addresses, Allocation, Mac};
 use serde_json::{json, Value};
 
 use super::error::{ControllerError, Result};
 use super::Ctx;
+
+/// Label of a record: `false` on those the controller writes for a pod or a node.
+pub(crate) const RESERVED_LABEL: &str = "ovn.kubernetes.io/ip_reserved";
+/// Label naming a record's subnet.
+const SUBNET_LABEL: &str = "ovn.kubernetes.io/subnet";
 
 /// The IP resource.
 pub(crate) fn resource() -> ApiResource {
@@ -38,15 +46,6 @@ pub(crate) struct IpRecord {
 }
 
 impl IpRecord {
-    /// The owner key used in the allocator: `namespace/pod`, or the port name for node ports.
-    pub fn owner(&self) -> String {
-        if self.namespace.is_empty() {
-            self.name.clone()
-        } else {
-            crate::naming::pod_key(&self.namespace, &self.pod)
-        }
-    }
-
     fn spec(&self) -> Value {
         let ips: Vec<String> = self.addrs.ips().map(|i| i.to_string()).collect();
         json!({
@@ -70,6 +69,7 @@ impl IpRecord {
         let mut labels = BTreeMap::new();
         labels.insert("ovn.kubernetes.io/subnet".to_owned(), self.subnet.clone());
         labels.insert(self.subnet.clone(), String::new());
+        labels.insert(RESERVED_LABEL.to_owned(), "false".to_owned());
         if !self.node.is_empty() {
             labels.insert("ovn.kubernetes.io/node-name".to_owned(), self.node.clone());
         }
@@ -85,42 +85,116 @@ impl IpRecord {
     }
 
     fn from_spec(name: String, spec: &crate::crd::IPSpec) -> Option<IpRecord> {
-        let mut addrs = Addresses {
-            v4: None,
-            v6: None,
-            mac: spec.mac_address.parse().ok()?,
-        };
-        for ip in spec
-            .ip_address
-            .split(',')
-            .chain([spec.v4_ip_address.as_str(), spec.v6_ip_address.as_str()])
-        {
-            match ip.trim().parse::<IpAddr>() {
-                Ok(IpAddr::V4(a)) => addrs.v4 = Some(a),
-                Ok(IpAddr::V6(a)) => addrs.v6 = Some(a),
-                Err(_) => {}
-            }
-        }
+        let (v4, v6) = spec_ips(spec);
         Some(IpRecord {
             name,
             subnet: spec.subnet.clone(),
             namespace: spec.namespace.clone(),
             pod: spec.pod_name.clone(),
             node: spec.node_name.clone(),
-            addrs,
+            addrs: Addresses {
+                v4,
+                v6,
+                mac: spec.mac_address.parse().ok()?,
+            },
             pod_type: spec.pod_type.clone(),
         })
     }
+}
 
-    /// The allocator record.
-    pub fn allocation(&self) -> Allocation {
-        Allocation::new(&self.subnet, &self.owner(), &self.name, self.addrs)
+/// The addresses a spec names, in `ipAddress` or the per-family fields.
+fn spec_ips(spec: &crate::crd::IPSpec) -> (Option<Ipv4Addr>, Option<Ipv6Addr>) {
+    let (mut v4, mut v6) = (None, None);
+    for ip in spec
+        .ip_address
+        .split(',')
+        .chain([spec.v4_ip_address.as_str(), spec.v6_ip_address.as_str()])
+    {
+        match ip.trim().parse::<IpAddr>() {
+            Ok(IpAddr::V4(a)) => v4 = Some(a),
+            Ok(IpAddr::V6(a)) => v6 = Some(a),
+            Err(_) => {}
+        }
+    }
+    (v4, v6)
+}
+
+/// An IP record as listed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Listed {
+    pub name: String,
+    pub subnet: String,
+    /// The pod's namespace (empty for a node's record or a reservation not bound to a pod).
+    pub namespace: String,
+    /// The pod, or the node for a node's record.
+    pub pod: String,
+    /// The addresses (no MAC: a reservation may name none).
+    pub v4: Option<Ipv4Addr>,
+    pub v6: Option<Ipv6Addr>,
+    pub mac: Option<Mac>,
+    /// Whether the controller wrote it for a pod or a node; else it is a reservation, left alone.
+    pub ours: bool,
+}
+
+impl Listed {
+    fn new(
+        name: String,
+        labels: Option<&BTreeMap<String, String>>,
+        spec: &crate::crd::IPSpec,
+    ) -> Self {
+        let (v4, v6) = spec_ips(spec);
+        Listed {
+            name,
+            subnet: spec.subnet.clone(),
+            namespace: spec.namespace.clone(),
+            pod: spec.pod_name.clone(),
+            v4,
+            v6,
+            mac: spec.mac_address.parse().ok(),
+            ours: is_ours(labels),
+        }
+    }
+
+    /// The owner key used in the allocator: `namespace/pod`, or the record's name (node ports, reservations
+    /// not bound to a pod).
+    pub fn owner(&self) -> String {
+        if self.namespace.is_empty() {
+            self.name.clone()
+        } else {
+            crate::naming::pod_key(&self.namespace, &self.pod)
+        }
+    }
+
+    /// The allocator record; None if it names no subnet or no address.
+    pub fn allocation(&self) -> Option<Allocation> {
+        if self.subnet.is_empty() || (self.v4.is_none() && self.v6.is_none()) {
+            return None;
+        }
+        Some(Allocation {
+            subnet: self.subnet.clone(),
+            pod: self.owner(),
+            nic: self.name.clone(),
+            v4: self.v4,
+            v6: self.v6,
+            mac: self.mac,
+            pool: None,
+        })
+    }
+}
+
+/// Whether a record's labels say the controller wrote it: `ip_reserved=false`, or no `ip_reserved` label
+/// but the subnet label (records written before the mark existed, by this controller or Kube-OVN < 1.13).
+fn is_ours(labels: Option<&BTreeMap<String, String>>) -> bool {
+    let get = |k: &str| labels.and_then(|l| l.get(k)).map(String::as_str);
+    match get(RESERVED_LABEL) {
+        Some(v) => v == "false",
+        None => get(SUBNET_LABEL).is_some(),
     }
 }
 
 /// Every IP record (an absent IP CRD gives none). Decoded as the typed CRD, not as JSON values: at start
 /// this lists one record per pod.
-pub(crate) async fn list_records(client: &kube::Client) -> Result<Vec<IpRecord>> {
+pub(crate) async fn list_records(client: &kube::Client) -> Result<Vec<Listed>> {
     let api: Api<crate::crd::IP> = Api::all(client.clone());
     let mut out = Vec::new();
     let mut lp = ListParams::default().limit(10_000);
@@ -130,11 +204,13 @@ pub(crate) async fn list_records(client: &kube::Client) -> Result<Vec<IpRecord>>
             Err(kube::Error::Api(s)) if s.code == 404 => return Ok(out),
             Err(e) => return Err(ControllerError::kube("list ips", e)),
         };
-        out.extend(
-            page.items
-                .iter()
-                .filter_map(|ip| IpRecord::from_spec(ip.metadata.name.clone()?, &ip.spec)),
-        );
+        out.extend(page.items.iter().filter_map(|ip| {
+            Some(Listed::new(
+                ip.metadata.name.clone()?,
+                ip.metadata.labels.as_ref(),
+                &ip.spec,
+            ))
+        }));
         match page.metadata.continue_ {
             Some(c) if !c.is_empty() => lp = lp.continue_token(&c),
             _ => return Ok(out),
@@ -142,14 +218,64 @@ pub(crate) async fn list_records(client: &kube::Client) -> Result<Vec<IpRecord>>
     }
 }
 
-/// Every IP record as allocator records.
-pub(crate) async fn list(client: &kube::Client) -> Result<Vec<Allocation>> {
-    Ok(list_records(client)
-        .await?
-        .iter()
-        .filter(|r| !r.subnet.is_empty())
-        .map(IpRecord::allocation)
-        .collect())
+/// Keeps the reservations users create and delete while the controller runs in the allocator (those there at
+/// start were restored by the rebuild): an address reserved is never handed to a pod, one unreserved serves
+/// the pods waiting for one. Watches only records not labelled as the controller's.
+pub(crate) async fn watch_reservations(ctx: std::sync::Arc<Ctx>) {
+    use futures::StreamExt;
+    use kube::runtime::watcher::{self, Event};
+    use kube::runtime::WatchStreamExt;
+
+    let api: Api<crate::crd::IP> = Api::all(ctx.client.clone());
+    let selector = format!("{RESERVED_LABEL}!=false");
+    let stream = watcher::watcher(
+        api,
+        watcher::Config::default().labels(&selector).any_semantic(),
+    )
+    .default_backoff();
+    futures::pin_mut!(stream);
+    while let Some(ev) = stream.next().await {
+        let (ip, apply) = match ev {
+            Ok(Event::Apply(ip)) | Ok(Event::InitApply(ip)) => (ip, true),
+            Ok(Event::Delete(ip)) => (ip, false),
+            Ok(_) => continue,
+            Err(e) => {
+                tracing::warn!(error = %e, "watch ip reservations");
+                continue;
+            }
+        };
+        let Some(name) = ip.metadata.name.clone() else {
+            continue;
+        };
+        let r = Listed::new(name, ip.metadata.labels.as_ref(), &ip.spec);
+        // Records of the controller written before its label existed match the selector too.
+        if r.ours {
+            continue;
+        }
+        let Some(a) = r.allocation() else {
+            continue;
+        };
+        if apply {
+            // Taken under the subnet's lock like a pod's static address (a restore is for the start only).
+            let ips: Vec<IpAddr> =
+                a.v4.map(IpAddr::V4)
+                    .into_iter()
+                    .chain(a.v6.map(IpAddr::V6))
+                    .collect();
+            let mut req = kubeovn_ipam::AllocRequest::new(&a.pod, &a.nic).static_ips(&ips);
+            if let Some(m) = a.mac {
+                req = req.mac(m);
+            }
+            if let Err(e) = ctx.ipam.allocate(&r.subnet, &req) {
+                tracing::warn!(ip = %r.name, subnet = %r.subnet, error = %e, "reservation refused");
+            }
+        } else if r.namespace.is_empty() || !ctx.pods.contains(&r.namespace, &r.pod) {
+            // A reservation a live pod uses stays that pod's until the pod goes.
+            if let Ok(Some(_)) = ctx.ipam.release(&r.subnet, &a.pod, &a.nic) {
+                super::pod::wake(&ctx, &r.subnet);
+            }
+        }
+    }
 }
 
 /// Creates the record, or replaces it if it says something else.
@@ -183,5 +309,42 @@ pub(crate) async fn delete(ctx: &Ctx, name: &str) -> Result<()> {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
         Err(e) => Err(ControllerError::kube(format!("delete ip {name}"), e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tells_the_controllers_records_from_reservations() {
+        let l = |kv: &[(&str, &str)]| {
+            let m: BTreeMap<String, String> = kv
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            is_ours(Some(&m))
+        };
+        assert!(l(&[(RESERVED_LABEL, "false")]));
+        assert!(!l(&[(RESERVED_LABEL, "true")]));
+        assert!(!l(&[(RESERVED_LABEL, "true"), (SUBNET_LABEL, "s")]));
+        // Written before the mark existed.
+        assert!(l(&[(SUBNET_LABEL, "s"), ("s", "")]));
+        // A user's record as Kube-OVN's docs write it.
+        assert!(!l(&[]) && !is_ours(None));
+        let rec = IpRecord {
+            name: "p.ns".into(),
+            subnet: "s".into(),
+            namespace: "ns".into(),
+            pod: "p".into(),
+            node: String::new(),
+            addrs: Addresses {
+                v4: Some(Ipv4Addr::new(10, 0, 0, 2)),
+                v6: None,
+                mac: "00:00:00:00:00:01".parse().expect("mac"),
+            },
+            pod_type: String::new(),
+        };
+        assert!(is_ours(rec.object().metadata.labels.as_ref()));
     }
 }

@@ -26,6 +26,7 @@ struct Inner {
     ipam_using: Family<Labels, Gauge>,
     ipam_available: Family<Labels, Gauge>,
     handler_errors: Family<Labels, Counter>,
+    handler_panics: Family<Labels, Counter>,
 }
 
 /// The controller's metrics; cheap to clone.
@@ -56,6 +57,7 @@ impl Metrics {
         let ipam_using = Family::<Labels, Gauge>::default();
         let ipam_available = Family::<Labels, Gauge>::default();
         let handler_errors = Family::<Labels, Counter>::default();
+        let handler_panics = Family::<Labels, Counter>::default();
         registry.register(
             "pod_add_seconds",
             "Time from a pod handler's start to its annotation patch",
@@ -87,6 +89,11 @@ impl Metrics {
             "Handler failures per kind",
             handler_errors.clone(),
         );
+        registry.register(
+            "handler_panics",
+            "Handler panics per kind (caught; the key is retried)",
+            handler_panics.clone(),
+        );
         Metrics(Arc::new(Inner {
             registry,
             pod_add,
@@ -96,6 +103,7 @@ impl Metrics {
             ipam_using,
             ipam_available,
             handler_errors,
+            handler_panics,
         }))
     }
 
@@ -143,6 +151,14 @@ impl Metrics {
             .inc();
     }
 
+    /// Counts a handler panic.
+    pub fn handler_panic(&self, kind: &str) {
+        self.0
+            .handler_panics
+            .get_or_create(&vec![("kind", kind.to_owned())])
+            .inc();
+    }
+
     /// The text exposition format.
     pub fn encode(&self) -> String {
         let mut s = String::new();
@@ -164,6 +180,7 @@ mod tests {
         m.queue_depth("pod", 4);
         m.ipam_usage("ovn-default", "ipv4", 3, 65530);
         m.handler_error("pod");
+        m.handler_panic("pod");
         let t = m.encode();
         for want in [
             "kube_ovn_controller_pod_add_seconds_count 1",
@@ -171,6 +188,7 @@ mod tests {
             "kube_ovn_controller_queue_depth{queue=\"pod\"} 4",
             "kube_ovn_controller_ipam_using_ips{subnet=\"ovn-default\",family=\"ipv4\"} 3",
             "kube_ovn_controller_handler_errors_total{kind=\"pod\"} 1",
+            "kube_ovn_controller_handler_panics_total{kind=\"pod\"} 1",
         ] {
             assert!(t.contains(want), "{want} missing in\n{t}");
         }

@@ -5,10 +5,11 @@
 //! then, at the same time, the informers' first lists and the IP record list on one side, and on the other
 //! the northbound replica (with [`Controller::connecting`], still filling), NB_Global options, the default VPC
 //! router and the `join` and default subnets (Subnet objects created if missing); then the IPAM rebuild from
-//! every source at once (Subnets, IPPools, IP records, pod and node annotations and the northbound ports, so
-//! that an address still held by a port whose pod went away while the controller was down is never handed
-//! out again), then one work queue per kind with bounded concurrency, periodic garbage collection and Subnet
-//! status updates. Each step's time since the start is logged at info level.
+//! every source at once (Subnets, IPPools, IP records, pod and node annotations and the northbound ports),
+//! which also finds what pods and nodes deleted while the controller was down left behind: their ports and
+//! IP records are removed and their addresses freed before the controller reports started. Then one work
+//! queue per kind with bounded concurrency, a watch of users' IP reservations, periodic garbage collection
+//! and Subnet status updates. Each step's time since the start is logged at info level.
 //!
 //! Pod handlers hand their northbound writes to one [`writer::NbWriter`], which commits what concurrent
 //! handlers produced within a short window as one transaction.
@@ -194,6 +195,8 @@ pub(crate) struct Ctx {
     pub subnet_tombstones: Arc<Tombstones<DynamicObject>>,
     pub pool_tombstones: Arc<Tombstones<DynamicObject>>,
     pub queues: Queues,
+    /// Pods waiting for an address in a full subnet.
+    pub waiting: pod::Waiting,
 }
 
 /// The work queues, one per kind.
@@ -433,7 +436,7 @@ impl Controller {
         spawn(Box::pin({
             let client = client.clone();
             async move {
-                let _ = ip_tx.send(ip::list(&client).await);
+                let _ = ip_tx.send(ip::list_records(&client).await);
             }
         }));
 
@@ -484,11 +487,9 @@ impl Controller {
                 elapsed_ms = started.elapsed().as_millis() as u64,
                 "informers listed"
             );
-            let mut recs = rebuild::object_records(&pods, &nodes);
-            recs.extend(ips);
-            Ok::<_, ControllerError>(recs)
+            Ok::<_, ControllerError>((rebuild::object_records(&pods, &nodes), ips))
         };
-        let (nb, records) = tokio::try_join!(connected, listed)?;
+        let (nb, (records, ips)) = tokio::try_join!(connected, listed)?;
 
         let writer = NbWriter::spawn(nb.clone(), c.writer.clone(), Some(self.metrics.clone()));
         let reporter = Reporter {
@@ -516,14 +517,18 @@ impl Controller {
             subnet_tombstones,
             pool_tombstones,
             queues,
+            waiting: pod::Waiting::default(),
         });
-        let report = rebuild::rebuild(&ctx, &[join.clone(), default.clone()], records)?;
+        let (report, orphans) =
+            rebuild::rebuild(&ctx, &[join.clone(), default.clone()], records, ips)?;
         for c in &report.conflicts {
             tracing::warn!(subnet = %c.record.subnet, pod = %c.record.pod, error = %c.error, "ipam conflict at rebuild");
         }
         // The join and default subnets exist in NB before any pod or node is handled.
         subnet::reconcile_info(&ctx, &join).await?;
         subnet::reconcile_info(&ctx, &default).await?;
+        // What went away while the controller was down is released before it reports started.
+        gc::at_start(&ctx, orphans).await?;
 
         let w = c.workers;
         let q = &ctx.queues;
@@ -569,6 +574,7 @@ impl Controller {
             "pod",
             |ctx, k| Box::pin(async move { pod::reconcile(&ctx, &k).await }),
         )));
+        spawn(Box::pin(ip::watch_reservations(ctx.clone())));
         spawn(Box::pin(gc::run(ctx.clone())));
         spawn(Box::pin(subnet::status_loop(ctx.clone())));
         spawn(Box::pin(queue_metrics(ctx.clone())));
@@ -609,7 +615,7 @@ async fn run_queue(
 ) {
     let c = ctx.clone();
     let queue = q.clone();
-    q.run(workers, move |k: String| {
+    q.run(workers, Some(ctx.metrics.clone()), move |k: String| {
         let ctx = c.clone();
         let queue = queue.clone();
         async move {

@@ -156,7 +156,11 @@ async fn delete(ctx: &Ctx, name: &str, last: Option<&Node>) -> Result<()> {
     ip::delete(ctx, &port).await?;
     let join = ctx.config.join_subnet.name.clone();
     match ctx.ipam.release(&join, &port, &port) {
-        Ok(_) | Err(kubeovn_ipam::IpamError::NoSuchSubnet { .. }) => Ok(()),
+        Ok(Some(_)) => {
+            super::pod::wake(ctx, &join);
+            Ok(())
+        }
+        Ok(None) | Err(kubeovn_ipam::IpamError::NoSuchSubnet { .. }) => Ok(()),
         Err(e) => Err(e.into()),
     }
 }

@@ -1,7 +1,11 @@
 //! Pods: addresses, the logical switch port, the IP record and one annotation patch; release on delete.
+//!
+//! A pod whose subnet is full waits in [`Waiting`] and is queued again as soon as an address is released in
+//! that subnet (the queue's backoff retries it too, should a release go unnoticed).
 
+use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use kube::api::{Api, Patch, PatchParams};
@@ -17,6 +21,54 @@ use crate::annotations::{
     self, merge_patch, IpPoolRequest, PodNetworkAnnotations, DEFAULT_PROVIDER,
 };
 use crate::naming;
+
+/// Pods waiting for an address, by subnet.
+#[derive(Debug, Default)]
+pub(crate) struct Waiting(Mutex<HashMap<String, HashSet<String>>>);
+
+impl Waiting {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, HashSet<String>>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Adds pod `key` to the waiters of `subnet`; true if it was not waiting there yet.
+    fn add(&self, subnet: &str, key: &str) -> bool {
+        self.lock()
+            .entry(subnet.to_owned())
+            .or_default()
+            .insert(key.to_owned())
+    }
+
+    /// Removes pod `key` from the waiters of `subnet` (or of every subnet).
+    fn remove(&self, subnet: Option<&str>, key: &str) {
+        self.lock().retain(|s, keys| {
+            if subnet.is_none_or(|x| x == s) {
+                keys.remove(key);
+            }
+            !keys.is_empty()
+        });
+    }
+
+    /// Takes the waiters of `subnet`.
+    fn take(&self, subnet: &str) -> HashSet<String> {
+        self.lock().remove(subnet).unwrap_or_default()
+    }
+}
+
+/// An address was released in `subnet`: the pods waiting for one there are queued again.
+pub(crate) fn wake(ctx: &Ctx, subnet: &str) {
+    let keys = ctx.waiting.take(subnet);
+    if !keys.is_empty() {
+        tracing::debug!(
+            subnet,
+            pods = keys.len(),
+            "address released, waiting pods queued"
+        );
+    }
+    for k in keys {
+        ctx.queues.pod.add(k);
+    }
+}
 
 pub(crate) async fn reconcile(ctx: &Arc<Ctx>, key: &str) -> Result<()> {
     let (ns, name) = split_key(key);
@@ -166,7 +218,25 @@ async fn add(ctx: &Ctx, pod: &Pod) -> Result<()> {
     if let Some(p) = pool {
         req = req.pool(p);
     }
-    let addrs = match ctx.ipam.allocate(&subnet.name, &req) {
+    let mut allocated = ctx.ipam.allocate(&subnet.name, &req);
+    if let Err(IpamError::NoAvailable { .. }) = allocated {
+        // Wait for a release in this subnet; one that came between the failure and the registration
+        // woke nobody, hence the second try.
+        let first = ctx.waiting.add(&subnet.name, &owner);
+        allocated = ctx.ipam.allocate(&subnet.name, &req);
+        match &allocated {
+            Ok(_) => ctx.waiting.remove(Some(&subnet.name), &owner),
+            Err(e) => {
+                let e = ControllerError::Ipam(e.clone());
+                if first {
+                    warn(ctx, pod, "AcquireAddressFailed", &e).await;
+                }
+                // Transient: the queue retries it with backoff as well.
+                return Err(e);
+            }
+        }
+    }
+    let addrs = match allocated {
         Ok(x) => x,
         Err(e) => {
             let permanent = !matches!(e, IpamError::NoSuchSubnet { .. });
@@ -258,6 +328,12 @@ async fn delete(ctx: &Ctx, ns: &str, name: &str, last: Option<&Pod>) -> Result<(
     b.delete_switch_port(&port);
     ctx.writer.commit(b).await?;
     ip::delete(ctx, &port).await?;
-    ctx.ipam.release_pod(&naming::pod_key(ns, name));
+    let key = naming::pod_key(ns, name);
+    ctx.waiting.remove(None, &key);
+    for a in ctx.ipam.pod_allocations(&key) {
+        if let Ok(Some(_)) = ctx.ipam.release(&a.subnet, &a.pod, &a.nic) {
+            wake(ctx, &a.subnet);
+        }
+    }
     Ok(())
 }

@@ -1,4 +1,7 @@
 //! The IPAM rebuild at start: every source at once, so no address still in use anywhere is handed out again.
+//! What pods and nodes deleted while the controller was down left behind (ports, the controller's IP
+//! records) is found in the same pass, from the same lists, and not restored: [`super::gc::at_start`]
+//! removes it before any handler runs.
 
 use std::net::IpAddr;
 
@@ -8,8 +11,9 @@ use kube::ResourceExt;
 use kubeovn_ipam::{Allocation, Mac, RestoreReport};
 
 use super::error::Result;
+use super::gc::{self, Orphans};
 use super::podstore::PodStore;
-use super::{plan, subnet, Ctx, SubnetInfo};
+use super::{ip, plan, subnet, Ctx, SubnetInfo};
 use crate::annotations::{NodeAnnotations, PodNetworkAnnotations, DEFAULT_PROVIDER};
 use crate::naming::{self, external_ids as ext};
 
@@ -63,13 +67,14 @@ pub(crate) fn object_records(pods: &PodStore, nodes: &Store<Node>) -> Vec<Alloca
 }
 
 /// Loads subnets and pools into the allocator and restores every allocation found: `recs` (from
-/// [`object_records`] and the IP records, gathered while the northbound replica filled) and the
-/// northbound ports.
+/// [`object_records`]), the IP records `ips` (both gathered while the northbound replica filled) and the
+/// northbound ports; returns what pods and nodes that no longer exist left behind, not restored.
 pub(crate) fn rebuild(
     ctx: &Ctx,
     builtin: &[SubnetInfo],
     mut recs: Vec<Allocation>,
-) -> Result<RestoreReport> {
+    ips: Vec<ip::Listed>,
+) -> Result<(RestoreReport, Orphans)> {
     for s in builtin {
         subnet::install(ctx, s.clone())?;
     }
@@ -91,8 +96,18 @@ pub(crate) fn rebuild(
         }
     }
     let t = std::time::Instant::now();
-    // Northbound ports: a port whose pod was deleted while the controller was down keeps its address until
-    // garbage collection removes the port (Kube-OVN #4304).
+    let mut orphans = Orphans::default();
+    for r in ips {
+        // A user's reservation stays reserved whether or not a pod of its name exists.
+        if r.ours && !gc::record_alive(ctx, &r) {
+            orphans
+                .ips
+                .insert((r.name.clone(), r.owner(), r.subnet.clone()));
+        } else if let Some(a) = r.allocation() {
+            recs.push(a);
+        }
+    }
+    // Northbound ports: they hold addresses their pods' annotations may not show yet (Kube-OVN #4304).
     for lsp in ctx
         .nb
         .switch_ports_by_external_id(ext::VENDOR, naming::VENDOR)
@@ -100,14 +115,13 @@ pub(crate) fn rebuild(
         let Some(ls) = lsp.external_ids.get(ext::LS) else {
             continue;
         };
-        let owner = match (
-            lsp.external_ids.get(ext::POD),
-            lsp.external_ids.get(ext::NODE),
-        ) {
-            (Some(p), _) => p.clone(),
-            (None, Some(_)) => lsp.name.clone(),
-            _ => continue,
+        let Some((owner, alive)) = gc::port_owner(ctx, &lsp) else {
+            continue;
         };
+        if !alive {
+            orphans.ports.insert((lsp.name.clone(), owner, ls.clone()));
+            continue;
+        }
         for a in &lsp.addresses {
             if let Some((mac, ips)) = plan::parse_port_address(a) {
                 recs.push(record(ls, &owner, &lsp.name, &ips, Some(mac)));
@@ -121,9 +135,11 @@ pub(crate) fn rebuild(
         records = n,
         restored = report.restored,
         conflicts = report.conflicts.len(),
+        orphaned_ports = orphans.ports.len(),
+        orphaned_ips = orphans.ips.len(),
         nb_ports_ms = from_nb.as_millis() as u64,
         restore_ms = (t.elapsed() - from_nb).as_millis() as u64,
         "ipam rebuilt"
     );
-    Ok(report)
+    Ok((report, orphans))
 }
