@@ -79,6 +79,19 @@ fn message_schema(name: &str) -> Value {
         _ => {
             let mut props = Map::new();
             add_properties(name, &mut props);
+            if props.contains_key("metadata") {
+                // Objects and lists carry TypeMeta, which protobuf leaves to the envelope: without it
+                // kubectl's validation refuses apiVersion and kind as unknown fields (items of a List).
+                for (k, what) in [
+                    ("apiVersion", "the versioned schema"),
+                    ("kind", "the REST resource"),
+                ] {
+                    props.insert(
+                        k.to_owned(),
+                        json!({"type": "string", "description": format!("{k}: names {what} of this object.")}),
+                    );
+                }
+            }
             json!({"type": "object", "properties": props})
         }
     };
@@ -667,6 +680,10 @@ mod tests {
                     schemas[name]["x-kubernetes-group-version-kind"][0], *gvk,
                     "{path}"
                 );
+                // TypeMeta: kubectl validates a List's items with these schemas.
+                for k in ["apiVersion", "kind", "metadata"] {
+                    assert!(schemas[name]["properties"][k].is_object(), "{path}: no {k}");
+                }
             }
         }
         let gizmo = v3_group_version(&store, "test.kubeovn.io", "v1").unwrap();

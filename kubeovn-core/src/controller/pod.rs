@@ -55,15 +55,12 @@ impl Waiting {
     }
 }
 
-/// An address was released in `subnet`: the pods waiting for one there are queued again.
+/// An address was released in `subnet`, or the subnet was loaded or changed: the pods waiting for one there
+/// are queued again.
 pub(crate) fn wake(ctx: &Ctx, subnet: &str) {
     let keys = ctx.waiting.take(subnet);
     if !keys.is_empty() {
-        tracing::debug!(
-            subnet,
-            pods = keys.len(),
-            "address released, waiting pods queued"
-        );
+        tracing::debug!(subnet, pods = keys.len(), "waiting pods queued");
     }
     for k in keys {
         ctx.queues.pod.add(k);
@@ -178,12 +175,28 @@ async fn add(ctx: &Ctx, pod: &Pod) -> Result<()> {
         return Ok(());
     }
     let subnet_name = choose_subnet(ctx, &ns, &a)?;
-    let Some(subnet) = ctx.subnet(&subnet_name) else {
-        let (reason, e) = subnet::unusable(ctx, &subnet_name);
-        warn(ctx, pod, reason, &e).await;
-        return Err(e);
-    };
     let owner = naming::pod_key(&ns, &name);
+    let subnet = match ctx.subnet(&subnet_name) {
+        Some(s) => s,
+        None => {
+            // Served as soon as the subnet is loaded (validated, or its spec fixed): registered first,
+            // then looked up again, so a load in between is not missed.
+            let first = ctx.waiting.add(&subnet_name, &owner);
+            match ctx.subnet(&subnet_name) {
+                Some(s) => {
+                    ctx.waiting.remove(Some(&subnet_name), &owner);
+                    s
+                }
+                None => {
+                    let (reason, e) = subnet::unusable(ctx, &subnet_name);
+                    if first {
+                        warn(ctx, pod, reason, &e).await;
+                    }
+                    return Err(e);
+                }
+            }
+        }
+    };
 
     // Static addresses: the ip_address annotation, or a free entry of an address-list ip_pool.
     let mut statics: Vec<IpAddr> = a.ip_addresses.clone();

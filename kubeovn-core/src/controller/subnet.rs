@@ -322,7 +322,11 @@ fn install_checked(ctx: &Ctx, info: SubnetInfo, check: bool) -> Result<()> {
     for d in dropped {
         tracing::warn!(subnet = %info.name, pod = %d.pod, "allocation outside the updated subnet dropped");
     }
-    subnets.insert(info.name.clone(), Arc::new(info));
+    let name = info.name.clone();
+    subnets.insert(name.clone(), Arc::new(info));
+    drop(subnets);
+    // A new, fixed or wider subnet may serve pods that were waiting for it.
+    super::pod::wake(ctx, &name);
     Ok(())
 }
 
