@@ -219,10 +219,21 @@ pub fn decode_message(name: &str, data: &[u8]) -> Result<Value> {
 }
 
 fn message_at(name: &str, data: &[u8], depth: u32) -> Result<Value> {
+    if let Some(v) = special(name, data, depth)? {
+        return Ok(v);
+    }
+    let mut obj = Map::new();
+    decode_into(name, data, &mut obj, depth)?;
+    Ok(Value::Object(obj))
+}
+
+/// The messages whose JSON is not an object of their fields (times, IntOrString, embedded JSON,
+/// unions); `None` for the others.
+fn special(name: &str, data: &[u8], depth: u32) -> Result<Option<Value>> {
     if depth > MAX_DEPTH {
         return Err(Error::bad_request("protobuf: messages nested too deeply"));
     }
-    match name.rsplit('.').next().unwrap_or(name) {
+    let v = match name.rsplit('.').next().unwrap_or(name) {
         "Time" | "MicroTime" => {
             let (mut secs, mut nanos) = (None, 0i64);
             for f in Fields(data) {
@@ -266,7 +277,7 @@ fn message_at(name: &str, data: &[u8], depth: u32) -> Result<Value> {
                 }
             }
             if raw.is_empty() {
-                return Ok(Value::Null);
+                return Ok(Some(Value::Null));
             }
             serde_json::from_slice(raw)
                 .map_err(|e| Error::bad_request(format!("{name}: embedded JSON: {e}")))
@@ -301,12 +312,9 @@ fn message_at(name: &str, data: &[u8], depth: u32) -> Result<Value> {
                 })
             })
         }
-        _ => {
-            let mut obj = Map::new();
-            decode_into(name, data, &mut obj, depth)?;
-            Ok(Value::Object(obj))
-        }
-    }
+        _ => return Ok(None),
+    };
+    v.map(Some)
 }
 
 fn decode_into(name: &str, data: &[u8], obj: &mut Map<String, Value>, depth: u32) -> Result<()> {
@@ -330,10 +338,34 @@ fn decode_into(name: &str, data: &[u8], obj: &mut Map<String, Value>, depth: u32
             continue;
         };
         match field.card {
+            // As in Go's decoder, a message field sent twice merges (protobuf's rule for
+            // concatenated messages) and a later scalar replaces an earlier one, also when the
+            // later one is a zero that Go's JSON leaves out.
             Card::Optional => {
-                let v = scalar(field, field.kind, wire, depth)?;
-                if !omitted(&v) {
-                    obj.insert(json.to_owned(), v);
+                let value = match (field.kind, wire) {
+                    (Kind::Message, Wire::Len(v)) => match special(field.message, v, depth + 1)? {
+                        Some(value) => Some(value),
+                        None => {
+                            let slot = obj.entry(json).or_insert_with(|| Value::Object(Map::new()));
+                            if !slot.is_object() {
+                                *slot = Value::Object(Map::new());
+                            }
+                            if let Value::Object(m) = slot {
+                                decode_into(field.message, v, m, depth + 1)?;
+                            }
+                            None
+                        }
+                    },
+                    _ => Some(scalar(field, field.kind, wire, depth)?),
+                };
+                match value {
+                    Some(v) if omitted(&v) => {
+                        obj.remove(json);
+                    }
+                    Some(v) => {
+                        obj.insert(json.to_owned(), v);
+                    }
+                    None => {}
                 }
             }
             Card::Repeated => {
@@ -570,6 +602,26 @@ mod tests {
             v,
             serde_json::json!({"apiVersion": "v1", "kind": "Namespace",
                 "metadata": {"name": "foo", "labels": {"a": "b\0c"}}})
+        );
+    }
+
+    #[test]
+    fn a_message_sent_twice_is_merged() {
+        // metadata {name: x, labels: {a: b}} then metadata {name: "", namespace: ns}: Go's decoder
+        // merges the two (the labels stay) and the later empty name replaces x.
+        let first = b"\x0a\x01x\x5a\x06\x0a\x01a\x12\x01b";
+        let second = b"\x0a\x00\x1a\x02ns";
+        let mut ns = vec![0x0a, first.len() as u8];
+        ns.extend_from_slice(first);
+        ns.extend_from_slice(&[0x0a, second.len() as u8]);
+        ns.extend_from_slice(second);
+        let mut body = b"k8s\0\x0a\x0f\x0a\x02v1\x12\x09Namespace\x12".to_vec();
+        body.push(ns.len() as u8);
+        body.extend_from_slice(&ns);
+        assert_eq!(
+            decode_body(&body).unwrap(),
+            serde_json::json!({"apiVersion": "v1", "kind": "Namespace",
+                "metadata": {"namespace": "ns", "labels": {"a": "b"}}})
         );
     }
 
