@@ -234,19 +234,26 @@ fn special(name: &str, data: &[u8], depth: u32) -> Result<Option<Value>> {
         return Err(Error::bad_request("protobuf: messages nested too deeply"));
     }
     let v = match name.rsplit('.').next().unwrap_or(name) {
+        // As Go reads them: an empty message is the zero time (left out), anything else
+        // time.Unix(seconds, nanos), where Time drops the nanoseconds.
         "Time" | "MicroTime" => {
-            let (mut secs, mut nanos) = (None, 0i64);
+            if data.is_empty() {
+                return Ok(Some(Value::Null));
+            }
+            let (mut secs, mut nanos) = (0i64, 0i64);
             for f in Fields(data) {
                 match f? {
-                    (1, Wire::Varint(v)) => secs = Some(v as i64),
+                    (1, Wire::Varint(v)) => secs = v as i64,
                     (2, Wire::Varint(v)) => nanos = i64::from(v as i32),
                     _ => {}
                 }
             }
-            // A zero time is encoded as an empty message.
-            Ok(secs.map_or(Value::Null, |s| {
-                Value::String(rfc3339(s, nanos, name.ends_with("MicroTime")))
-            }))
+            let micro = name.ends_with("MicroTime");
+            Ok(Value::String(rfc3339(
+                secs,
+                if micro { nanos } else { 0 },
+                micro,
+            )))
         }
         "IntOrString" => {
             let (mut ty, mut int, mut s) = (0, 0i64, String::new());
@@ -472,7 +479,15 @@ fn base64(data: &[u8]) -> String {
 }
 
 /// RFC 3339 in UTC as Go's `metav1.Time` (seconds) and `MicroTime` (microseconds) print it.
+/// As Go's `MicroTime` reads them, nanoseconds are truncated (toward zero) to microseconds, then
+/// those outside `[0, 1e9)` move into the seconds (`time.Unix`).
 fn rfc3339(secs: i64, nanos: i64, micro: bool) -> String {
+    const NANOS: i64 = 1_000_000_000;
+    let nanos = nanos / 1000 * 1000;
+    let (secs, nanos) = (
+        secs.saturating_add(nanos.div_euclid(NANOS)),
+        nanos.rem_euclid(NANOS),
+    );
     let s = crate::store::format_rfc3339(secs);
     match s.strip_suffix('Z') {
         Some(base) if micro => format!("{base}.{:06}Z", nanos / 1000),
@@ -650,10 +665,31 @@ mod tests {
 
     #[test]
     fn times_and_base64() {
+        let time = |m: &str, data: &[u8]| {
+            decode_message(&format!("apimachinery.pkg.apis.meta.v1.{m}"), data).unwrap()
+        };
+        // Empty: Go's zero time. Nanoseconds only: 1970. Time drops nanoseconds that MicroTime keeps.
+        assert_eq!(time("Time", b""), Value::Null);
+        assert_eq!(time("Time", b"\x10\x05"), "1970-01-01T00:00:00Z");
+        assert_eq!(
+            time("Time", b"\x08\x01\x10\x98\xf8\xff\xff\x0f"),
+            "1970-01-01T00:00:01Z"
+        );
+        assert_eq!(
+            time("MicroTime", b"\x08\x01\x10\x98\xf8\xff\xff\x0f"),
+            "1970-01-01T00:00:00.999999Z"
+        );
         assert_eq!(rfc3339(0, 0, false), "1970-01-01T00:00:00Z");
         assert_eq!(
             rfc3339(1_700_000_000, 123_456_789, true),
             "2023-11-14T22:13:20.123456Z"
+        );
+        // Go's time.Unix normalises nanoseconds outside [0, 1e9) into the seconds.
+        assert_eq!(rfc3339(0, -1000, true), "1969-12-31T23:59:59.999999Z");
+        assert_eq!(rfc3339(0, -1500, true), "1969-12-31T23:59:59.999999Z");
+        assert_eq!(
+            rfc3339(0, 2_000_001_000, true),
+            "1970-01-01T00:00:02.000001Z"
         );
         assert_eq!(base64(b"hello"), "aGVsbG8=");
         assert_eq!(base64(b"hi!"), "aGkh");
