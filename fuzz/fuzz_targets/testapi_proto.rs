@@ -35,9 +35,56 @@ fn check_json(v: &Value) {
     let obj = v.as_object().expect("a decoded body is a JSON object");
     assert!(obj.get("apiVersion").is_some_and(Value::is_string));
     assert!(obj.get("kind").is_some_and(Value::is_string));
+    reparses(v);
+}
+
+/// The JSON text of a decoded value parses back (the server's JSON requests parse the same
+/// way) to the same value.
+fn reparses(v: &Value) {
     let text = serde_json::to_string(v).expect("serialises");
-    let back: Value = serde_json::from_str(&text).expect("the decoded JSON parses back");
+    let back: Value = serde_json::from_str(&text)
+        .unwrap_or_else(|e| panic!("the decoded JSON does not parse back: {e}"));
     assert_eq!(&back, v, "{text}");
+}
+
+const PROPS: &str = "apiextensions_apiserver.pkg.apis.apiextensions.v1.JSONSchemaProps";
+
+/// A JSONSchemaProps nested one step per byte of `steps` (outermost first) through each way the
+/// decoder recurses: an optional field, a list, a map value and the two unions. A step nests the
+/// schema one or two decoder levels deeper.
+fn nested(steps: &[u8]) -> Vec<u8> {
+    // Each step's keys, from the inner message outwards.
+    const STEPS: [&[&[u8]]; 5] = [
+        &[&[0xe2, 0x01]],          // not
+        &[&[0xca, 0x01]],          // allOf
+        &[&[0x12], &[0xea, 0x01]], // properties: an entry's value
+        &[&[0x0a], &[0xc2, 0x01]], // items: schema
+        &[&[0x12], &[0xf2, 0x01]], // additionalProperties: schema
+    ];
+    let keys: Vec<&[u8]> = (steps.iter().rev())
+        .flat_map(|s| STEPS[usize::from(*s) % STEPS.len()].iter().copied())
+        .collect();
+    let varint = |out: &mut Vec<u8>, mut v: usize| {
+        while v >= 0x80 {
+            out.push(v as u8 | 0x80);
+            v >>= 7;
+        }
+        out.push(v as u8);
+    };
+    // Each message's length, innermost (empty) first.
+    let (mut lens, mut len) = (Vec::with_capacity(keys.len()), 0);
+    for k in &keys {
+        lens.push(len);
+        let mut prefix = k.to_vec();
+        varint(&mut prefix, len);
+        len += prefix.len();
+    }
+    let mut out = Vec::with_capacity(len);
+    for (k, l) in keys.iter().zip(&lens).rev() {
+        out.extend_from_slice(k);
+        varint(&mut out, *l);
+    }
+    out
 }
 
 fn key(u: &mut Unstructured) -> Result<String> {
@@ -126,6 +173,23 @@ fuzz_target!(|data: &[u8]| {
         }
         (Err(a), Err(b)) => assert_eq!((a.code(), a.to_string()), (b.code(), b.to_string())),
         (m, b) => panic!("message decoder {m:?}, body decoder {b:?}"),
+    }
+
+    // Deep nesting: decoded within bounds or refused, never a stack overflow.
+    if let [n, steps @ ..] = rest {
+        // Up to 255 steps: past every bound, yet fast enough to run on every input.
+        let n = usize::from(*n);
+        let steps: Vec<u8> = steps.iter().copied().chain([0]).cycle().take(n).collect();
+        match proto::decode_message(PROPS, &nested(&steps)) {
+            Ok(v) => {
+                assert!(n <= 100, "{n} nested schemas accepted");
+                reparses(&v);
+            }
+            Err(e) => {
+                assert_eq!(e.code(), 400);
+                assert!(n > 50, "{n} nested schemas refused: {e}");
+            }
+        }
     }
 
     if let Ok(o) = object(&mut Unstructured::new(rest)) {

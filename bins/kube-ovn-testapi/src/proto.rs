@@ -207,7 +207,7 @@ pub fn decode_body(body: &[u8]) -> Result<Value> {
     obj.insert("apiVersion".into(), Value::String(api_version));
     obj.insert("kind".into(), Value::String(kind));
     decode_into(name, raw, &mut obj, 0)?;
-    Ok(Value::Object(obj))
+    json_depth_ok(Value::Object(obj))
 }
 
 /// Deepest nesting decoded: a body of nested messages must not exhaust the stack.
@@ -215,7 +215,30 @@ const MAX_DEPTH: u32 = 100;
 
 /// Decodes one message of type `name` into JSON.
 pub fn decode_message(name: &str, data: &[u8]) -> Result<Value> {
-    message_at(name, data, 0)
+    json_depth_ok(message_at(name, data, 0)?)
+}
+
+/// The deepest nesting of arrays and objects serde_json parses: the server's own JSON requests and
+/// Rust clients could not read back an object nested deeper (a message level can add two JSON
+/// levels, and embedded JSON more).
+const MAX_JSON_DEPTH: usize = 127;
+
+fn json_depth_ok(v: Value) -> Result<Value> {
+    if nests_deeper(&v, MAX_JSON_DEPTH) {
+        return Err(Error::bad_request(format!(
+            "protobuf: the object nests deeper than {MAX_JSON_DEPTH} levels of JSON"
+        )));
+    }
+    Ok(v)
+}
+
+/// Whether `v` nests more than `limit` arrays and objects (recursing at most `limit` deep).
+fn nests_deeper(v: &Value, limit: usize) -> bool {
+    match v {
+        Value::Array(a) => limit == 0 || a.iter().any(|c| nests_deeper(c, limit - 1)),
+        Value::Object(m) => limit == 0 || m.values().any(|c| nests_deeper(c, limit - 1)),
+        _ => false,
+    }
 }
 
 fn message_at(name: &str, data: &[u8], depth: u32) -> Result<Value> {
@@ -652,6 +675,34 @@ mod tests {
                 len >>= 7;
             }
             outer.push(len as u8);
+            outer.extend_from_slice(&m);
+            m = outer;
+        }
+        let e = decode_message(
+            "apiextensions_apiserver.pkg.apis.apiextensions.v1.JSONSchemaProps",
+            &m,
+        )
+        .unwrap_err();
+        assert_eq!(e.code(), 400);
+    }
+
+    #[test]
+    fn json_nesting_stays_readable() {
+        // MAX_JSON_DEPTH is serde_json's limit.
+        let nest = |n| (0..n).fold(Value::Null, |v, _| Value::Array(vec![v]));
+        let text = |n| serde_json::to_string(&nest(n)).unwrap();
+        assert!(serde_json::from_str::<Value>(&text(MAX_JSON_DEPTH)).is_ok());
+        assert!(serde_json::from_str::<Value>(&text(MAX_JSON_DEPTH + 1)).is_err());
+        assert!(!nests_deeper(&nest(MAX_JSON_DEPTH), MAX_JSON_DEPTH));
+        assert!(nests_deeper(&nest(MAX_JSON_DEPTH + 1), MAX_JSON_DEPTH));
+        // JSONSchemaProps.allOf (field 25) nested 80 times: within the message depth, but
+        // {"allOf": [...]} is two JSON levels each, which no JSON client could read back.
+        let mut m: Vec<u8> = Vec::new();
+        for _ in 0..80 {
+            let mut outer = vec![0xca, 0x01, m.len() as u8];
+            if m.len() >= 0x80 {
+                outer = vec![0xca, 0x01, (m.len() as u8) | 0x80, (m.len() >> 7) as u8];
+            }
             outer.extend_from_slice(&m);
             m = outer;
         }
