@@ -1,9 +1,10 @@
 //! kubectl's protobuf bodies (`k8s\0` + runtime.Unknown) as the test API server decodes them. Any bytes:
 //! decoding never panics nor exhausts the stack, and an accepted body is a JSON object with its apiVersion
 //! and kind whose text parses back to the same value. The bytes as the message of a built-in kind: the body
-//! decoder and the message decoder agree (same object, or the same refusal). And the structured round trip:
-//! a Namespace or ConfigMap built from the bytes (names, labels, data, unknown fields) and encoded by the
-//! test model decodes to exactly the model's JSON.
+//! decoder and the message decoder agree (same object, or the same refusal). Schemas nested up to 255 deep
+//! through every recursion path: shallow ones decode, deep ones are refused. And the structured round trip:
+//! a Namespace or ConfigMap built from the bytes (names, labels, data, unknown fields, metadata split in
+//! two messages) and encoded by the test model decodes to exactly the model's JSON.
 #![no_main]
 
 use arbitrary::{Result, Unstructured};
