@@ -207,7 +207,7 @@ pub fn decode_body(body: &[u8]) -> Result<Value> {
     obj.insert("apiVersion".into(), Value::String(api_version));
     obj.insert("kind".into(), Value::String(kind));
     decode_into(name, raw, &mut obj, 0)?;
-    Ok(Value::Object(obj))
+    json_depth_ok(Value::Object(obj))
 }
 
 /// Deepest nesting decoded: a body of nested messages must not exhaust the stack.
@@ -215,27 +215,68 @@ const MAX_DEPTH: u32 = 100;
 
 /// Decodes one message of type `name` into JSON.
 pub fn decode_message(name: &str, data: &[u8]) -> Result<Value> {
-    message_at(name, data, 0)
+    json_depth_ok(message_at(name, data, 0)?)
+}
+
+/// The deepest nesting of arrays and objects serde_json parses: the server's own JSON requests and
+/// Rust clients could not read back an object nested deeper (a message level can add two JSON
+/// levels, and embedded JSON more).
+const MAX_JSON_DEPTH: usize = 127;
+
+fn json_depth_ok(v: Value) -> Result<Value> {
+    if nests_deeper(&v, MAX_JSON_DEPTH) {
+        return Err(Error::bad_request(format!(
+            "protobuf: the object nests deeper than {MAX_JSON_DEPTH} levels of JSON"
+        )));
+    }
+    Ok(v)
+}
+
+/// Whether `v` nests more than `limit` arrays and objects (recursing at most `limit` deep).
+fn nests_deeper(v: &Value, limit: usize) -> bool {
+    match v {
+        Value::Array(a) => limit == 0 || a.iter().any(|c| nests_deeper(c, limit - 1)),
+        Value::Object(m) => limit == 0 || m.values().any(|c| nests_deeper(c, limit - 1)),
+        _ => false,
+    }
 }
 
 fn message_at(name: &str, data: &[u8], depth: u32) -> Result<Value> {
+    if let Some(v) = special(name, data, depth)? {
+        return Ok(v);
+    }
+    let mut obj = Map::new();
+    decode_into(name, data, &mut obj, depth)?;
+    Ok(Value::Object(obj))
+}
+
+/// The messages whose JSON is not an object of their fields (times, IntOrString, embedded JSON,
+/// unions); `None` for the others.
+fn special(name: &str, data: &[u8], depth: u32) -> Result<Option<Value>> {
     if depth > MAX_DEPTH {
         return Err(Error::bad_request("protobuf: messages nested too deeply"));
     }
-    match name.rsplit('.').next().unwrap_or(name) {
+    let v = match name.rsplit('.').next().unwrap_or(name) {
+        // As Go reads them: an empty message is the zero time (left out), anything else
+        // time.Unix(seconds, nanos), where Time drops the nanoseconds.
         "Time" | "MicroTime" => {
-            let (mut secs, mut nanos) = (None, 0i64);
+            if data.is_empty() {
+                return Ok(Some(Value::Null));
+            }
+            let (mut secs, mut nanos) = (0i64, 0i64);
             for f in Fields(data) {
                 match f? {
-                    (1, Wire::Varint(v)) => secs = Some(v as i64),
+                    (1, Wire::Varint(v)) => secs = v as i64,
                     (2, Wire::Varint(v)) => nanos = i64::from(v as i32),
                     _ => {}
                 }
             }
-            // A zero time is encoded as an empty message.
-            Ok(secs.map_or(Value::Null, |s| {
-                Value::String(rfc3339(s, nanos, name.ends_with("MicroTime")))
-            }))
+            let micro = name.ends_with("MicroTime");
+            Ok(Value::String(rfc3339(
+                secs,
+                if micro { nanos } else { 0 },
+                micro,
+            )))
         }
         "IntOrString" => {
             let (mut ty, mut int, mut s) = (0, 0i64, String::new());
@@ -266,7 +307,7 @@ fn message_at(name: &str, data: &[u8], depth: u32) -> Result<Value> {
                 }
             }
             if raw.is_empty() {
-                return Ok(Value::Null);
+                return Ok(Some(Value::Null));
             }
             serde_json::from_slice(raw)
                 .map_err(|e| Error::bad_request(format!("{name}: embedded JSON: {e}")))
@@ -301,12 +342,9 @@ fn message_at(name: &str, data: &[u8], depth: u32) -> Result<Value> {
                 })
             })
         }
-        _ => {
-            let mut obj = Map::new();
-            decode_into(name, data, &mut obj, depth)?;
-            Ok(Value::Object(obj))
-        }
-    }
+        _ => return Ok(None),
+    };
+    v.map(Some)
 }
 
 fn decode_into(name: &str, data: &[u8], obj: &mut Map<String, Value>, depth: u32) -> Result<()> {
@@ -330,10 +368,34 @@ fn decode_into(name: &str, data: &[u8], obj: &mut Map<String, Value>, depth: u32
             continue;
         };
         match field.card {
+            // As in Go's decoder, a message field sent twice merges (protobuf's rule for
+            // concatenated messages) and a later scalar replaces an earlier one, also when the
+            // later one is a zero that Go's JSON leaves out.
             Card::Optional => {
-                let v = scalar(field, field.kind, wire, depth)?;
-                if !omitted(&v) {
-                    obj.insert(json.to_owned(), v);
+                let value = match (field.kind, wire) {
+                    (Kind::Message, Wire::Len(v)) => match special(field.message, v, depth + 1)? {
+                        Some(value) => Some(value),
+                        None => {
+                            let slot = obj.entry(json).or_insert_with(|| Value::Object(Map::new()));
+                            if !slot.is_object() {
+                                *slot = Value::Object(Map::new());
+                            }
+                            if let Value::Object(m) = slot {
+                                decode_into(field.message, v, m, depth + 1)?;
+                            }
+                            None
+                        }
+                    },
+                    _ => Some(scalar(field, field.kind, wire, depth)?),
+                };
+                match value {
+                    Some(v) if omitted(&v) => {
+                        obj.remove(json);
+                    }
+                    Some(v) => {
+                        obj.insert(json.to_owned(), v);
+                    }
+                    None => {}
                 }
             }
             Card::Repeated => {
@@ -440,7 +502,15 @@ fn base64(data: &[u8]) -> String {
 }
 
 /// RFC 3339 in UTC as Go's `metav1.Time` (seconds) and `MicroTime` (microseconds) print it.
+/// As Go's `MicroTime` reads them, nanoseconds are truncated (toward zero) to microseconds, then
+/// those outside `[0, 1e9)` move into the seconds (`time.Unix`).
 fn rfc3339(secs: i64, nanos: i64, micro: bool) -> String {
+    const NANOS: i64 = 1_000_000_000;
+    let nanos = nanos / 1000 * 1000;
+    let (secs, nanos) = (
+        secs.saturating_add(nanos.div_euclid(NANOS)),
+        nanos.rem_euclid(NANOS),
+    );
     let s = crate::store::format_rfc3339(secs);
     match s.strip_suffix('Z') {
         Some(base) if micro => format!("{base}.{:06}Z", nanos / 1000),
@@ -574,6 +644,26 @@ mod tests {
     }
 
     #[test]
+    fn a_message_sent_twice_is_merged() {
+        // metadata {name: x, labels: {a: b}} then metadata {name: "", namespace: ns}: Go's decoder
+        // merges the two (the labels stay) and the later empty name replaces x.
+        let first = b"\x0a\x01x\x5a\x06\x0a\x01a\x12\x01b";
+        let second = b"\x0a\x00\x1a\x02ns";
+        let mut ns = vec![0x0a, first.len() as u8];
+        ns.extend_from_slice(first);
+        ns.extend_from_slice(&[0x0a, second.len() as u8]);
+        ns.extend_from_slice(second);
+        let mut body = b"k8s\0\x0a\x0f\x0a\x02v1\x12\x09Namespace\x12".to_vec();
+        body.push(ns.len() as u8);
+        body.extend_from_slice(&ns);
+        assert_eq!(
+            decode_body(&body).unwrap(),
+            serde_json::json!({"apiVersion": "v1", "kind": "Namespace",
+                "metadata": {"namespace": "ns", "labels": {"a": "b"}}})
+        );
+    }
+
+    #[test]
     fn deep_nesting_is_refused() {
         // JSONSchemaProps.not (field 28) nested 10000 times.
         let mut m: Vec<u8> = Vec::new();
@@ -597,11 +687,60 @@ mod tests {
     }
 
     #[test]
+    fn json_nesting_stays_readable() {
+        // MAX_JSON_DEPTH is serde_json's limit.
+        let nest = |n| (0..n).fold(Value::Null, |v, _| Value::Array(vec![v]));
+        let text = |n| serde_json::to_string(&nest(n)).unwrap();
+        assert!(serde_json::from_str::<Value>(&text(MAX_JSON_DEPTH)).is_ok());
+        assert!(serde_json::from_str::<Value>(&text(MAX_JSON_DEPTH + 1)).is_err());
+        assert!(!nests_deeper(&nest(MAX_JSON_DEPTH), MAX_JSON_DEPTH));
+        assert!(nests_deeper(&nest(MAX_JSON_DEPTH + 1), MAX_JSON_DEPTH));
+        // JSONSchemaProps.allOf (field 25) nested 80 times: within the message depth, but
+        // {"allOf": [...]} is two JSON levels each, which no JSON client could read back.
+        let mut m: Vec<u8> = Vec::new();
+        for _ in 0..80 {
+            let mut outer = vec![0xca, 0x01, m.len() as u8];
+            if m.len() >= 0x80 {
+                outer = vec![0xca, 0x01, (m.len() as u8) | 0x80, (m.len() >> 7) as u8];
+            }
+            outer.extend_from_slice(&m);
+            m = outer;
+        }
+        let e = decode_message(
+            "apiextensions_apiserver.pkg.apis.apiextensions.v1.JSONSchemaProps",
+            &m,
+        )
+        .unwrap_err();
+        assert_eq!(e.code(), 400);
+    }
+
+    #[test]
     fn times_and_base64() {
+        let time = |m: &str, data: &[u8]| {
+            decode_message(&format!("apimachinery.pkg.apis.meta.v1.{m}"), data).unwrap()
+        };
+        // Empty: Go's zero time. Nanoseconds only: 1970. Time drops nanoseconds that MicroTime keeps.
+        assert_eq!(time("Time", b""), Value::Null);
+        assert_eq!(time("Time", b"\x10\x05"), "1970-01-01T00:00:00Z");
+        assert_eq!(
+            time("Time", b"\x08\x01\x10\x98\xf8\xff\xff\x0f"),
+            "1970-01-01T00:00:01Z"
+        );
+        assert_eq!(
+            time("MicroTime", b"\x08\x01\x10\x98\xf8\xff\xff\x0f"),
+            "1970-01-01T00:00:00.999999Z"
+        );
         assert_eq!(rfc3339(0, 0, false), "1970-01-01T00:00:00Z");
         assert_eq!(
             rfc3339(1_700_000_000, 123_456_789, true),
             "2023-11-14T22:13:20.123456Z"
+        );
+        // Go's time.Unix normalises nanoseconds outside [0, 1e9) into the seconds.
+        assert_eq!(rfc3339(0, -1000, true), "1969-12-31T23:59:59.999999Z");
+        assert_eq!(rfc3339(0, -1500, true), "1969-12-31T23:59:59.999999Z");
+        assert_eq!(
+            rfc3339(0, 2_000_001_000, true),
+            "1970-01-01T00:00:02.000001Z"
         );
         assert_eq!(base64(b"hello"), "aGVsbG8=");
         assert_eq!(base64(b"hi!"), "aGkh");
