@@ -54,9 +54,22 @@ cargo test --workspace --doc
 if [ -z "${SKIP_FUZZ:-}" ]; then
     step "fuzz smoke runs"
     export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$PWD/target}/fuzz
-    cargo build --quiet --release --manifest-path fuzz/Cargo.toml
+    # Coverage instrumentation as `cargo fuzz build --sanitizer none` adds it (without it libFuzzer only throws
+    # random bytes); --target keeps build scripts and proc macros uninstrumented.
+    host=$(rustc -vV | sed -n 's/^host: //p')
+    RUSTFLAGS="-Cpasses=sancov-module -Cllvm-args=-sanitizer-coverage-level=4 \
+-Cllvm-args=-sanitizer-coverage-inline-8bit-counters -Cllvm-args=-sanitizer-coverage-pc-table \
+-Cllvm-args=-sanitizer-coverage-trace-compares --cfg fuzzing -Cdebug-assertions -Coverflow-checks" \
+        cargo build --quiet --release --target "$host" --manifest-path fuzz/Cargo.toml
+    out=$(mktemp)
     for t in $(sed -n 's/^name = "\(.*\)"$/\1/p' fuzz/Cargo.toml | grep -v '^kubeovn-fuzz$'); do
-        "$CARGO_TARGET_DIR/release/$t" -max_total_time=15 -print_final_stats=0 2>&1 | tail -n 1
+        if ! "$CARGO_TARGET_DIR/$host/release/$t" -max_total_time=15 -print_final_stats=1 >"$out" 2>&1; then
+            tail -n 40 "$out"
+            echo "fuzz target $t failed" >&2
+            exit 1
+        fi
+        printf '%-16s %s\n' "$t" "$(grep -E '^(Done|stat::new_units_added)' "$out" | tr '\n' ' ')"
     done
+    rm -f "$out"
 fi
 step "all tests passed"
