@@ -10,8 +10,10 @@ cd "$(dirname "$0")/.."
 step() { printf '\n==> %s\n' "$*"; }
 
 # --- system packages ------------------------------------------------------------------------------
-# OVN/OVS (real ovsdb-server, northd, vswitchd, controller), Debian's reference CNI plugins, ping and ip.
-PKGS=(openvswitch-switch ovn-central ovn-host containernetworking-plugins iputils-ping iproute2 util-linux)
+# OVN/OVS (real ovsdb-server, northd, vswitchd, controller), Debian's reference CNI plugins, ping and ip;
+# ethtool and python3 check pods' offloads and serve TCP/UDP in the e2e tests.
+PKGS=(openvswitch-switch ovn-central ovn-host containernetworking-plugins iputils-ping iproute2 util-linux
+      ethtool python3)
 missing=()
 for p in "${PKGS[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

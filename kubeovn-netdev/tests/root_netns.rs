@@ -844,8 +844,8 @@ fn ethtool_features(ns: &str, link: &str) -> std::collections::HashMap<String, b
 #[tokio::test]
 async fn root_tx_checksum_off_on_the_pod_end_in_the_create_round_trip() {
     require_root!();
-    if Command::new("ethtool").arg("--version").output().is_err() {
-        eprintln!("SKIP: ethtool (the independent checker) is not installed");
+    if !skip::installed("ethtool") {
+        skip::skip("ethtool (the independent checker) is not installed");
         return;
     }
     let pod_ns = TestNs::new("ta");

@@ -541,8 +541,10 @@ mod server_tests {
 /// The connection a high-level API writes on: with a session, its current (or a new) connection once the
 /// replica follows that very connection ([`crate::cache::Cache::follows`]), since a write is planned against
 /// the replica: after a transaction whose outcome is unknown, the next plan is made on a replica resumed on a
-/// newer connection, which shows whether it committed, so it is re-checked and never applied twice. Without a
-/// session, the fixed client.
+/// newer connection, which shows whether it committed, so it is re-checked instead of blindly resent. The
+/// replica shows what committed before the new connection's snapshot: a request the old server still held
+/// (unread in its socket, or a stalled former raft leader's) can commit after it, so inserts into tables
+/// without a unique index are not yet proof against that case. Without a session, the fixed client.
 pub(crate) async fn write_client(
     session: Option<&Session>,
     fixed: &Client,

@@ -34,9 +34,9 @@ pub const RESYNC: Duration = Duration::from_secs(10);
 
 /// Whether a subnet's CIDRs are routed from the node through the join gateway, as Kube-OVN's daemon decides
 /// (`reconcileRouters`): subnets of the default VPC (`spec.vpc` empty or `default_vpc`), not underlay ones
-/// (a VLAN without a logical gateway, unless U2O interconnection without load balancers), not one the
-/// controller refused (`Validated` = False; Kube-OVN also waits for True, which our controller does not
-/// write).
+/// (a VLAN without a logical gateway, unless U2O interconnection without load balancers), and only once the
+/// controller validated it (`Validated` = True): a subnet still pending or refused may hold a node's address
+/// or overlap the join or service range, and a route to it could cut the node off.
 pub fn subnet_is_routed(s: &Subnet, default_vpc: &str) -> bool {
     let spec = &s.spec;
     if !(spec.vpc.is_empty() || spec.vpc == default_vpc) {
@@ -48,11 +48,10 @@ pub fn subnet_is_routed(s: &Subnet, default_vpc: &str) -> bool {
     if underlay {
         return false;
     }
-    let refused = s.status.as_ref().is_some_and(|st| {
+    s.status.as_ref().is_some_and(|st| {
         st.condition(condition_types::VALIDATED)
-            .is_some_and(|c| c.status == "False")
-    });
-    !refused
+            .is_some_and(|c| c.status == "True")
+    })
 }
 
 /// The CIDRs of the routed subnets ([`subnet_is_routed`]), in name order; a subnet whose `spec.cidrBlock`
@@ -276,7 +275,11 @@ mod tests {
     use kubeovn_cni::node::StaticPodNetworks;
     use serde_json::json;
 
-    fn subnet(v: serde_json::Value) -> Arc<Subnet> {
+    /// A Subnet object, validated by the controller unless `v` says otherwise.
+    fn subnet(mut v: serde_json::Value) -> Arc<Subnet> {
+        if v.get("status").is_none() {
+            v["status"] = json!({"conditions": [{"type": "Validated", "status": "True"}]});
+        }
         Arc::new(serde_json::from_value(v).unwrap())
     }
 
@@ -307,6 +310,9 @@ mod tests {
             subnet(
                 json!({"metadata": {"name": "refused"}, "spec": {"cidrBlock": "10.8.0.0/16"},
                 "status": {"conditions": [{"type": "Validated", "status": "False"}]}}),
+            ),
+            subnet(
+                json!({"metadata": {"name": "pending"}, "spec": {"cidrBlock": "10.9.0.0/16"}, "status": {}}),
             ),
             subnet(json!({"metadata": {"name": "bad"}, "spec": {"cidrBlock": "nonsense"}})),
         ];

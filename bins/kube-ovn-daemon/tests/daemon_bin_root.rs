@@ -302,6 +302,17 @@ fn join_port_waits_for_the_node_and_routes_follow_subnets() {
         rt.block_on(subnets.create(&PostParams::default(), &s))
             .unwrap();
     };
+    // What the controller writes once it accepted a subnet: the daemon routes only validated subnets.
+    let validate = |name: &str| {
+        let st = json!({"status": {"conditions": [{"type": "Validated", "status": "True",
+            "reason": "ValidateLogicalSwitchSuccess", "lastUpdateTime": "2026-01-01T00:00:00Z"}]}});
+        rt.block_on(subnets.patch_status(name, &PatchParams::default(), &Patch::Merge(&st)))
+            .unwrap();
+    };
+    let create_subnet = |name: &str, vpc: &str, cidr: &str| {
+        create_subnet(name, vpc, cidr);
+        validate(name);
+    };
     // Subnets known before the daemon starts: the default one and the join subnet.
     create_subnet("ovn-default", "", "10.76.0.0/24");
     create_subnet("join", "ovn-cluster", "100.64.0.0/16");
@@ -403,8 +414,20 @@ fn join_port_waits_for_the_node_and_routes_follow_subnets() {
         routes_via("ovn0").contains(&via("10.76.0.0/24"))
     });
 
-    // A custom-VPC subnet, then a default-VPC one: only the second is routed.
+    // A custom-VPC subnet, a default-VPC one the controller has not validated, then a validated one: only
+    // the last is routed until the pending one is validated too.
     create_subnet("custom", "vpc1", "10.78.0.0/24");
+    rt.block_on(
+        subnets.create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "apiVersion": "kubeovn.io/v1", "kind": "Subnet", "metadata": {"name": "pending"},
+                "spec": {"vpc": "", "cidrBlock": "10.74.0.0/24", "protocol": "IPv4"}
+            }))
+            .unwrap(),
+        ),
+    )
+    .unwrap();
     create_subnet("s1", "ovn-cluster", "10.77.0.0/24");
     wait_for("the route to s1", 10, &log, || {
         routes_via("ovn0").contains(&via("10.77.0.0/24"))
@@ -413,9 +436,13 @@ fn join_port_waits_for_the_node_and_routes_follow_subnets() {
     assert!(
         !routes
             .iter()
-            .any(|(d, _)| d == "10.78.0.0/24" || d == "100.64.0.0/16"),
+            .any(|(d, _)| d == "10.78.0.0/24" || d == "100.64.0.0/16" || d == "10.74.0.0/24"),
         "{routes:?}"
     );
+    validate("pending");
+    wait_for("the route to the validated subnet", 10, &log, || {
+        routes_via("ovn0").contains(&via("10.74.0.0/24"))
+    });
 
     // Deleted subnet: its route goes. Changed CIDR: the route moves.
     rt.block_on(subnets.delete("s1", &DeleteParams::default()))
@@ -466,7 +493,9 @@ fn join_port_waits_for_the_node_and_routes_follow_subnets() {
         let r = routes_via("ovn0");
         !r.contains(&via("10.79.0.0/24")) && r.contains(&via("10.75.0.0/24"))
     });
-    assert_eq!(routes_via("ovn0"), vec![via("10.75.0.0/24")]);
+    let mut left = routes_via("ovn0");
+    left.sort();
+    assert_eq!(left, vec![via("10.74.0.0/24"), via("10.75.0.0/24")]);
 
     daemon.stop();
     stack.stop();

@@ -158,7 +158,7 @@ mod tests {
     fn loopback_in_our_own_namespace_carries_both() {
         // Our own namespace on both sides; setns needs CAP_SYS_ADMIN even into it.
         if !nix::unistd::geteuid().is_root() {
-            eprintln!("SKIP: setns needs CAP_SYS_ADMIN");
+            crate::skip::skip("setns needs CAP_SYS_ADMIN");
             return;
         }
         let me = Path::new("/proc/self/ns/net");

@@ -49,16 +49,20 @@ impl Waiting {
         });
     }
 
-    /// Takes the waiters of `subnet`.
-    fn take(&self, subnet: &str) -> HashSet<String> {
-        self.lock().remove(subnet).unwrap_or_default()
+    /// The waiters of `subnet`. They stay registered until served or deleted, so a waiter that fails again
+    /// is not warned about again.
+    fn of(&self, subnet: &str) -> Vec<String> {
+        self.lock()
+            .get(subnet)
+            .map(|k| k.iter().cloned().collect())
+            .unwrap_or_default()
     }
 }
 
 /// An address was released in `subnet`, or the subnet was loaded or changed: the pods waiting for one there
 /// are queued again.
 pub(crate) fn wake(ctx: &Ctx, subnet: &str) {
-    let keys = ctx.waiting.take(subnet);
+    let keys = ctx.waiting.of(subnet);
     if !keys.is_empty() {
         tracing::debug!(subnet, pods = keys.len(), "waiting pods queued");
     }
@@ -238,7 +242,7 @@ async fn add(ctx: &Ctx, pod: &Pod) -> Result<()> {
         let first = ctx.waiting.add(&subnet.name, &owner);
         allocated = ctx.ipam.allocate(&subnet.name, &req);
         match &allocated {
-            Ok(_) => ctx.waiting.remove(Some(&subnet.name), &owner),
+            Ok(_) => {}
             Err(e) => {
                 let e = ControllerError::Ipam(e.clone());
                 if first {
@@ -250,7 +254,11 @@ async fn add(ctx: &Ctx, pod: &Pod) -> Result<()> {
         }
     }
     let addrs = match allocated {
-        Ok(x) => x,
+        Ok(x) => {
+            // Served: no longer waiting (a woken waiter stays registered until now).
+            ctx.waiting.remove(Some(&subnet.name), &owner);
+            x
+        }
         Err(e) => {
             let permanent = !matches!(e, IpamError::NoSuchSubnet { .. });
             let e = ControllerError::Ipam(e);

@@ -4,7 +4,8 @@
 //! A merged transaction that fails is retried batch by batch, so one bad request fails only its sender. A
 //! northbound connection error fails every sender at once instead: retrying batch by batch would wait out the
 //! outage once per batch. Their handlers retry, and [`Northbound::commit`] plans each retry against a replica
-//! resumed on the new connection, so a change whose outcome was unknown is re-checked and never applied twice.
+//! resumed on the new connection, so a change whose outcome was unknown is re-checked rather than resent blindly
+//! (see `kubeovn_ovn` `write_client` for the case this does not cover: a request a stalled server commits late).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
