@@ -777,6 +777,12 @@ async fn reservations_are_kept_and_a_full_subnet_serves_waiting_pods() {
         "spec":{"subnet":"small","ipAddress":"10.71.0.3","v4IpAddress":"10.71.0.3","macAddress":"00:00:00:71:00:03"}}"#,
     )
     .await;
+    // A reservation of a subnet made only after the controller started: taken when the subnet loads.
+    env.apply(
+        r#"{"apiVersion":"kubeovn.io/v1","kind":"IP","metadata":{"name":"reserve-later"},
+        "spec":{"subnet":"later","ipAddress":"10.72.0.2"}}"#,
+    )
+    .await;
     let config = common::test_config();
     let gc = config.gc_interval;
     env.start_controller(config).await;
@@ -795,6 +801,25 @@ async fn reservations_are_kept_and_a_full_subnet_serves_waiting_pods() {
         },
     )
     .await;
+    // The subnet and a pod waiting for it: the first free address is reserved, the pod gets the next.
+    env.apply(&pod(
+        "default",
+        "l1",
+        "n1",
+        &[("ovn.kubernetes.io/logical_switch", "later")],
+    ))
+    .await;
+    env.apply(
+        r#"{"apiVersion":"kubeovn.io/v1","kind":"Subnet","metadata":{"name":"later"},
+        "spec":{"cidrBlock":"10.72.0.0/29","protocol":"IPv4","provider":"ovn","vpc":"ovn-cluster"}}"#,
+    )
+    .await;
+    let l1 = annotated(&env, "default", "l1").await;
+    assert_eq!(
+        ann(&l1, "ovn.kubernetes.io/ip_address"),
+        Some("10.72.0.3"),
+        "a pod got the address reserved before its subnet existed"
+    );
     let sw = [("ovn.kubernetes.io/logical_switch", "small")];
     env.apply(&pod("default", "w1", "n1", &sw)).await;
     env.apply(&pod("default", "w2", "n1", &sw)).await;

@@ -197,6 +197,8 @@ pub(crate) struct Ctx {
     pub queues: Queues,
     /// Pods waiting for an address in a full subnet.
     pub waiting: pod::Waiting,
+    /// Users' reservations (IP records) the allocator holds or that wait for their subnet.
+    pub reservations: Mutex<ip::Reservations>,
 }
 
 /// The work queues, one per kind.
@@ -216,6 +218,11 @@ impl Ctx {
             .unwrap_or_else(|e| e.into_inner())
             .get(name)
             .cloned()
+    }
+
+    /// The reservations, locked.
+    pub fn reservations(&self) -> std::sync::MutexGuard<'_, ip::Reservations> {
+        self.reservations.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     pub fn subnet_list(&self) -> Vec<Arc<SubnetInfo>> {
@@ -518,6 +525,7 @@ impl Controller {
             pool_tombstones,
             queues,
             waiting: pod::Waiting::default(),
+            reservations: Mutex::default(),
         });
         let (report, orphans) =
             rebuild::rebuild(&ctx, &[join.clone(), default.clone()], records, ips)?;

@@ -104,6 +104,9 @@ pub(crate) fn rebuild(
                 .ips
                 .insert((r.name.clone(), r.owner(), r.subnet.clone()));
         } else if let Some(a) = r.allocation() {
+            if !r.ours {
+                ctx.reservations().restored(&r.name, a.clone());
+            }
             recs.push(a);
         }
     }

@@ -323,6 +323,8 @@ fn install_checked(ctx: &Ctx, info: SubnetInfo, check: bool) -> Result<()> {
         tracing::warn!(subnet = %info.name, pod = %d.pod, "allocation outside the updated subnet dropped");
     }
     let name = info.name.clone();
+    // Its reservations first: pods find the subnet only once it is in the table.
+    ctx.reservations().subnet_loaded(&ctx.ipam, &name);
     subnets.insert(name.clone(), Arc::new(info));
     drop(subnets);
     // A new, fixed or wider subnet may serve pods that were waiting for it.
