@@ -765,8 +765,8 @@ async fn reservations_are_kept_and_a_full_subnet_serves_waiting_pods() {
     let Some(mut env) = Env::start().await else {
         return;
     };
-    // .2 .. .5 free, .3 and .5 reserved by a user (no pod, no labels, as Kube-OVN's docs write one; .5
-    // without a MAC, made while the controller runs).
+    // .2 .. .5 free, .3 and .5 reserved by a user (no labels, as Kube-OVN's docs write one; .3 naming the
+    // pod w1, which has an address of its own; .5 without a MAC, made while the controller runs).
     env.apply(
         r#"{"apiVersion":"kubeovn.io/v1","kind":"Subnet","metadata":{"name":"small"},
         "spec":{"cidrBlock":"10.71.0.0/29","excludeIps":["10.71.0.6"],"protocol":"IPv4","provider":"ovn","vpc":"ovn-cluster"}}"#,
@@ -774,7 +774,7 @@ async fn reservations_are_kept_and_a_full_subnet_serves_waiting_pods() {
     .await;
     env.apply(
         r#"{"apiVersion":"kubeovn.io/v1","kind":"IP","metadata":{"name":"reserve-1"},
-        "spec":{"subnet":"small","ipAddress":"10.71.0.3","v4IpAddress":"10.71.0.3","macAddress":"00:00:00:71:00:03"}}"#,
+        "spec":{"subnet":"small","namespace":"default","podName":"w1","ipAddress":"10.71.0.3","v4IpAddress":"10.71.0.3","macAddress":"00:00:00:71:00:03"}}"#,
     )
     .await;
     // A reservation of a subnet made only after the controller started: taken when the subnet loads.
@@ -864,9 +864,16 @@ async fn reservations_are_kept_and_a_full_subnet_serves_waiting_pods() {
     for r in ["reserve-1", "reserve-2"] {
         assert!(env.get_json(&["ips.kubeovn.io", r]).await.is_some());
     }
-    // A reservation deleted frees its address for the pod waiting.
+    // w1 gone, its reservation (.3) stays reserved: w4 waits. A reservation deleted frees its address for
+    // the pod waiting.
     env.apply(&pod("default", "w4", "n1", &sw)).await;
     warning_for(&env, "default", "w4", "AcquireAddressFailed").await;
+    let w4 = env.get_json(&["pod", "-n", "default", "w4"]).await.unwrap();
+    assert_eq!(
+        ann(&w4, "ovn.kubernetes.io/ip_address"),
+        None,
+        "w4 got the address reserved for the deleted pod w1"
+    );
     env.kubectl(&["delete", "ips.kubeovn.io", "reserve-2"])
         .await;
     let w4 = annotated(&env, "default", "w4").await;

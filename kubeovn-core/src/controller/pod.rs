@@ -351,7 +351,12 @@ async fn delete(ctx: &Ctx, ns: &str, name: &str, last: Option<&Pod>) -> Result<(
     ip::delete(ctx, &port).await?;
     let key = naming::pod_key(ns, name);
     ctx.waiting.remove(None, &key);
+    // Only the port's own addresses: a reservation naming the pod (a record of another name, owner
+    // `ns/pod` too) stays reserved until its record goes.
     for a in ctx.ipam.pod_allocations(&key) {
+        if a.nic != port {
+            continue;
+        }
         if let Ok(Some(_)) = ctx.ipam.release(&a.subnet, &a.pod, &a.nic) {
             wake(ctx, &a.subnet);
         }
