@@ -20,6 +20,7 @@ use rtnetlink::packet_core::{
 };
 
 use crate::error::{Error, Result};
+use crate::netdev::ENODEV;
 
 /// The features `ethtool -K IF tx off` turns off: every TX checksum a device may offload. A device without one
 /// keeps it off; the kernel also drops TSO, which needs a TX checksum.
@@ -48,8 +49,6 @@ const ETHTOOL_FLAG_OMIT_REPLY: u32 = 1 << 1;
 const ETHTOOL_A_BITSET_BITS: u16 = 3;
 const ETHTOOL_A_BITSET_BITS_BIT: u16 = 1;
 const ETHTOOL_A_BITSET_BIT_NAME: u16 = 2;
-
-const ENODEV: i32 = 19;
 
 /// A generic netlink message: family (the netlink message type), command, version and the encoded attributes.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -29,7 +29,7 @@ use crate::types::{
 };
 
 const ENOENT: i32 = 2;
-const ENODEV: i32 = 19;
+pub(crate) const ENODEV: i32 = 19;
 const EEXIST: i32 = 17;
 const ESRCH: i32 = 3;
 const EADDRNOTAVAIL: i32 = 99;

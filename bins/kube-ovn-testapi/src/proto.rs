@@ -663,12 +663,11 @@ mod tests {
         );
     }
 
-    #[test]
-    fn deep_nesting_is_refused() {
-        // JSONSchemaProps.not (field 28) nested 10000 times.
+    /// An empty message wrapped `n` times in the length-delimited field whose tag bytes are `tag`.
+    fn nested(tag: &[u8], n: usize) -> Vec<u8> {
         let mut m: Vec<u8> = Vec::new();
-        for _ in 0..10_000 {
-            let mut outer = vec![0xe2, 0x01];
+        for _ in 0..n {
+            let mut outer = tag.to_vec();
             let mut len = m.len();
             while len >= 0x80 {
                 outer.push((len as u8) | 0x80);
@@ -678,6 +677,13 @@ mod tests {
             outer.extend_from_slice(&m);
             m = outer;
         }
+        m
+    }
+
+    #[test]
+    fn deep_nesting_is_refused() {
+        // JSONSchemaProps.not (field 28) nested 10000 times.
+        let m = nested(&[0xe2, 0x01], 10_000);
         let e = decode_message(
             "apiextensions_apiserver.pkg.apis.apiextensions.v1.JSONSchemaProps",
             &m,
@@ -697,15 +703,7 @@ mod tests {
         assert!(nests_deeper(&nest(MAX_JSON_DEPTH + 1), MAX_JSON_DEPTH));
         // JSONSchemaProps.allOf (field 25) nested 80 times: within the message depth, but
         // {"allOf": [...]} is two JSON levels each, which no JSON client could read back.
-        let mut m: Vec<u8> = Vec::new();
-        for _ in 0..80 {
-            let mut outer = vec![0xca, 0x01, m.len() as u8];
-            if m.len() >= 0x80 {
-                outer = vec![0xca, 0x01, (m.len() as u8) | 0x80, (m.len() >> 7) as u8];
-            }
-            outer.extend_from_slice(&m);
-            m = outer;
-        }
+        let m = nested(&[0xca, 0x01], 80);
         let e = decode_message(
             "apiextensions_apiserver.pkg.apis.apiextensions.v1.JSONSchemaProps",
             &m,

@@ -113,6 +113,10 @@ fn spec_ips(spec: &crate::crd::IPSpec) -> (Option<Ipv4Addr>, Option<Ipv6Addr>) {
         match ip.trim().parse::<IpAddr>() {
             Ok(IpAddr::V4(a)) => v4 = Some(a),
             Ok(IpAddr::V6(a)) => v6 = Some(a),
+            // Empty fields are the usual case; a malformed address is said, not dropped in silence.
+            Err(e) if !ip.trim().is_empty() => {
+                tracing::warn!(address = ip, error = %e, "IP record address ignored: not an IP address")
+            }
             Err(_) => {}
         }
     }

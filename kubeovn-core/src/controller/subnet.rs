@@ -553,24 +553,31 @@ pub(crate) async fn reconcile(ctx: &Arc<Ctx>, name: &str) -> Result<()> {
 /// The subnet a namespace is bound to: an accepted subnet naming it, else a Subnet object naming it that is
 /// refused or not loaded yet (its pods wait rather than take an address elsewhere).
 pub(crate) fn namespace_subnet(ctx: &Ctx, ns: &str) -> Option<String> {
-    let names = |s: &[String]| s.iter().any(|n| n == ns);
-    if let Some(s) = ctx.subnet_list().into_iter().find(|s| names(&s.namespaces)) {
-        return Some(s.name.clone());
+    let binds = |s: &[String]| s.iter().any(|n| n == ns);
+    // Called for every pod: the loaded subnets first, without copying or sorting them (first by name).
+    let objs = ctx.subnet_store.state();
+    let subnets = ctx.subnets.read().unwrap_or_else(|e| e.into_inner());
+    let loaded = subnets
+        .values()
+        .filter(|s| binds(&s.namespaces))
+        .map(|s| s.name.as_str())
+        .min();
+    if let Some(name) = loaded {
+        return Some(name.to_owned());
     }
-    let mut bound: Vec<String> = ctx
-        .subnet_store
-        .state()
-        .iter()
-        .filter(|o| {
-            names(&strings_of(
+    // Then the objects not loaded (refused, or not handled yet): only their specs need reading.
+    objs.iter()
+        .filter_map(|o| o.metadata.name.as_deref().map(|n| (n, o)))
+        .filter(|(n, _)| !subnets.contains_key(*n))
+        .filter(|(_, o)| {
+            binds(&strings_of(
                 o.data.get("spec").unwrap_or(&Value::Null),
                 "namespaces",
             ))
         })
-        .map(|o| o.name_any())
-        .collect();
-    bound.sort();
-    bound.into_iter().next()
+        .map(|(n, _)| n)
+        .min()
+        .map(str::to_owned)
 }
 
 /// Why the subnet `name` cannot give addresses (it is not loaded): the event reason and the error.
