@@ -71,6 +71,24 @@ fn is_transient_ipam(e: &kubeovn_ipam::IpamError) -> bool {
     )
 }
 
+/// The retry delay after a lost northbound connection. Not the queue's growing backoff: each attempt already
+/// waits for the northbound (the session reconnects with its own backoff, a commit waits for the replica),
+/// so a long outage must not leave keys minutes away once it ends.
+pub const NB_RETRY: std::time::Duration = std::time::Duration::from_millis(500);
+
+impl super::framework::ReconcileError for ControllerError {
+    fn failure(&self) -> super::framework::Failure {
+        use super::framework::Failure;
+        if self.is_nb_connection_error() {
+            Failure::RetryAfter(NB_RETRY)
+        } else if self.is_permanent() {
+            Failure::Permanent
+        } else {
+            Failure::Transient
+        }
+    }
+}
+
 impl From<kubeovn_ovn::Error> for ControllerError {
     fn from(e: kubeovn_ovn::Error) -> Self {
         ControllerError::Nb(Arc::new(e))

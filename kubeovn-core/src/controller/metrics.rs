@@ -27,6 +27,7 @@ struct Inner {
     ipam_available: Family<Labels, Gauge>,
     handler_errors: Family<Labels, Counter>,
     handler_panics: Family<Labels, Counter>,
+    reconcile: Family<Labels, Histogram, fn() -> Histogram>,
 }
 
 /// The controller's metrics; cheap to clone.
@@ -58,6 +59,8 @@ impl Metrics {
         let ipam_available = Family::<Labels, Gauge>::default();
         let handler_errors = Family::<Labels, Counter>::default();
         let handler_panics = Family::<Labels, Counter>::default();
+        let reconcile: Family<Labels, Histogram, fn() -> Histogram> =
+            Family::new_with_constructor(latency_histogram);
         registry.register(
             "pod_add_seconds",
             "Time from a pod handler's start to its annotation patch",
@@ -94,6 +97,11 @@ impl Metrics {
             "Handler panics per kind (caught; the key is retried)",
             handler_panics.clone(),
         );
+        registry.register(
+            "reconcile_seconds",
+            "Reconciler run time per kind and outcome",
+            reconcile.clone(),
+        );
         Metrics(Arc::new(Inner {
             registry,
             pod_add,
@@ -104,6 +112,7 @@ impl Metrics {
             ipam_available,
             handler_errors,
             handler_panics,
+            reconcile,
         }))
     }
 
@@ -149,6 +158,21 @@ impl Metrics {
             .handler_errors
             .get_or_create(&vec![("kind", kind.to_owned())])
             .inc();
+    }
+
+    /// Records one reconciler run of `kind` (a failure is also counted in `handler_errors`).
+    pub fn reconciled(&self, kind: &str, d: Duration, ok: bool) {
+        let outcome = if ok { "ok" } else { "error" };
+        self.0
+            .reconcile
+            .get_or_create(&vec![
+                ("kind", kind.to_owned()),
+                ("outcome", outcome.to_owned()),
+            ])
+            .observe(d.as_secs_f64());
+        if !ok {
+            self.handler_error(kind);
+        }
     }
 
     /// Counts a handler panic.

@@ -28,6 +28,7 @@
 //! ```
 
 pub mod error;
+pub mod framework;
 pub mod leader;
 pub mod metrics;
 pub mod plan;
@@ -53,7 +54,7 @@ use std::time::Duration;
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{Namespace, Node};
 use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
-use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::reflector::{self, Store};
 use kube::runtime::watcher::{self, Event as WatchEvent};
 use kube::runtime::WatchStreamExt;
 use kube::{Api, Resource};
@@ -66,6 +67,7 @@ use crate::naming;
 use kube::api::DynamicObject;
 
 pub use error::{ControllerError, Result};
+use framework::{Context, Key, Kinds};
 pub use leader::{LeaderElector, LeaseConfig};
 pub use metrics::Metrics;
 pub use plan::SubnetInfo;
@@ -183,15 +185,12 @@ pub(crate) struct Ctx {
     pub subnets: RwLock<HashMap<String, Arc<SubnetInfo>>>,
     /// IPPools by name: (subnet, addresses).
     pub pools: RwLock<HashMap<String, (String, Vec<String>)>>,
+    /// The kinds: stores, queues, tombstones.
+    pub kinds: Arc<Kinds>,
+    /// The compact pod store (also the pod kind's store in `kinds`).
     pub pods: podstore::PodStore,
-    pub nodes: Store<Node>,
-    pub namespaces: Store<Namespace>,
     pub subnet_store: Store<DynamicObject>,
     pub pool_store: Store<DynamicObject>,
-    pub vpcs: Store<crate::crd::Vpc>,
-    /// Last state of deleted objects, until their delete is handled.
-    pub pod_tombstones: Arc<Tombstones<PodInfo>>,
-    pub node_tombstones: Arc<Tombstones<Node>>,
     pub subnet_tombstones: Arc<Tombstones<DynamicObject>>,
     pub pool_tombstones: Arc<Tombstones<DynamicObject>>,
     pub queues: Queues,
@@ -201,14 +200,19 @@ pub(crate) struct Ctx {
     pub reservations: Mutex<ip::Reservations>,
 }
 
-/// The work queues, one per kind.
+/// The work queues of the kinds not in the framework yet.
 pub(crate) struct Queues {
-    pub pod: Arc<WorkQueue<String>>,
     pub subnet: Arc<WorkQueue<String>>,
-    pub node: Arc<WorkQueue<String>>,
-    pub namespace: Arc<WorkQueue<String>>,
     pub pool: Arc<WorkQueue<String>>,
-    pub vpc: Arc<WorkQueue<String>>,
+}
+
+impl Context for Ctx {
+    fn kinds(&self) -> &Kinds {
+        &self.kinds
+    }
+    fn metrics(&self) -> Option<&Metrics> {
+        Some(&self.metrics)
+    }
 }
 
 impl Ctx {
@@ -241,12 +245,21 @@ impl Ctx {
         self.subnet(&self.config.join_subnet.name)
     }
 
-    pub fn pod(&self, namespace: &str, name: &str) -> Option<Arc<PodInfo>> {
-        self.pods.get(namespace, name)
+    pub fn node(&self, name: &str) -> Option<Arc<Node>> {
+        self.kinds.get(&Key::cluster(name))
     }
 
-    pub fn node(&self, name: &str) -> Option<Arc<Node>> {
-        self.nodes.get(&ObjectRef::new(name))
+    pub fn nodes(&self) -> Vec<Arc<Node>> {
+        self.kinds.list::<Node>()
+    }
+
+    pub fn namespaces(&self) -> Vec<Arc<Namespace>> {
+        self.kinds.list::<Namespace>()
+    }
+
+    /// Queues `key` for its kind's reconciler.
+    pub fn enqueue<K: 'static>(&self, key: Key<K>) {
+        self.kinds.enqueue(key);
     }
 
     /// Publishes an Event on `obj`; failures are only logged (events are best effort).
@@ -377,46 +390,26 @@ impl Controller {
         // Informers and the IP record list first: they run while the northbound replica fills and the
         // default network is written. Stores fill now, keys are queued; workers start after the rebuild.
         let queues = Queues {
-            pod: WorkQueue::new("pod"),
             subnet: WorkQueue::new("subnet"),
-            node: WorkQueue::new("node"),
-            namespace: WorkQueue::new("namespace"),
             pool: WorkQueue::new("ippool"),
-            vpc: WorkQueue::new("vpc"),
         };
-        let pod_tombstones = Arc::new(Tombstones::default());
-        let node_tombstones = Arc::new(Tombstones::default());
+        // Each kind: one line (its module holds the reconciler).
+        let mut kinds = Kinds::builder::<Ctx>(client.clone());
+        let (pods, pods_w) = podstore::PodStore::new();
+        kinds.reconcile_in::<pod::Pods>(Arc::new(pods.clone()), pods_w);
+        kinds.reconcile::<node::Nodes>();
+        kinds.reconcile::<namespace::Namespaces>();
+        kinds.reconcile::<vpc::Vpcs>();
+        let (kinds, kinds_start) = kinds.build();
+        for i in kinds_start.informers {
+            spawn(i);
+        }
         let subnet_tombstones = Arc::new(Tombstones::default());
         let pool_tombstones = Arc::new(Tombstones::default());
-        let (pods, pods_w) = podstore::PodStore::new();
-        let (nodes, nodes_w) = reflector::store::<Node>();
-        let (namespaces, ns_w) = reflector::store::<Namespace>();
         let subnet_w = reflector::store::Writer::<DynamicObject>::new(subnet::resource());
         let subnet_store = subnet_w.as_reader();
         let pool_w = reflector::store::Writer::<DynamicObject>::new(subnet::pool_resource());
         let pool_store = pool_w.as_reader();
-        let (vpcs, vpc_w) = reflector::store::<crate::crd::Vpc>();
-        spawn(informer(
-            Api::<PodInfo>::all(client.clone()),
-            pods_w,
-            queues.pod.clone(),
-            Some(pod_tombstones.clone()),
-            podinfo::trim,
-        ));
-        spawn(informer(
-            Api::<Node>::all(client.clone()),
-            nodes_w,
-            queues.node.clone(),
-            Some(node_tombstones.clone()),
-            |_| {},
-        ));
-        spawn(informer(
-            Api::<Namespace>::all(client.clone()),
-            ns_w,
-            queues.namespace.clone(),
-            None,
-            |_| {},
-        ));
         spawn(informer(
             Api::<DynamicObject>::all_with(client.clone(), &subnet::resource()),
             subnet_w,
@@ -429,13 +422,6 @@ impl Controller {
             pool_w,
             queues.pool.clone(),
             Some(pool_tombstones.clone()),
-            |_| {},
-        ));
-        spawn(informer(
-            Api::<crate::crd::Vpc>::all(client.clone()),
-            vpc_w,
-            queues.vpc.clone(),
-            None,
             |_| {},
         ));
         // A task of its own (decoding beside the replica's fill), stopped with the others if the start fails.
@@ -477,14 +463,12 @@ impl Controller {
             let ready = |e: reflector::store::WriterDropped| {
                 ControllerError::NotReady(format!("informer stopped: {e}"))
             };
-            pods.wait_until_ready()
+            kinds
+                .ready()
                 .await
-                .map_err(|e| ControllerError::NotReady(e.to_string()))?;
-            nodes.wait_until_ready().await.map_err(ready)?;
-            namespaces.wait_until_ready().await.map_err(ready)?;
+                .map_err(|e| ControllerError::NotReady(format!("informer stopped: {e}")))?;
             subnet_store.wait_until_ready().await.map_err(ready)?;
             pool_store.wait_until_ready().await.map_err(ready)?;
-            vpcs.wait_until_ready().await.map_err(ready)?;
             let ips = ip_records
                 .await
                 .map_err(|_| ControllerError::NotReady("the ip record list stopped".into()))??;
@@ -494,7 +478,7 @@ impl Controller {
                 elapsed_ms = started.elapsed().as_millis() as u64,
                 "informers listed"
             );
-            Ok::<_, ControllerError>((rebuild::object_records(&pods, &nodes), ips))
+            Ok::<_, ControllerError>((rebuild::object_records(&pods, &kinds.list::<Node>()), ips))
         };
         let (nb, (records, ips)) = tokio::try_join!(connected, listed)?;
 
@@ -513,14 +497,10 @@ impl Controller {
             recorder: Recorder::new(self.client.clone(), reporter),
             subnets: RwLock::new(HashMap::new()),
             pools: RwLock::new(HashMap::new()),
+            kinds: kinds.clone(),
             pods,
-            nodes,
-            namespaces,
             subnet_store,
             pool_store,
-            vpcs,
-            pod_tombstones,
-            node_tombstones,
             subnet_tombstones,
             pool_tombstones,
             queues,
@@ -549,39 +529,14 @@ impl Controller {
         )));
         spawn(Box::pin(run_queue(
             ctx.clone(),
-            q.vpc.clone(),
-            w,
-            "vpc",
-            |ctx, k| Box::pin(async move { vpc::reconcile(&ctx, &k).await }),
-        )));
-        spawn(Box::pin(run_queue(
-            ctx.clone(),
             q.pool.clone(),
             w,
             "ippool",
             |ctx, k| Box::pin(async move { subnet::reconcile_pool(&ctx, &k).await }),
         )));
-        spawn(Box::pin(run_queue(
-            ctx.clone(),
-            q.node.clone(),
-            w,
-            "node",
-            |ctx, k| Box::pin(async move { node::reconcile(&ctx, &k).await }),
-        )));
-        spawn(Box::pin(run_queue(
-            ctx.clone(),
-            q.namespace.clone(),
-            w,
-            "namespace",
-            |ctx, k| Box::pin(async move { namespace::reconcile(&ctx, &k).await }),
-        )));
-        spawn(Box::pin(run_queue(
-            ctx.clone(),
-            q.pod.clone(),
-            c.pod_workers,
-            "pod",
-            |ctx, k| Box::pin(async move { pod::reconcile(&ctx, &k).await }),
-        )));
+        for w in kinds_start.workers.run(ctx.clone()) {
+            spawn(w);
+        }
         spawn(Box::pin(ip::watch_reservations(ctx.clone())));
         spawn(Box::pin(gc::run(ctx.clone())));
         spawn(Box::pin(subnet::status_loop(ctx.clone())));
@@ -609,10 +564,7 @@ impl Drop for AbortOnDrop {
 
 type BoxFut = std::pin::Pin<Box<dyn Future<Output = Result<()>> + Send>>;
 
-/// The retry delay of a key whose handler lost the northbound connection. Not the queue's growing backoff:
-/// each attempt already waits for the northbound (the session reconnects with its own backoff, a commit
-/// waits for the replica), so a long outage must not leave keys minutes away once it ends.
-const NB_RETRY: Duration = Duration::from_millis(500);
+use error::NB_RETRY;
 
 async fn run_queue(
     ctx: Arc<Ctx>,
@@ -649,7 +601,7 @@ async fn run_queue(
 
 /// Logs when the pods queued at start have all been handled (the first time the pod queue is idle).
 async fn log_initial_pods(ctx: Arc<Ctx>, started: std::time::Instant) {
-    while !ctx.queues.pod.is_idle() {
+    while !ctx.kinds.is_idle::<PodInfo>() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     tracing::info!(
@@ -661,8 +613,9 @@ async fn log_initial_pods(ctx: Arc<Ctx>, started: std::time::Instant) {
 
 async fn queue_metrics(ctx: Arc<Ctx>) {
     loop {
+        ctx.kinds.publish_depths(&ctx.metrics);
         let q = &ctx.queues;
-        for w in [&q.pod, &q.subnet, &q.node, &q.namespace, &q.pool, &q.vpc] {
+        for w in [&q.subnet, &q.pool] {
             ctx.metrics.queue_depth(w.name(), w.len());
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
@@ -680,30 +633,9 @@ pub(crate) fn key_of<K: Resource>(o: &K) -> String {
 /// Deleted objects by key.
 pub(crate) type Tombstones<K> = Mutex<HashMap<String, Arc<K>>>;
 
-/// Where an informer applies its events: kube-runtime's store, or the compact [`podstore::PodStore`].
-trait StoreWriter<K>: Send + 'static {
-    fn apply(&mut self, ev: &watcher::Event<K>);
-}
-
-impl<K> StoreWriter<K> for reflector::store::Writer<K>
-where
-    K: Resource + Clone + Send + Sync + 'static,
-    K::DynamicType: Eq + std::hash::Hash + Clone + Send + Sync,
-{
-    fn apply(&mut self, ev: &watcher::Event<K>) {
-        self.apply_watcher_event(ev);
-    }
-}
-
-impl StoreWriter<PodInfo> for podstore::PodStoreWriter {
-    fn apply(&mut self, ev: &watcher::Event<PodInfo>) {
-        podstore::PodStoreWriter::apply(self, ev);
-    }
-}
-
 fn informer<K>(
     api: Api<K>,
-    mut writer: impl StoreWriter<K>,
+    mut writer: reflector::store::Writer<K>,
     queue: Arc<WorkQueue<String>>,
     tomb: Option<Arc<Tombstones<K>>>,
     trim: fn(&mut K),
@@ -720,7 +652,7 @@ where
                 o.meta_mut().managed_fields = None;
                 trim(o);
             });
-        let stream = stream.inspect_ok(move |ev| writer.apply(ev));
+        let stream = stream.inspect_ok(move |ev| writer.apply_watcher_event(ev));
         futures::pin_mut!(stream);
         while let Some(ev) = stream.next().await {
             match ev {

@@ -4,10 +4,10 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, Patch, PatchParams};
-use kube::runtime::reflector::ObjectRef;
 use kube::ResourceExt;
 
 use super::error::{ControllerError, Result};
+use super::framework::{Action, Key, Reconciler};
 use super::Ctx;
 use crate::annotations::{merge_patch, NamespaceAnnotations};
 
@@ -31,10 +31,36 @@ pub(crate) fn binding(ctx: &Ctx, ns: &str) -> NamespaceAnnotations {
     }
 }
 
-pub(crate) async fn reconcile(ctx: &Arc<Ctx>, name: &str) -> Result<()> {
-    let Some(ns) = ctx.namespaces.get(&ObjectRef::new(name)) else {
-        return Ok(());
-    };
+/// The namespace kind: each namespace's subnet binding annotations.
+pub(crate) struct Namespaces;
+
+#[async_trait::async_trait]
+impl Reconciler<Ctx> for Namespaces {
+    type Object = Namespace;
+    type Error = ControllerError;
+    const NAME: &'static str = "namespace";
+
+    fn workers(ctx: &Ctx) -> usize {
+        ctx.config.workers
+    }
+
+    async fn reconcile(ctx: &Arc<Ctx>, ns: Arc<Namespace>) -> Result<Action> {
+        reconcile(ctx, &ns).await.map(|()| Action::Done)
+    }
+
+    async fn cleanup(
+        _: &Arc<Ctx>,
+        _: &Key<Namespace>,
+        _: Option<Arc<Namespace>>,
+    ) -> Result<Action> {
+        // Nothing of a namespace lives outside it.
+        Ok(Action::Done)
+    }
+}
+
+async fn reconcile(ctx: &Ctx, ns: &Namespace) -> Result<()> {
+    let name = ns.name_any();
+    let name = name.as_str();
     if ns.metadata.deletion_timestamp.is_some() {
         return Ok(());
     }

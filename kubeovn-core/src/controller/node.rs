@@ -11,18 +11,33 @@ use kubeovn_ipam::AllocRequest;
 use kubeovn_ovn::northbound::Op;
 
 use super::error::{ControllerError, Result};
+use super::framework::{Action, Key, Reconciler};
 use super::ip::{self, IpRecord};
-use super::{plan, subnet, take_tomb, Ctx};
+use super::{plan, subnet, Ctx};
 use crate::annotations::{merge_patch, NodeAnnotations};
 use crate::naming;
 
-pub(crate) async fn reconcile(ctx: &Arc<Ctx>, name: &str) -> Result<()> {
-    match ctx.node(name) {
-        Some(n) => add(ctx, &n).await,
-        None => {
-            let last = take_tomb(&ctx.node_tombstones, name);
-            delete(ctx, name, last.as_deref()).await
-        }
+/// The node kind: join address, port, port group and policies of each node; removed when it is gone.
+pub(crate) struct Nodes;
+
+#[async_trait::async_trait]
+impl Reconciler<Ctx> for Nodes {
+    type Object = Node;
+    type Error = ControllerError;
+    const NAME: &'static str = "node";
+
+    fn workers(ctx: &Ctx) -> usize {
+        ctx.config.workers
+    }
+
+    async fn reconcile(ctx: &Arc<Ctx>, n: Arc<Node>) -> Result<Action> {
+        add(ctx, &n).await.map(|()| Action::Done)
+    }
+
+    async fn cleanup(ctx: &Arc<Ctx>, key: &Key<Node>, last: Option<Arc<Node>>) -> Result<Action> {
+        delete(ctx, key.name(), last.as_deref())
+            .await
+            .map(|()| Action::Done)
     }
 }
 

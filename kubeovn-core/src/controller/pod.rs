@@ -14,9 +14,10 @@ use kube::ResourceExt;
 use kubeovn_ipam::{Addresses, AllocRequest, IpamError};
 
 use super::error::{ControllerError, Result};
+use super::framework::{Action, Key, Reconciler, Watch};
 use super::ip::{self, IpRecord};
 use super::plan::{self, PodPort};
-use super::{split_key, subnet, take_tomb, Ctx, PodInfo as Pod};
+use super::{split_key, subnet, Ctx, PodInfo as Pod};
 use crate::annotations::{
     self, merge_patch, IpPoolRequest, PodNetworkAnnotations, DEFAULT_PROVIDER,
 };
@@ -67,24 +68,44 @@ pub(crate) fn wake(ctx: &Ctx, subnet: &str) {
         tracing::debug!(subnet, pods = keys.len(), "waiting pods queued");
     }
     for k in keys {
-        ctx.queues.pod.add(k);
+        let (ns, name) = split_key(&k);
+        ctx.enqueue(Key::<Pod>::namespaced(ns, name));
     }
 }
 
-pub(crate) async fn reconcile(ctx: &Arc<Ctx>, key: &str) -> Result<()> {
-    let (ns, name) = split_key(key);
-    match ctx.pod(ns, name) {
-        Some(pod) => {
-            if pod.metadata.deletion_timestamp.is_some() {
-                // Kept until the pod object is gone: the sandbox may still use the address.
-                return Ok(());
-            }
-            add(ctx, &pod).await
+/// The pod kind: addresses, port and annotation for each pod; release when it is gone.
+pub(crate) struct Pods;
+
+#[async_trait::async_trait]
+impl Reconciler<Ctx> for Pods {
+    type Object = Pod;
+    type Error = ControllerError;
+    const NAME: &'static str = "pod";
+
+    fn workers(ctx: &Ctx) -> usize {
+        ctx.config.pod_workers
+    }
+
+    fn watch() -> Watch<Pod> {
+        Watch {
+            labels: None,
+            trim: super::podinfo::trim,
         }
-        None => {
-            let tomb = take_tomb(&ctx.pod_tombstones, key);
-            delete(ctx, ns, name, tomb.as_deref()).await
+    }
+
+    async fn reconcile(ctx: &Arc<Ctx>, pod: Arc<Pod>) -> Result<Action> {
+        if pod.metadata.deletion_timestamp.is_some() {
+            // Kept until the pod object is gone: the sandbox may still use the address.
+            return Ok(Action::Done);
         }
+        add(ctx, &pod).await.map(|()| Action::Done)
+    }
+
+    async fn cleanup(ctx: &Arc<Ctx>, key: &Key<Pod>, last: Option<Arc<Pod>>) -> Result<Action> {
+        let ns = key.namespace().unwrap_or_default();
+        delete(ctx, ns, key.name(), last.as_deref())
+            .await
+            .map(|()| Action::Done)
     }
 }
 

@@ -287,6 +287,37 @@ impl PodStoreWriter {
     }
 }
 
+impl super::framework::ObjectStore<PodInfo> for PodStore {
+    fn get(&self, key: &super::framework::Key<PodInfo>) -> Option<Arc<PodInfo>> {
+        PodStore::get(self, key.namespace().unwrap_or_default(), key.name())
+    }
+    fn list(&self) -> Vec<Arc<PodInfo>> {
+        let pods = self.read();
+        let mut out = Vec::with_capacity(pods.len);
+        for (ns, p) in &pods.by_namespace {
+            for (name, s) in p {
+                out.push(Arc::new(expand(ns, name, s)));
+            }
+        }
+        out
+    }
+    fn len(&self) -> usize {
+        PodStore::len(self)
+    }
+    fn ready(
+        &self,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), String>> + Send>> {
+        let s = self.clone();
+        Box::pin(async move { s.wait_until_ready().await.map_err(|e| e.to_string()) })
+    }
+}
+
+impl super::framework::StoreWriter<PodInfo> for PodStoreWriter {
+    fn apply(&mut self, ev: &Event<PodInfo>) {
+        PodStoreWriter::apply(self, ev);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -6,9 +6,9 @@
 use std::net::IpAddr;
 
 use k8s_openapi::api::core::v1::Node;
-use kube::runtime::reflector::Store;
 use kube::ResourceExt;
 use kubeovn_ipam::{Allocation, Mac, RestoreReport};
+use std::sync::Arc;
 
 use super::error::Result;
 use super::gc::{self, Orphans};
@@ -36,7 +36,7 @@ fn record(subnet: &str, pod: &str, nic: &str, ips: &[IpAddr], mac: Option<Mac>) 
 }
 
 /// The allocations Kubernetes objects record: pod annotations (what running pods use) and node annotations.
-pub(crate) fn object_records(pods: &PodStore, nodes: &Store<Node>) -> Vec<Allocation> {
+pub(crate) fn object_records(pods: &PodStore, nodes: &[Arc<Node>]) -> Vec<Allocation> {
     let mut recs = Vec::new();
     pods.for_each_annotations(|ns, name, annotations| {
         let Ok(a) = PodNetworkAnnotations::parse(annotations, DEFAULT_PROVIDER) else {
@@ -53,7 +53,7 @@ pub(crate) fn object_records(pods: &PodStore, nodes: &Store<Node>) -> Vec<Alloca
             a.mac_address,
         ));
     });
-    for node in nodes.state() {
+    for node in nodes {
         let Ok(a) = NodeAnnotations::parse(node.annotations()) else {
             continue;
         };

@@ -22,10 +22,14 @@ use kubeovn_ipam::{IpRangeList, PoolSpec};
 use serde_json::{json, Value};
 
 use super::error::{ControllerError, Result};
+use super::framework::Key;
 use super::{node, plan, take_tomb, Config, Ctx, SubnetConfig, SubnetInfo};
 use crate::annotations::DEFAULT_PROVIDER;
+use crate::crd::Vpc;
 use crate::crd::{condition_types, reasons, Conditions, IpCount, SubnetStatus};
 use crate::naming;
+use k8s_openapi::api::core::v1::Namespace;
+use std::collections::HashSet;
 
 /// The IPPool resource.
 pub(crate) fn pool_resource() -> ApiResource {
@@ -281,7 +285,7 @@ pub(crate) fn check_conflicts(info: &SubnetInfo, o: &Occupied<'_>) -> Result<()>
 /// Every node's InternalIP addresses.
 fn node_ips(ctx: &Ctx) -> Vec<(String, IpAddr)> {
     let mut out = Vec::new();
-    for n in ctx.nodes.state() {
+    for n in ctx.nodes() {
         let name = n.name_any();
         out.extend(
             node::internal_ips(&n)
@@ -396,8 +400,7 @@ pub(crate) async fn ensure_subnet_object(
 pub(crate) fn node_join_ips(ctx: &Ctx) -> Vec<(String, Vec<IpAddr>)> {
     let join = ctx.config.join_subnet.name.clone();
     let mut out: Vec<(String, Vec<IpAddr>)> = ctx
-        .nodes
-        .state()
+        .nodes()
         .iter()
         .filter_map(|n| {
             let name = n.name_any();
@@ -527,7 +530,10 @@ pub(crate) async fn reconcile(ctx: &Arc<Ctx>, name: &str) -> Result<()> {
     if let Err(e) = admit(ctx, info.clone()) {
         return refuse(ctx, &obj, e).await;
     }
-    if before.is_some_and(|b| b.cidrs != info.cidrs || b.vpc != info.vpc) {
+    if before
+        .as_ref()
+        .is_some_and(|b| b.cidrs != info.cidrs || b.vpc != info.vpc)
+    {
         requeue_refused(ctx);
     }
     if ctx.nb.router(&info.vpc).is_none() {
@@ -535,7 +541,7 @@ pub(crate) async fn reconcile(ctx: &Arc<Ctx>, name: &str) -> Result<()> {
         return Err(ControllerError::NotReady(format!("vpc {}", info.vpc)));
     }
     reconcile_info(ctx, &info).await?;
-    ctx.queues.vpc.add(info.vpc.clone());
+    ctx.enqueue(Key::<Vpc>::cluster(&info.vpc));
     let now = Time(Timestamp::now());
     let mut st = conditions_of(&obj);
     let mut changed = st.validated(reasons::VALIDATE_SUCCESS, "", &now);
@@ -544,10 +550,28 @@ pub(crate) async fn reconcile(ctx: &Arc<Ctx>, name: &str) -> Result<()> {
         changed |= st.clear_error(&now);
     }
     patch_conditions(ctx, name, &st, changed).await?;
-    for ns in ctx.namespaces.state() {
-        ctx.queues.namespace.add(ns.name_any());
-    }
+    rebind_namespaces(ctx, before.as_deref(), Some(&info));
     Ok(())
+}
+
+/// Queues the namespaces whose binding a subnet's change from `old` to `new` may change: those either names,
+/// and every namespace when it is the default subnet (the binding of namespaces no subnet names).
+fn rebind_namespaces(ctx: &Ctx, old: Option<&SubnetInfo>, new: Option<&SubnetInfo>) {
+    let default = &ctx.config.default_subnet.name;
+    if [old, new].iter().flatten().any(|s| &s.name == default) {
+        for ns in ctx.namespaces() {
+            ctx.enqueue(Key::<Namespace>::cluster(&ns.name_any()));
+        }
+        return;
+    }
+    let names: HashSet<&String> = [old, new]
+        .into_iter()
+        .flatten()
+        .flat_map(|s| s.namespaces.iter())
+        .collect();
+    for n in names {
+        ctx.enqueue(Key::<Namespace>::cluster(n));
+    }
 }
 
 /// The subnet a namespace is bound to: an accepted subnet naming it, else a Subnet object naming it that is
@@ -608,7 +632,7 @@ async fn delete(ctx: &Ctx, name: &str, _last: Option<&DynamicObject>) -> Result<
         // Built-in subnets stay (Kube-OVN recreates them).
         return Ok(());
     }
-    let nodes: Vec<String> = ctx.nodes.state().iter().map(|n| n.name_any()).collect();
+    let nodes: Vec<String> = ctx.nodes().iter().map(|n| n.name_any()).collect();
     ctx.writer
         .commit(plan::subnet_delete_batch(&info, &nodes))
         .await?;
@@ -621,10 +645,8 @@ async fn delete(ctx: &Ctx, name: &str, _last: Option<&DynamicObject>) -> Result<
         .unwrap_or_else(|e| e.into_inner())
         .remove(name);
     requeue_refused(ctx);
-    ctx.queues.vpc.add(info.vpc.clone());
-    for ns in ctx.namespaces.state() {
-        ctx.queues.namespace.add(ns.name_any());
-    }
+    ctx.enqueue(Key::<Vpc>::cluster(&info.vpc));
+    rebind_namespaces(ctx, Some(&info), None);
     Ok(())
 }
 

@@ -4,12 +4,13 @@
 use std::sync::Arc;
 
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use kube::runtime::reflector::ObjectRef;
+
 use kube::ResourceExt;
 use kubeovn_ovn::northbound::{Batch, Router};
 use serde_json::json;
 
 use super::error::{ControllerError, Result};
+use super::framework::{Action, Key, Reconciler};
 use super::Ctx;
 use crate::crd::Vpc;
 use crate::naming::{self, external_ids as ext};
@@ -29,16 +30,37 @@ pub(crate) async fn ensure_default(client: &kube::Client, name: &str) -> Result<
     }
 }
 
-pub(crate) async fn reconcile(ctx: &Arc<Ctx>, name: &str) -> Result<()> {
-    let default = name == ctx.config.default_vpc;
-    let Some(vpc) = ctx.vpcs.get(&ObjectRef::new(name)) else {
-        if default {
-            return Ok(());
+/// The VPC kind: each Vpc's router and status.
+pub(crate) struct Vpcs;
+
+#[async_trait::async_trait]
+impl Reconciler<Ctx> for Vpcs {
+    type Object = Vpc;
+    type Error = ControllerError;
+    const NAME: &'static str = "vpc";
+
+    fn workers(ctx: &Ctx) -> usize {
+        ctx.config.workers
+    }
+
+    async fn reconcile(ctx: &Arc<Ctx>, vpc: Arc<Vpc>) -> Result<Action> {
+        reconcile(ctx, &vpc).await.map(|()| Action::Done)
+    }
+
+    async fn cleanup(ctx: &Arc<Ctx>, key: &Key<Vpc>, _: Option<Arc<Vpc>>) -> Result<Action> {
+        if key.name() == ctx.config.default_vpc {
+            return Ok(Action::Done);
         }
         let mut b = Batch::new();
-        b.delete_router(name);
-        return ctx.writer.commit(b).await;
-    };
+        b.delete_router(key.name());
+        ctx.writer.commit(b).await.map(|()| Action::Done)
+    }
+}
+
+async fn reconcile(ctx: &Ctx, vpc: &Vpc) -> Result<()> {
+    let name = vpc.name_any();
+    let name = name.as_str();
+    let default = name == ctx.config.default_vpc;
     ctx.writer
         .commit({
             let mut b = Batch::new();

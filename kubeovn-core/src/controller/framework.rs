@@ -1,0 +1,1479 @@
+//! The reconciler framework: one [`Reconciler`] per kind, and [`Kinds`], which owns what every kind needs
+//! (the watch, the store, the tombstones of deleted objects, the work queue with its retries, readiness and
+//! metrics) so that adding a kind is one module and one registration line.
+//!
+//! In the spirit of kube-runtime's `Controller` and client-go's informer and workqueue, built for our
+//! throughput: a key waiting is queued once; a key never runs on two workers at once; a kind's workers run
+//! at the concurrency it asks for; stores can be compact (the pod store keeps a few fields of 50,000 pods).
+//!
+//! - A watch event stores the object, queues its key, and runs the *relations* other kinds declared on this
+//!   kind ([`Relations::on`]): each maps the object's old and new state to the keys of the kind that must run
+//!   again (a Service when its EndpointSlices change; a policy when a pod's labels change, through a
+//!   [`SelectorIndex`] that answers "which selectors match these labels" without scanning every policy).
+//! - A key whose object is stored runs [`Reconciler::reconcile`]; a key whose object is gone runs
+//!   [`Reconciler::cleanup`] with the object's last state (a tombstone), also for objects deleted while the
+//!   watch was down (found when a re-list no longer shows them).
+//! - What a run returns decides what happens next: [`Action::Done`], [`Action::Requeue`] after a delay; an
+//!   error is retried with a growing backoff, except a permanent one ([`Failure::Permanent`]), which waits
+//!   for the object to change, and a lost northbound connection, retried soon.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use kubeovn_core::controller::framework::{Action, Context, Failure, Key, Kinds, Reconciler};
+//! use k8s_openapi::api::core::v1::ConfigMap;
+//!
+//! struct Ctx { kinds: Arc<Kinds> }
+//! impl Context for Ctx {
+//!     fn kinds(&self) -> &Kinds { &self.kinds }
+//! }
+//!
+//! /// Counts the keys of every ConfigMap it sees.
+//! struct ConfigMaps;
+//! #[async_trait::async_trait]
+//! impl Reconciler<Ctx> for ConfigMaps {
+//!     type Object = ConfigMap;
+//!     type Error = std::convert::Infallible;
+//!     const NAME: &'static str = "configmap";
+//!     async fn reconcile(_ctx: &Arc<Ctx>, cm: Arc<ConfigMap>) -> Result<Action, Self::Error> {
+//!         println!("{} keys", cm.data.as_ref().map_or(0, |d| d.len()));
+//!         Ok(Action::Done)
+//!     }
+//!     async fn cleanup(_ctx: &Arc<Ctx>, key: &Key<ConfigMap>, _last: Option<Arc<ConfigMap>>)
+//!         -> Result<Action, Self::Error> {
+//!         println!("{key} deleted");
+//!         Ok(Action::Done)
+//!     }
+//! }
+//! # async fn demo(client: kube::Client) {
+//! let mut b = Kinds::builder::<Ctx>(client);
+//! b.reconcile::<ConfigMaps>();
+//! let (kinds, start) = b.build();
+//! for informer in start.informers { tokio::spawn(informer); }
+//! kinds.ready().await.ok();
+//! for worker in start.workers.run(Arc::new(Ctx { kinds: kinds.clone() })) { tokio::spawn(worker); }
+//! # }
+//! ```
+
+use std::any::{Any, TypeId};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fmt;
+use std::future::Future;
+use std::hash::{Hash, Hasher};
+use std::marker::PhantomData;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use kube::runtime::reflector::{self, ObjectRef};
+use kube::runtime::watcher::{self, Event as WatchEvent};
+use kube::runtime::WatchStreamExt;
+use kube::{Api, Resource};
+use serde::de::DeserializeOwned;
+
+use super::metrics::Metrics;
+use super::queue::WorkQueue;
+
+/// A boxed future the framework spawns.
+pub type BoxFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// What the framework needs of a Kubernetes object type.
+pub trait Object:
+    Resource<DynamicType = ()> + Clone + DeserializeOwned + fmt::Debug + Send + Sync + 'static
+{
+}
+
+impl<K> Object for K where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + fmt::Debug + Send + Sync + 'static
+{
+}
+
+/// The key of an object of kind `K` in its store and queue: its namespace (none for cluster-scoped kinds)
+/// and name. Typed, so a node's key cannot be queued as a subnet's.
+pub struct Key<K> {
+    namespace: Option<String>,
+    name: String,
+    kind: PhantomData<fn() -> K>,
+}
+
+impl<K> Key<K> {
+    /// The key `namespace/name` (`namespace` None for a cluster-scoped object).
+    pub fn new(namespace: Option<&str>, name: &str) -> Self {
+        Key {
+            namespace: namespace.map(str::to_owned),
+            name: name.to_owned(),
+            kind: PhantomData,
+        }
+    }
+
+    /// The key of a cluster-scoped object.
+    pub fn cluster(name: &str) -> Self {
+        Self::new(None, name)
+    }
+
+    /// The key of a namespaced object.
+    pub fn namespaced(namespace: &str, name: &str) -> Self {
+        Self::new(Some(namespace), name)
+    }
+
+    /// The object's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The object's namespace (None for cluster-scoped kinds).
+    pub fn namespace(&self) -> Option<&str> {
+        self.namespace.as_deref()
+    }
+}
+
+impl<K: Resource> Key<K> {
+    /// The key of `obj`.
+    pub fn of(obj: &K) -> Self {
+        let m = obj.meta();
+        Key {
+            namespace: m.namespace.clone(),
+            name: m.name.clone().unwrap_or_default(),
+            kind: PhantomData,
+        }
+    }
+}
+
+impl<K> Clone for Key<K> {
+    fn clone(&self) -> Self {
+        Key {
+            namespace: self.namespace.clone(),
+            name: self.name.clone(),
+            kind: PhantomData,
+        }
+    }
+}
+
+impl<K> PartialEq for Key<K> {
+    fn eq(&self, o: &Self) -> bool {
+        self.name == o.name && self.namespace == o.namespace
+    }
+}
+
+impl<K> Eq for Key<K> {}
+
+impl<K> Hash for Key<K> {
+    fn hash<H: Hasher>(&self, h: &mut H) {
+        self.namespace.hash(h);
+        self.name.hash(h);
+    }
+}
+
+impl<K> fmt::Display for Key<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.namespace {
+            Some(ns) => write!(f, "{ns}/{}", self.name),
+            None => f.write_str(&self.name),
+        }
+    }
+}
+
+impl<K> fmt::Debug for Key<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+/// What to do after a successful run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// Nothing until the object (or a relation) changes.
+    Done,
+    /// Run again after this delay (the object may not have changed: polling something outside Kubernetes).
+    Requeue(Duration),
+}
+
+/// How a failed run is retried.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failure {
+    /// Retried with a growing backoff (5 ms doubling, up to 5 min).
+    Transient,
+    /// Retried after this fixed delay (a lost connection that reconnects on its own).
+    RetryAfter(Duration),
+    /// Not retried: bad input waits for the object to change.
+    Permanent,
+}
+
+/// An error a reconciler returns: it says how it is retried.
+pub trait ReconcileError: fmt::Display + Send + 'static {
+    /// How a run that failed with this error is retried.
+    fn failure(&self) -> Failure {
+        Failure::Transient
+    }
+}
+
+impl ReconcileError for std::convert::Infallible {}
+
+/// What a reconciler's context gives the framework.
+pub trait Context: Send + Sync + 'static {
+    /// The kinds (stores and queues).
+    fn kinds(&self) -> &Kinds;
+    /// Where queue depths, errors and run times are counted (none: not counted).
+    fn metrics(&self) -> Option<&Metrics> {
+        None
+    }
+}
+
+/// One kind of object the controller reconciles.
+#[async_trait::async_trait]
+pub trait Reconciler<C: Context>: Send + Sync + 'static {
+    /// The object.
+    type Object: Object;
+    /// The error of a run.
+    type Error: ReconcileError;
+    /// The kind's name in logs and metrics (`pod`, `subnet`).
+    const NAME: &'static str;
+
+    /// Workers running this kind at once (default 4).
+    fn workers(_ctx: &C) -> usize {
+        4
+    }
+
+    /// Brings the world in line with `obj` (it is stored: created or changed).
+    async fn reconcile(ctx: &Arc<C>, obj: Arc<Self::Object>) -> Result<Action, Self::Error>;
+
+    /// Removes what the object `key` had (it is gone); `last` is its last state if the watch saw it.
+    async fn cleanup(
+        ctx: &Arc<C>,
+        key: &Key<Self::Object>,
+        last: Option<Arc<Self::Object>>,
+    ) -> Result<Action, Self::Error>;
+
+    /// Declares the changes of other kinds that run this kind again ([`Relations::on`]).
+    fn relations(_r: &mut Relations<'_, C, Self::Object>) {}
+
+    /// How the watch is set up (label selector, trimming).
+    fn watch() -> Watch<Self::Object> {
+        Watch::default()
+    }
+}
+
+/// How a kind is watched.
+pub struct Watch<K> {
+    /// Only objects with these labels (a label selector string).
+    pub labels: Option<String>,
+    /// Trims an object before it is stored (managedFields are always dropped).
+    pub trim: fn(&mut K),
+}
+
+impl<K> Default for Watch<K> {
+    fn default() -> Self {
+        Watch {
+            labels: None,
+            trim: |_| {},
+        }
+    }
+}
+
+/// Where a kind's objects are kept.
+pub trait ObjectStore<K>: Send + Sync + 'static {
+    /// The object `key`.
+    fn get(&self, key: &Key<K>) -> Option<Arc<K>>;
+    /// Every object.
+    fn list(&self) -> Vec<Arc<K>>;
+    /// The number of objects.
+    fn len(&self) -> usize;
+    /// Whether the store is empty.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Completes once the first list is in (Err: the writer stopped first).
+    fn ready(&self) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send>>;
+}
+
+/// Applies watch events to a store.
+pub trait StoreWriter<K>: Send + 'static {
+    /// Applies one event.
+    fn apply(&mut self, ev: &watcher::Event<K>);
+}
+
+impl<K: Object> ObjectStore<K> for reflector::Store<K> {
+    fn get(&self, key: &Key<K>) -> Option<Arc<K>> {
+        let mut r = ObjectRef::new(key.name());
+        if let Some(ns) = key.namespace() {
+            r = r.within(ns);
+        }
+        reflector::Store::get(self, &r)
+    }
+    fn list(&self) -> Vec<Arc<K>> {
+        self.state()
+    }
+    fn len(&self) -> usize {
+        self.len()
+    }
+    fn ready(&self) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send>> {
+        let s = self.clone();
+        Box::pin(async move { s.wait_until_ready().await.map_err(|e| e.to_string()) })
+    }
+}
+
+impl<K: Object> StoreWriter<K> for reflector::store::Writer<K> {
+    fn apply(&mut self, ev: &watcher::Event<K>) {
+        self.apply_watcher_event(ev);
+    }
+}
+
+/// The keys of `To` a change of a `From` object runs again: the object's state before and after (None:
+/// created, or deleted).
+type Mapper<From, To> =
+    Box<dyn Fn(&Kinds, Option<&From>, Option<&From>) -> Vec<Key<To>> + Send + Sync>;
+
+/// A relation as the watch of `From` runs it: maps and queues.
+type Hook<From> = Arc<dyn Fn(&Kinds, Option<&From>, Option<&From>) + Send + Sync>;
+
+/// The relations a kind declares: which changes of other kinds run it again.
+pub struct Relations<'a, C, To> {
+    hooks: &'a mut HashMap<TypeId, Box<dyn Any + Send + Sync>>,
+    watch: &'a mut Vec<WatchFn<C>>,
+    to: PhantomData<fn() -> To>,
+}
+
+impl<C: Context, To: Object> Relations<'_, C, To> {
+    /// Runs this kind for the keys `map` gives when an object of kind `From` is created, changed or deleted
+    /// (`map` sees its old and new state; both are given on a change, so a label change reaches the objects
+    /// matching the old labels and those matching the new). `From` is watched if no kind registered it.
+    pub fn on<From: Object>(
+        &mut self,
+        map: impl Fn(&Kinds, Option<&From>, Option<&From>) -> Vec<Key<To>> + Send + Sync + 'static,
+    ) {
+        let map: Mapper<From, To> = Box::new(map);
+        let hook: Hook<From> = Arc::new(move |kinds, old, new| {
+            for k in map(kinds, old, new) {
+                kinds.enqueue(k);
+            }
+        });
+        if let Some(v) = self
+            .hooks
+            .entry(TypeId::of::<From>())
+            .or_insert_with(|| Box::new(Vec::<Hook<From>>::new()))
+            .downcast_mut::<Vec<Hook<From>>>()
+        {
+            v.push(hook);
+        }
+        self.watch
+            .push(Box::new(|b: &mut Builder<C>| b.watch::<From>()));
+    }
+}
+
+/// One kind's parts.
+struct Slot<K> {
+    store: Arc<dyn ObjectStore<K>>,
+    queue: Option<Arc<WorkQueue<Key<K>>>>,
+    tombs: Mutex<HashMap<Key<K>, Arc<K>>>,
+    hooks: Vec<Hook<K>>,
+}
+
+impl<K> Slot<K> {
+    fn tombs(&self) -> std::sync::MutexGuard<'_, HashMap<Key<K>, Arc<K>>> {
+        self.tombs.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// A queue as metrics see it.
+struct QueueView {
+    name: &'static str,
+    len: Box<dyn Fn() -> usize + Send + Sync>,
+    idle: Box<dyn Fn() -> bool + Send + Sync>,
+}
+
+/// The kinds: their stores, queues and tombstones. Built by [`Builder`] ([`Kinds::builder`]).
+pub struct Kinds {
+    slots: HashMap<TypeId, Box<dyn Any + Send + Sync>>,
+    queues: Vec<QueueView>,
+    ready: Vec<ReadyFn>,
+}
+
+impl fmt::Debug for Kinds {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Kinds")
+            .field(
+                "queues",
+                &self.queues.iter().map(|q| q.name).collect::<Vec<_>>(),
+            )
+            .finish_non_exhaustive()
+    }
+}
+
+impl Kinds {
+    /// Starts registering kinds watched through `client`, reconciled with a context `C`.
+    pub fn builder<C: Context>(client: kube::Client) -> Builder<C> {
+        Builder {
+            client,
+            slots: HashMap::new(),
+            informers: Vec::new(),
+            queues: Vec::new(),
+            ready: Vec::new(),
+            hooks: HashMap::new(),
+            relation_watches: Vec::new(),
+            pending_hooks: Vec::new(),
+            workers: Vec::new(),
+        }
+    }
+
+    fn slot<K: 'static>(&self) -> Option<&Slot<K>> {
+        let s = self
+            .slots
+            .get(&TypeId::of::<K>())
+            .and_then(|s| s.downcast_ref::<Slot<K>>());
+        if s.is_none() {
+            tracing::error!(
+                kind = std::any::type_name::<K>(),
+                "kind not registered with the framework"
+            );
+        }
+        s
+    }
+
+    /// The store of kind `K` (None if `K` is not registered).
+    pub fn store<K: 'static>(&self) -> Option<&Arc<dyn ObjectStore<K>>> {
+        self.slot::<K>().map(|s| &s.store)
+    }
+
+    /// The object `key`, if stored.
+    pub fn get<K: 'static>(&self, key: &Key<K>) -> Option<Arc<K>> {
+        self.slot::<K>().and_then(|s| s.store.get(key))
+    }
+
+    /// Every stored object of kind `K`.
+    pub fn list<K: 'static>(&self) -> Vec<Arc<K>> {
+        self.slot::<K>().map(|s| s.store.list()).unwrap_or_default()
+    }
+
+    /// Queues `key` for its kind's reconciler.
+    pub fn enqueue<K: 'static>(&self, key: Key<K>) {
+        if let Some(q) = self.slot::<K>().and_then(|s| s.queue.as_ref()) {
+            q.add(key);
+        }
+    }
+
+    /// Queues `key` after `delay`.
+    pub fn enqueue_after<K: Send + 'static>(&self, key: Key<K>, delay: Duration) {
+        if let Some(q) = self.slot::<K>().and_then(|s| s.queue.as_ref()) {
+            q.add_after(key, delay);
+        }
+    }
+
+    /// The last state of the deleted object `key`, until its cleanup succeeds.
+    pub fn tombstone<K: 'static>(&self, key: &Key<K>) -> Option<Arc<K>> {
+        self.slot::<K>().and_then(|s| s.tombs().get(key).cloned())
+    }
+
+    /// Whether the queue of kind `K` is empty with no key running.
+    pub fn is_idle<K: 'static>(&self) -> bool {
+        self.slot::<K>()
+            .and_then(|s| s.queue.as_ref())
+            .is_none_or(|q| q.is_idle())
+    }
+
+    /// Whether every queue is empty with no key running.
+    pub fn all_idle(&self) -> bool {
+        self.queues.iter().all(|q| (q.idle)())
+    }
+
+    /// Waits until every store has its first list.
+    pub async fn ready(&self) -> Result<(), String> {
+        futures::future::try_join_all(self.ready.iter().map(|r| r())).await?;
+        Ok(())
+    }
+
+    /// Publishes each queue's depth to `metrics`.
+    pub fn publish_depths(&self, metrics: &Metrics) {
+        for q in &self.queues {
+            metrics.queue_depth(q.name, (q.len)());
+        }
+    }
+
+    /// Runs the relations declared on kind `K` for a change from `old` to `new` (the watch does this; tests
+    /// and handlers that change an object out of band may too).
+    pub fn related<K: 'static>(&self, old: Option<&K>, new: Option<&K>) {
+        if let Some(s) = self
+            .slots
+            .get(&TypeId::of::<K>())
+            .and_then(|s| s.downcast_ref::<Slot<K>>())
+        {
+            for h in &s.hooks {
+                h(self, old, new);
+            }
+        }
+    }
+}
+
+type WorkerFn<C> = Box<dyn FnOnce(Arc<C>) -> BoxFuture + Send>;
+type InformerFn = Box<dyn FnOnce(Arc<Kinds>) -> BoxFuture + Send>;
+type Slots = HashMap<TypeId, Box<dyn Any + Send + Sync>>;
+/// Registers the watch of a kind only related to.
+type WatchFn<C> = Box<dyn FnOnce(&mut Builder<C>) + Send>;
+/// Moves a kind's relation hooks (first map) into its slot (second map).
+type HookMover = Box<dyn FnOnce(&mut Slots, &mut Slots) + Send>;
+type ReadyFn =
+    Box<dyn Fn() -> Pin<Box<dyn Future<Output = Result<(), String>> + Send>> + Send + Sync>;
+
+/// Registers kinds; [`Builder::build`] makes the [`Kinds`].
+pub struct Builder<C> {
+    client: kube::Client,
+    slots: Slots,
+    informers: Vec<InformerFn>,
+    queues: Vec<QueueView>,
+    ready: Vec<ReadyFn>,
+    hooks: Slots,
+    relation_watches: Vec<WatchFn<C>>,
+    /// Moves each kind's hooks into its slot at build time.
+    pending_hooks: Vec<HookMover>,
+    workers: Vec<WorkerFn<C>>,
+}
+
+impl<C> fmt::Debug for Builder<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Builder").finish_non_exhaustive()
+    }
+}
+
+/// What [`Builder::build`] returns besides the kinds: the informers to spawn now, the workers to run once
+/// the context exists.
+pub struct Start<C> {
+    /// One watch per kind: spawn them (stores fill, keys are queued, relations run).
+    pub informers: Vec<BoxFuture>,
+    /// The kinds' workers.
+    pub workers: Workers<C>,
+}
+
+/// The kinds' workers, started with [`Workers::run`].
+pub struct Workers<C> {
+    run: Vec<WorkerFn<C>>,
+}
+
+impl<C> fmt::Debug for Workers<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Workers")
+            .field("kinds", &self.run.len())
+            .finish()
+    }
+}
+
+impl<C: Context> Workers<C> {
+    /// The worker pools of every kind (spawn them).
+    pub fn run(self, ctx: Arc<C>) -> Vec<BoxFuture> {
+        self.run.into_iter().map(|r| r(ctx.clone())).collect()
+    }
+}
+
+impl<C: Context> Builder<C> {
+    /// Watches kind `K` into kube-runtime's store (no reconciler: other kinds read it, or relate to it).
+    /// Registering a kind twice keeps the first.
+    pub fn watch<K: Object>(&mut self) {
+        if self.slots.contains_key(&TypeId::of::<K>()) {
+            return;
+        }
+        let (store, writer) = reflector::store::<K>();
+        self.add_slot::<K>(None, Arc::new(store), writer, Watch::default());
+    }
+
+    /// Registers reconciler `R` (its kind watched into kube-runtime's store).
+    pub fn reconcile<R: Reconciler<C>>(&mut self) {
+        let (store, writer) = reflector::store::<R::Object>();
+        self.reconcile_in::<R>(Arc::new(store), writer);
+    }
+
+    /// Registers reconciler `R` with its own store (a compact one, such as the pod store).
+    pub fn reconcile_in<R: Reconciler<C>>(
+        &mut self,
+        store: Arc<dyn ObjectStore<R::Object>>,
+        writer: impl StoreWriter<R::Object>,
+    ) {
+        let queue = WorkQueue::<Key<R::Object>>::new(R::NAME);
+        self.add_slot::<R::Object>(Some((R::NAME, queue.clone())), store, writer, R::watch());
+        let mut watches = Vec::new();
+        R::relations(&mut Relations {
+            hooks: &mut self.hooks,
+            watch: &mut watches,
+            to: PhantomData,
+        });
+        self.relation_watches.extend(watches);
+        self.workers.push(Box::new(move |ctx: Arc<C>| {
+            Box::pin(run_workers::<C, R>(ctx, queue))
+        }));
+    }
+
+    fn add_slot<K: Object>(
+        &mut self,
+        queue: Option<(&'static str, Arc<WorkQueue<Key<K>>>)>,
+        store: Arc<dyn ObjectStore<K>>,
+        mut writer: impl StoreWriter<K>,
+        watch: Watch<K>,
+    ) {
+        let name = queue
+            .as_ref()
+            .map(|q| q.0)
+            .unwrap_or(std::any::type_name::<K>());
+        let queue = queue.map(|q| q.1);
+        if let Some(q) = &queue {
+            let (a, b) = (q.clone(), q.clone());
+            self.queues.push(QueueView {
+                name,
+                len: Box::new(move || a.len()),
+                idle: Box::new(move || b.is_idle()),
+            });
+        }
+        let s = store.clone();
+        self.ready.push(Box::new(move || s.ready()));
+        self.slots.insert(
+            TypeId::of::<K>(),
+            Box::new(Slot::<K> {
+                store,
+                queue,
+                tombs: Mutex::default(),
+                hooks: Vec::new(),
+            }),
+        );
+        self.pending_hooks.push(Box::new(|hooks, slots| {
+            let slot = slots
+                .get_mut(&TypeId::of::<K>())
+                .and_then(|s| s.downcast_mut::<Slot<K>>());
+            let h = hooks
+                .remove(&TypeId::of::<K>())
+                .and_then(|h| h.downcast::<Vec<Hook<K>>>().ok());
+            if let (Some(s), Some(h)) = (slot, h) {
+                s.hooks = *h;
+            }
+        }));
+        let api = Api::<K>::all(self.client.clone());
+        self.informers.push(Box::new(move |kinds: Arc<Kinds>| {
+            Box::pin(async move {
+                let mut cfg = watcher::Config::default().any_semantic();
+                if let Some(l) = &watch.labels {
+                    cfg = cfg.labels(l);
+                }
+                let trim = watch.trim;
+                let stream =
+                    watcher::watcher(api, cfg)
+                        .default_backoff()
+                        .modify(move |o: &mut K| {
+                            // managedFields are never read; dropping them keeps the store small.
+                            o.meta_mut().managed_fields = None;
+                            trim(o);
+                        });
+                futures::pin_mut!(stream);
+                let mut relist = Relist::default();
+                while let Some(ev) = stream.next().await {
+                    match ev {
+                        Ok(ev) => observe(&kinds, &mut writer, &mut relist, ev),
+                        Err(e) => tracing::warn!(kind = name, error = %e, "watch"),
+                    }
+                }
+            })
+        }));
+    }
+
+    /// The kinds, and what to start.
+    pub fn build(mut self) -> (Arc<Kinds>, Start<C>) {
+        // Kinds only related to are watched too.
+        for w in std::mem::take(&mut self.relation_watches) {
+            w(&mut self);
+        }
+        for f in std::mem::take(&mut self.pending_hooks) {
+            f(&mut self.hooks, &mut self.slots);
+        }
+        let kinds = Arc::new(Kinds {
+            slots: self.slots,
+            queues: self.queues,
+            ready: self.ready,
+        });
+        let informers = self
+            .informers
+            .into_iter()
+            .map(|i| i(kinds.clone()))
+            .collect();
+        let workers = Workers { run: self.workers };
+        (kinds, Start { informers, workers })
+    }
+}
+
+/// The objects a re-list in progress has not shown again yet.
+struct Relist<K> {
+    before: Option<HashMap<Key<K>, Arc<K>>>,
+}
+
+impl<K> Default for Relist<K> {
+    fn default() -> Self {
+        Relist { before: None }
+    }
+}
+
+/// Applies one watch event: the store, the tombstones, the queue, the relations.
+fn observe<K: Object>(
+    kinds: &Kinds,
+    writer: &mut impl StoreWriter<K>,
+    relist: &mut Relist<K>,
+    ev: WatchEvent<K>,
+) {
+    let Some(slot) = kinds
+        .slots
+        .get(&TypeId::of::<K>())
+        .and_then(|s| s.downcast_ref::<Slot<K>>())
+    else {
+        return;
+    };
+    let related = !slot.hooks.is_empty();
+    match &ev {
+        WatchEvent::Init => {
+            // A re-list: what it does not show again was deleted while the watch was down.
+            relist.before = Some(
+                slot.store
+                    .list()
+                    .into_iter()
+                    .map(|o| (Key::of(o.as_ref()), o))
+                    .collect(),
+            );
+            writer.apply(&ev);
+        }
+        WatchEvent::InitApply(o) | WatchEvent::Apply(o) => {
+            let key = Key::of(o);
+            let old = match (&ev, relist.before.as_mut()) {
+                (WatchEvent::InitApply(_), Some(b)) => b.remove(&key),
+                (WatchEvent::Apply(_), _) if related => slot.store.get(&key),
+                _ => None,
+            };
+            writer.apply(&ev);
+            slot.tombs().remove(&key);
+            if related {
+                kinds.related(old.as_deref(), Some(o));
+            }
+            if let Some(q) = &slot.queue {
+                q.add(key);
+            }
+        }
+        WatchEvent::InitDone => {
+            writer.apply(&ev);
+            for (key, last) in relist.before.take().unwrap_or_default() {
+                if related {
+                    kinds.related(Some(last.as_ref()), None);
+                }
+                slot.tombs().insert(key.clone(), last);
+                if let Some(q) = &slot.queue {
+                    q.add(key);
+                }
+            }
+        }
+        WatchEvent::Delete(o) => {
+            writer.apply(&ev);
+            let key = Key::of(o);
+            if related {
+                kinds.related(Some(o), None);
+            }
+            slot.tombs().insert(key.clone(), Arc::new(o.clone()));
+            if let Some(q) = &slot.queue {
+                q.add(key);
+            }
+        }
+    }
+}
+
+/// Runs `R`'s workers on its queue until the queue shuts down.
+async fn run_workers<C: Context, R: Reconciler<C>>(
+    ctx: Arc<C>,
+    queue: Arc<WorkQueue<Key<R::Object>>>,
+) {
+    let workers = R::workers(&ctx);
+    let metrics = ctx.metrics().cloned();
+    let q = queue.clone();
+    queue
+        .run(workers, metrics, move |key: Key<R::Object>| {
+            let ctx = ctx.clone();
+            let q = q.clone();
+            async move { run_one::<C, R>(&ctx, &q, key).await }
+        })
+        .await;
+}
+
+/// Runs `key` once as a worker would: [`Reconciler::reconcile`] if its object is stored, else
+/// [`Reconciler::cleanup`] with its tombstone (dropped once the cleanup succeeds). Tests drive reconcilers
+/// with it.
+pub async fn run_once<C: Context, R: Reconciler<C>>(
+    ctx: &Arc<C>,
+    key: &Key<R::Object>,
+) -> Result<Action, R::Error> {
+    let kinds = ctx.kinds();
+    let store = kinds.store::<R::Object>().cloned();
+    let started = Instant::now();
+    let result = match store.as_ref().and_then(|s| s.get(key)) {
+        Some(obj) => R::reconcile(ctx, obj).await,
+        None => {
+            let last = kinds.tombstone(key);
+            let r = R::cleanup(ctx, key, last.clone()).await;
+            if let (Ok(_), Some(last), Some(slot)) = (&r, last, kinds.slot::<R::Object>()) {
+                // Only the state this cleanup saw: a newer delete of the same key keeps its own.
+                let mut t = slot.tombs();
+                if t.get(key).is_some_and(|x| Arc::ptr_eq(x, &last)) {
+                    t.remove(key);
+                }
+            }
+            r
+        }
+    };
+    if let Some(m) = ctx.metrics() {
+        m.reconciled(R::NAME, started.elapsed(), result.is_ok());
+    }
+    result
+}
+
+/// One run of `key` by a worker, then what the result asks for. `Err(true)`: retry with backoff.
+async fn run_one<C: Context, R: Reconciler<C>>(
+    ctx: &Arc<C>,
+    queue: &Arc<WorkQueue<Key<R::Object>>>,
+    key: Key<R::Object>,
+) -> Result<(), bool> {
+    match run_once::<C, R>(ctx, &key).await {
+        Ok(action) => {
+            if let Action::Requeue(d) = action {
+                queue.add_after(key, d);
+            }
+            Ok(())
+        }
+        Err(e) => match e.failure() {
+            Failure::Transient => {
+                tracing::warn!(kind = R::NAME, %key, error = %e, retry = true, "handler failed");
+                Err(true)
+            }
+            Failure::RetryAfter(d) => {
+                tracing::warn!(kind = R::NAME, %key, error = %e, retry_ms = d.as_millis() as u64, "handler failed");
+                queue.add_after(key, d);
+                Err(false)
+            }
+            Failure::Permanent => {
+                tracing::warn!(kind = R::NAME, %key, error = %e, retry = false, "handler failed");
+                Err(false)
+            }
+        },
+    }
+}
+
+/// Which keys' label selectors match a set of labels, without scanning every selector: equality terms
+/// (`matchLabels`, `In` with one value) are indexed by `(key, value)`; a selector with no equality term
+/// (empty, `Exists`, `NotIn`, `DoesNotExist`, `In` with several values) is checked on every lookup.
+/// What a NetworkPolicy needs to re-run only the policies a pod's old or new labels concern.
+#[derive(Debug, Clone)]
+pub struct SelectorIndex<T: Clone + Eq + Hash> {
+    selectors: HashMap<T, Vec<Selector>>,
+    by_label: HashMap<(String, String), HashSet<T>>,
+    scanned: HashSet<T>,
+}
+
+impl<T: Clone + Eq + Hash> Default for SelectorIndex<T> {
+    fn default() -> Self {
+        SelectorIndex {
+            selectors: HashMap::new(),
+            by_label: HashMap::new(),
+            scanned: HashSet::new(),
+        }
+    }
+}
+
+/// One requirement of a label selector.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Requirement {
+    /// The label has this value.
+    Equals(String, String),
+    /// The label has one of these values.
+    In(String, Vec<String>),
+    /// The label is absent or has none of these values.
+    NotIn(String, Vec<String>),
+    /// The label is present.
+    Exists(String),
+    /// The label is absent.
+    DoesNotExist(String),
+}
+
+/// A label selector: every requirement holds (no requirement: everything matches).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Selector(pub Vec<Requirement>);
+
+/// A label selector Kubernetes would refuse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("label selector: {0}")]
+pub struct SelectorError(pub String);
+
+impl Selector {
+    /// From Kubernetes' `LabelSelector`.
+    pub fn from_label_selector(
+        s: &k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector,
+    ) -> Result<Self, SelectorError> {
+        let mut reqs: Vec<Requirement> = s
+            .match_labels
+            .iter()
+            .flatten()
+            .map(|(k, v)| Requirement::Equals(k.clone(), v.clone()))
+            .collect();
+        for e in s.match_expressions.iter().flatten() {
+            let vals = e.values.clone().unwrap_or_default();
+            let k = e.key.clone();
+            reqs.push(match e.operator.as_str() {
+                "In" if !vals.is_empty() => Requirement::In(k, vals),
+                "NotIn" if !vals.is_empty() => Requirement::NotIn(k, vals),
+                "Exists" if vals.is_empty() => Requirement::Exists(k),
+                "DoesNotExist" if vals.is_empty() => Requirement::DoesNotExist(k),
+                op => {
+                    return Err(SelectorError(format!(
+                        "operator {op:?} with {} values on key {k:?}",
+                        vals.len()
+                    )))
+                }
+            });
+        }
+        Ok(Selector(reqs))
+    }
+
+    /// Whether `labels` satisfy every requirement.
+    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        self.0.iter().all(|r| match r {
+            Requirement::Equals(k, v) => labels.get(k) == Some(v),
+            Requirement::In(k, vs) => labels.get(k).is_some_and(|v| vs.contains(v)),
+            Requirement::NotIn(k, vs) => labels.get(k).is_none_or(|v| !vs.contains(v)),
+            Requirement::Exists(k) => labels.contains_key(k),
+            Requirement::DoesNotExist(k) => !labels.contains_key(k),
+        })
+    }
+
+    /// An equality term to index the selector by.
+    fn anchor(&self) -> Option<(String, String)> {
+        self.0.iter().find_map(|r| match r {
+            Requirement::Equals(k, v) => Some((k.clone(), v.clone())),
+            Requirement::In(k, vs) if vs.len() == 1 => Some((k.clone(), vs[0].clone())),
+            _ => None,
+        })
+    }
+}
+
+impl<T: Clone + Eq + Hash> SelectorIndex<T> {
+    /// Sets the selectors of `owner` (replacing its previous ones; an owner matches if any of its selectors
+    /// does).
+    pub fn set(&mut self, owner: T, selectors: Vec<Selector>) {
+        self.remove(&owner);
+        for s in &selectors {
+            match s.anchor() {
+                Some(a) => {
+                    self.by_label.entry(a).or_default().insert(owner.clone());
+                }
+                None => {
+                    self.scanned.insert(owner.clone());
+                }
+            }
+        }
+        if !selectors.is_empty() {
+            self.selectors.insert(owner, selectors);
+        }
+    }
+
+    /// Forgets `owner`.
+    pub fn remove(&mut self, owner: &T) {
+        let Some(old) = self.selectors.remove(owner) else {
+            return;
+        };
+        for s in &old {
+            match s.anchor() {
+                Some(a) => {
+                    if let Some(set) = self.by_label.get_mut(&a) {
+                        set.remove(owner);
+                        if set.is_empty() {
+                            self.by_label.remove(&a);
+                        }
+                    }
+                }
+                None => {
+                    self.scanned.remove(owner);
+                }
+            }
+        }
+    }
+
+    /// The owners with a selector matching `labels`.
+    pub fn matching(&self, labels: &BTreeMap<String, String>) -> HashSet<T> {
+        let mut out = HashSet::new();
+        let candidates = labels
+            .iter()
+            .filter_map(|(k, v)| self.by_label.get(&(k.clone(), v.clone())))
+            .flatten()
+            .chain(self.scanned.iter());
+        for o in candidates {
+            if out.contains(o) {
+                continue;
+            }
+            if self
+                .selectors
+                .get(o)
+                .is_some_and(|ss| ss.iter().any(|s| s.matches(labels)))
+            {
+                out.insert(o.clone());
+            }
+        }
+        out
+    }
+
+    /// The owners whose selectors match `old` or `new` labels (a relabelled object concerns both).
+    pub fn matching_either(
+        &self,
+        old: Option<&BTreeMap<String, String>>,
+        new: Option<&BTreeMap<String, String>>,
+    ) -> HashSet<T> {
+        let mut out = old.map(|l| self.matching(l)).unwrap_or_default();
+        if let Some(n) = new {
+            if old != Some(n) {
+                out.extend(self.matching(n));
+            }
+        }
+        out
+    }
+
+    /// The number of owners.
+    pub fn len(&self) -> usize {
+        self.selectors.len()
+    }
+
+    /// Whether no owner has a selector.
+    pub fn is_empty(&self) -> bool {
+        self.selectors.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+    use kube::api::{DeleteParams, PostParams};
+    use proptest::prelude::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// What the test reconciler saw, and what it answers.
+    #[derive(Default)]
+    struct Seen {
+        runs: Mutex<Vec<String>>,
+        failures_left: AtomicUsize,
+    }
+
+    struct TestCtx {
+        kinds: Arc<Kinds>,
+        seen: Seen,
+    }
+
+    impl Context for TestCtx {
+        fn kinds(&self) -> &Kinds {
+            &self.kinds
+        }
+    }
+
+    #[derive(Debug)]
+    enum TestError {
+        Transient,
+        Permanent,
+    }
+
+    impl fmt::Display for TestError {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            write!(f, "{self:?}")
+        }
+    }
+
+    impl ReconcileError for TestError {
+        fn failure(&self) -> Failure {
+            match self {
+                TestError::Transient => Failure::Transient,
+                TestError::Permanent => Failure::Permanent,
+            }
+        }
+    }
+
+    /// ConfigMaps, run again when a Secret naming them in its `owner` label changes.
+    struct Maps;
+
+    #[async_trait::async_trait]
+    impl Reconciler<TestCtx> for Maps {
+        type Object = ConfigMap;
+        type Error = TestError;
+        const NAME: &'static str = "configmap";
+
+        async fn reconcile(ctx: &Arc<TestCtx>, cm: Arc<ConfigMap>) -> Result<Action, TestError> {
+            let name = cm.metadata.name.clone().unwrap_or_default();
+            ctx.seen
+                .runs
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(format!("reconcile {name}"));
+            if name == "bad" {
+                return Err(TestError::Permanent);
+            }
+            if name == "flaky"
+                && ctx
+                    .seen
+                    .failures_left
+                    .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                    .is_ok()
+            {
+                return Err(TestError::Transient);
+            }
+            Ok(Action::Done)
+        }
+
+        async fn cleanup(
+            ctx: &Arc<TestCtx>,
+            key: &Key<ConfigMap>,
+            last: Option<Arc<ConfigMap>>,
+        ) -> Result<Action, TestError> {
+            let data = last
+                .and_then(|c| c.data.clone())
+                .and_then(|d| d.get("v").cloned())
+                .unwrap_or_default();
+            ctx.seen
+                .runs
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(format!("cleanup {key} last={data}"));
+            Ok(Action::Done)
+        }
+
+        fn relations(r: &mut Relations<'_, TestCtx, ConfigMap>) {
+            r.on::<Secret>(|_, old, new| {
+                [old, new]
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|s| s.metadata.labels.as_ref()?.get("owner").cloned())
+                    .map(|o| Key::namespaced("default", &o))
+                    .collect()
+            });
+        }
+    }
+
+    fn runs(ctx: &TestCtx) -> Vec<String> {
+        ctx.seen
+            .runs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    async fn wait_for(ctx: &TestCtx, what: &str) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !runs(ctx).iter().any(|r| r == what) {
+            assert!(Instant::now() < deadline, "no {what:?} in {:?}", runs(ctx));
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    fn cm(name: &str, v: &str) -> ConfigMap {
+        let mut c = ConfigMap::default();
+        c.metadata.name = Some(name.to_owned());
+        c.data = Some(BTreeMap::from([("v".to_owned(), v.to_owned())]));
+        c
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn reconciles_cleans_up_with_the_last_state_retries_and_follows_relations() {
+        let server = kube_ovn_testapi::TestApiServer::start(kube_ovn_testapi::Config::default())
+            .await
+            .expect("test api server");
+        let config = kube::Config::new(server.url().parse().expect("url"));
+        let client = kube::Client::try_from(config).expect("client");
+        let maps: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+        let secrets: Api<Secret> = Api::namespaced(client.clone(), "default");
+        let pp = PostParams::default();
+        maps.create(&pp, &cm("a", "1")).await.expect("create a");
+
+        let mut b = Kinds::builder::<TestCtx>(client.clone());
+        b.reconcile::<Maps>();
+        let (kinds, start) = b.build();
+        let tasks: Vec<_> = start.informers.into_iter().map(tokio::spawn).collect();
+        kinds.ready().await.expect("ready");
+        assert_eq!(kinds.list::<ConfigMap>().len(), 1);
+        assert!(
+            kinds.store::<Secret>().is_some(),
+            "a related kind is watched"
+        );
+        let ctx = Arc::new(TestCtx {
+            kinds: kinds.clone(),
+            seen: Seen::default(),
+        });
+        ctx.seen.failures_left.store(2, Ordering::SeqCst);
+        let tasks: Vec<_> = tasks
+            .into_iter()
+            .chain(start.workers.run(ctx.clone()).into_iter().map(tokio::spawn))
+            .collect();
+        wait_for(&ctx, "reconcile a").await;
+
+        // A transient error is retried until it passes; a permanent one waits for a change.
+        maps.create(&pp, &cm("flaky", "1")).await.expect("create");
+        maps.create(&pp, &cm("bad", "1")).await.expect("create");
+        wait_for(&ctx, "reconcile bad").await;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while runs(&ctx)
+            .iter()
+            .filter(|r| *r == "reconcile flaky")
+            .count()
+            < 3
+        {
+            assert!(
+                Instant::now() < deadline,
+                "flaky not retried: {:?}",
+                runs(&ctx)
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let count = |w: &str| runs(&ctx).iter().filter(|r| *r == w).count();
+        assert_eq!(count("reconcile flaky"), 3, "passes at the third run");
+        assert_eq!(
+            count("reconcile bad"),
+            1,
+            "a permanent error is not retried"
+        );
+
+        // A related object's change runs the objects its old and new states name.
+        let mut s = Secret::default();
+        s.metadata.name = Some("s".to_owned());
+        s.metadata.labels = Some(BTreeMap::from([("owner".to_owned(), "bad".to_owned())]));
+        secrets.create(&pp, &s).await.expect("secret");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while count("reconcile bad") < 2 {
+            assert!(
+                Instant::now() < deadline,
+                "relation not run: {:?}",
+                runs(&ctx)
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+
+        // A delete runs the cleanup with the last state, and drops the tombstone once it succeeded.
+        maps.delete("a", &DeleteParams::default())
+            .await
+            .expect("delete");
+        wait_for(&ctx, "cleanup default/a last=1").await;
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while kinds
+            .tombstone(&Key::<ConfigMap>::namespaced("default", "a"))
+            .is_some()
+        {
+            assert!(Instant::now() < deadline, "tombstone kept");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        for t in tasks {
+            t.abort();
+        }
+        server.shutdown().await;
+    }
+
+    /// A slot and its writer, as the builder makes them, without a watch.
+    type Fixture = (
+        Kinds,
+        reflector::store::Writer<ConfigMap>,
+        Arc<WorkQueue<Key<ConfigMap>>>,
+        Arc<Mutex<Vec<String>>>,
+    );
+
+    fn slot_with_relation() -> Fixture {
+        let (store, writer) = reflector::store::<ConfigMap>();
+        let queue = WorkQueue::new("configmap");
+        let related = Arc::new(Mutex::new(Vec::new()));
+        let r = related.clone();
+        let hook: Hook<ConfigMap> = Arc::new(move |_, old, new| {
+            let name = |c: Option<&ConfigMap>| {
+                c.and_then(|c| c.data.as_ref()?.get("v").cloned())
+                    .unwrap_or_else(|| "-".to_owned())
+            };
+            r.lock().unwrap_or_else(|e| e.into_inner()).push(format!(
+                "{}->{}",
+                name(old),
+                name(new)
+            ));
+        });
+        let slot = Slot::<ConfigMap> {
+            store: Arc::new(store),
+            queue: Some(queue.clone()),
+            tombs: Mutex::default(),
+            hooks: vec![hook],
+        };
+        let mut slots: Slots = HashMap::new();
+        slots.insert(TypeId::of::<ConfigMap>(), Box::new(slot));
+        let kinds = Kinds {
+            slots,
+            queues: Vec::new(),
+            ready: Vec::new(),
+        };
+        (kinds, writer, queue, related)
+    }
+
+    fn namespaced(c: ConfigMap) -> ConfigMap {
+        let mut c = c;
+        c.metadata.namespace = Some("default".to_owned());
+        c
+    }
+
+    #[tokio::test]
+    async fn a_relist_finds_what_was_deleted_while_the_watch_was_down() {
+        let (kinds, mut w, queue, related) = slot_with_relation();
+        let mut relist = Relist::default();
+        let (a, b) = (namespaced(cm("a", "1")), namespaced(cm("b", "1")));
+        for ev in [
+            WatchEvent::Init,
+            WatchEvent::InitApply(a.clone()),
+            WatchEvent::InitApply(b.clone()),
+            WatchEvent::InitDone,
+        ] {
+            observe(&kinds, &mut w, &mut relist, ev);
+        }
+        assert_eq!(queue.len(), 2);
+        let a2 = namespaced(cm("a", "2"));
+        observe(&kinds, &mut w, &mut relist, WatchEvent::Apply(a2.clone()));
+        // The watch drops; on the re-list, b is gone and a changed again.
+        let a3 = namespaced(cm("a", "3"));
+        for ev in [
+            WatchEvent::Init,
+            WatchEvent::InitApply(a3),
+            WatchEvent::InitDone,
+        ] {
+            observe(&kinds, &mut w, &mut relist, ev);
+        }
+        let kb = Key::<ConfigMap>::namespaced("default", "b");
+        assert!(kinds.get(&kb).is_none());
+        let tomb = kinds
+            .tombstone(&kb)
+            .expect("b's last state kept for its cleanup");
+        assert_eq!(
+            tomb.data
+                .as_ref()
+                .and_then(|d| d.get("v"))
+                .map(String::as_str),
+            Some("1")
+        );
+        assert_eq!(
+            *related.lock().unwrap_or_else(|e| e.into_inner()),
+            ["-->1", "-->1", "1->2", "2->3", "1->-"],
+            "relations see the old and new states, also across a re-list"
+        );
+        // A re-created b drops the tombstone.
+        observe(&kinds, &mut w, &mut relist, WatchEvent::Apply(b));
+        assert!(kinds.tombstone(&kb).is_none());
+        assert!(kinds.get(&kb).is_some());
+    }
+
+    fn labels(v: &[(&str, &str)]) -> BTreeMap<String, String> {
+        v.iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn selector_index_answers_old_and_new_labels() {
+        let mut idx = SelectorIndex::<&str>::default();
+        let eq = |k: &str, v: &str| Requirement::Equals(k.to_owned(), v.to_owned());
+        idx.set("web", vec![Selector(vec![eq("app", "web")])]);
+        idx.set(
+            "web-prod",
+            vec![Selector(vec![
+                eq("app", "web"),
+                Requirement::In("env".into(), vec!["prod".into(), "stage".into()]),
+            ])],
+        );
+        idx.set("all", vec![Selector::default()]);
+        idx.set(
+            "no-db",
+            vec![Selector(vec![Requirement::NotIn(
+                "app".into(),
+                vec!["db".into()],
+            )])],
+        );
+        let m = |idx: &SelectorIndex<&'static str>, l: &[(&str, &str)]| {
+            let mut v: Vec<_> = idx.matching(&labels(l)).into_iter().collect();
+            v.sort();
+            v
+        };
+        assert_eq!(m(&idx, &[("app", "web")]), ["all", "no-db", "web"]);
+        assert_eq!(
+            m(&idx, &[("app", "web"), ("env", "prod")]),
+            ["all", "no-db", "web", "web-prod"]
+        );
+        assert_eq!(m(&idx, &[("app", "db")]), ["all"]);
+        let mut either: Vec<_> = idx
+            .matching_either(
+                Some(&labels(&[("app", "db")])),
+                Some(&labels(&[("app", "web")])),
+            )
+            .into_iter()
+            .collect();
+        either.sort();
+        assert_eq!(either, ["all", "no-db", "web"]);
+        idx.remove(&"web");
+        assert_eq!(m(&idx, &[("app", "web")]), ["all", "no-db"]);
+        assert_eq!(idx.len(), 3);
+    }
+
+    #[test]
+    fn a_bad_label_selector_is_an_error() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
+            LabelSelector, LabelSelectorRequirement,
+        };
+        let s = LabelSelector {
+            match_expressions: Some(vec![LabelSelectorRequirement {
+                key: "app".into(),
+                operator: "In".into(),
+                values: None,
+            }]),
+            match_labels: None,
+        };
+        assert!(Selector::from_label_selector(&s).is_err());
+    }
+
+    fn requirement() -> impl Strategy<Value = Requirement> {
+        let key = prop::sample::select(vec!["a", "b", "c"]).prop_map(str::to_owned);
+        let val = prop::sample::select(vec!["x", "y"]).prop_map(str::to_owned);
+        let vals = prop::collection::vec(val.clone(), 1..3);
+        prop_oneof![
+            (key.clone(), val).prop_map(|(k, v)| Requirement::Equals(k, v)),
+            (key.clone(), vals.clone()).prop_map(|(k, v)| Requirement::In(k, v)),
+            (key.clone(), vals).prop_map(|(k, v)| Requirement::NotIn(k, v)),
+            key.clone().prop_map(Requirement::Exists),
+            key.prop_map(Requirement::DoesNotExist),
+        ]
+    }
+
+    proptest! {
+        /// The index finds exactly the owners a scan of every selector finds, through sets and removes.
+        #[test]
+        fn selector_index_equals_a_scan(
+            owners in prop::collection::vec(
+                (0u8..6, prop::collection::vec(prop::collection::vec(requirement(), 0..3).prop_map(Selector), 0..3)),
+                0..12,
+            ),
+            removed in prop::collection::vec(0u8..6, 0..3),
+            objects in prop::collection::vec(
+                prop::collection::btree_map(
+                    prop::sample::select(vec!["a", "b", "c"]).prop_map(str::to_owned),
+                    prop::sample::select(vec!["x", "y"]).prop_map(str::to_owned),
+                    0..3,
+                ),
+                1..6,
+            ),
+        ) {
+            let mut idx = SelectorIndex::<u8>::default();
+            let mut truth: HashMap<u8, Vec<Selector>> = HashMap::new();
+            for (o, sels) in owners {
+                idx.set(o, sels.clone());
+                if sels.is_empty() { truth.remove(&o); } else { truth.insert(o, sels); }
+            }
+            for r in removed {
+                idx.remove(&r);
+                truth.remove(&r);
+            }
+            prop_assert_eq!(idx.len(), truth.len());
+            for l in &objects {
+                let want: HashSet<u8> = truth
+                    .iter()
+                    .filter(|(_, ss)| ss.iter().any(|s| s.matches(l)))
+                    .map(|(o, _)| *o)
+                    .collect();
+                prop_assert_eq!(idx.matching(l), want);
+            }
+        }
+    }
+}
