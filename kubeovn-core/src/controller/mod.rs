@@ -62,8 +62,8 @@ use kubeovn_ovn::northbound::{NbGlobal, Northbound};
 pub use podinfo::PodInfo;
 use serde::de::DeserializeOwned;
 
+use crate::crd::{Decoded, IPPool, Subnet};
 use crate::naming;
-use kube::api::DynamicObject;
 
 pub use error::{ControllerError, Result};
 pub use leader::{LeaderElector, LeaseConfig};
@@ -186,14 +186,14 @@ pub(crate) struct Ctx {
     pub pods: podstore::PodStore,
     pub nodes: Store<Node>,
     pub namespaces: Store<Namespace>,
-    pub subnet_store: Store<DynamicObject>,
-    pub pool_store: Store<DynamicObject>,
+    pub subnet_store: Store<Decoded<Subnet>>,
+    pub pool_store: Store<Decoded<IPPool>>,
     pub vpcs: Store<crate::crd::Vpc>,
     /// Last state of deleted objects, until their delete is handled.
     pub pod_tombstones: Arc<Tombstones<PodInfo>>,
     pub node_tombstones: Arc<Tombstones<Node>>,
-    pub subnet_tombstones: Arc<Tombstones<DynamicObject>>,
-    pub pool_tombstones: Arc<Tombstones<DynamicObject>>,
+    pub subnet_tombstones: Arc<Tombstones<Decoded<Subnet>>>,
+    pub pool_tombstones: Arc<Tombstones<Decoded<IPPool>>>,
     pub queues: Queues,
     /// Pods waiting for an address in a full subnet.
     pub waiting: pod::Waiting,
@@ -391,10 +391,8 @@ impl Controller {
         let (pods, pods_w) = podstore::PodStore::new();
         let (nodes, nodes_w) = reflector::store::<Node>();
         let (namespaces, ns_w) = reflector::store::<Namespace>();
-        let subnet_w = reflector::store::Writer::<DynamicObject>::new(subnet::resource());
-        let subnet_store = subnet_w.as_reader();
-        let pool_w = reflector::store::Writer::<DynamicObject>::new(subnet::pool_resource());
-        let pool_store = pool_w.as_reader();
+        let (subnet_store, subnet_w) = reflector::store::<Decoded<Subnet>>();
+        let (pool_store, pool_w) = reflector::store::<Decoded<IPPool>>();
         let (vpcs, vpc_w) = reflector::store::<crate::crd::Vpc>();
         spawn(informer(
             Api::<PodInfo>::all(client.clone()),
@@ -418,14 +416,14 @@ impl Controller {
             |_| {},
         ));
         spawn(informer(
-            Api::<DynamicObject>::all_with(client.clone(), &subnet::resource()),
+            Api::<Decoded<Subnet>>::all(client.clone()),
             subnet_w,
             queues.subnet.clone(),
             Some(subnet_tombstones.clone()),
             |_| {},
         ));
         spawn(informer(
-            Api::<DynamicObject>::all_with(client.clone(), &subnet::pool_resource()),
+            Api::<Decoded<IPPool>>::all(client.clone()),
             pool_w,
             queues.pool.clone(),
             Some(pool_tombstones.clone()),
