@@ -104,6 +104,28 @@ async fn overlapping_subnet_refused_then_fixed() {
         .await;
     }
 
+    // Specs of the wrong type (the test API server, like Kube-OVN's own looser CRDs, does not check types):
+    // each refused where the user looks, naming the field, and the other objects of its kind still handled
+    // (a typed watch that failed on them would hide every Subnet or IPPool).
+    env.apply(
+        r#"{"apiVersion":"kubeovn.io/v1","kind":"Subnet","metadata":{"name":"typo"},
+        "spec":{"cidrBlock":1066,"vpc":"ovn-cluster"}}"#,
+    )
+    .await;
+    let (reason, message) = validated(&env, "typo", "False").await;
+    assert_eq!(reason, REFUSED);
+    assert!(
+        message.contains("spec.cidrBlock: invalid type"),
+        "{message}"
+    );
+    env.apply(
+        r#"{"apiVersion":"kubeovn.io/v1","kind":"IPPool","metadata":{"name":"typo-pool"},
+        "spec":{"subnet":"ovn-default","ips":"10.16.0.9"}}"#,
+    )
+    .await;
+    let note = warning_for(&env, "default", "typo-pool", "InvalidIPPool").await;
+    assert!(note.contains("spec.ips: invalid type"), "{note}");
+
     // The sandbox's demo subnet, up with a pod.
     subnet(&env, "demo", "10.66.0.0/24", "ns1").await;
     ready(&env, "demo").await;

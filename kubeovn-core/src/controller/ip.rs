@@ -6,31 +6,20 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, ListParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kubeovn_ipam::{Addresses, Allocation, Mac, SharedIpam};
-use serde_json::{json, Value};
 
 use super::error::{ControllerError, Result};
 use super::Ctx;
+use crate::crd::{IPSpec, IP};
 
 /// Label of a record: `false` on those the controller writes for a pod or a node.
 pub(crate) const RESERVED_LABEL: &str = "ovn.kubernetes.io/ip_reserved";
 /// Label naming a record's subnet.
 const SUBNET_LABEL: &str = "ovn.kubernetes.io/subnet";
 
-/// The IP resource.
-pub(crate) fn resource() -> ApiResource {
-    ApiResource {
-        group: "kubeovn.io".to_owned(),
-        version: "v1".to_owned(),
-        api_version: "kubeovn.io/v1".to_owned(),
-        kind: "IP".to_owned(),
-        plural: "ips".to_owned(),
-    }
-}
-
-pub(crate) fn api(ctx: &Ctx) -> Api<DynamicObject> {
-    Api::all_with(ctx.client.clone(), &resource())
+pub(crate) fn api(ctx: &Ctx) -> Api<IP> {
+    Api::all(ctx.client.clone())
 }
 
 /// What an IP record says.
@@ -46,26 +35,26 @@ pub(crate) struct IpRecord {
 }
 
 impl IpRecord {
-    fn spec(&self) -> Value {
+    fn spec(&self) -> IPSpec {
         let ips: Vec<String> = self.addrs.ips().map(|i| i.to_string()).collect();
-        json!({
-            "podName": self.pod,
-            "namespace": self.namespace,
-            "subnet": self.subnet,
-            "attachSubnets": [],
-            "nodeName": self.node,
-            "ipAddress": ips.join(","),
-            "v4IpAddress": self.addrs.v4.map(|a| a.to_string()).unwrap_or_default(),
-            "v6IpAddress": self.addrs.v6.map(|a| a.to_string()).unwrap_or_default(),
-            "attachIps": [],
-            "macAddress": self.addrs.mac.to_string(),
-            "attachMacs": [],
-            "containerID": "",
-            "podType": self.pod_type,
-        })
+        IPSpec {
+            pod_name: self.pod.clone(),
+            namespace: self.namespace.clone(),
+            subnet: self.subnet.clone(),
+            attach_subnets: Vec::new(),
+            node_name: self.node.clone(),
+            ip_address: ips.join(","),
+            v4_ip_address: self.addrs.v4.map(|a| a.to_string()).unwrap_or_default(),
+            v6_ip_address: self.addrs.v6.map(|a| a.to_string()).unwrap_or_default(),
+            attach_ips: Vec::new(),
+            mac_address: self.addrs.mac.to_string(),
+            attach_macs: Vec::new(),
+            container_id: String::new(),
+            pod_type: self.pod_type.clone(),
+        }
     }
 
-    fn object(&self) -> DynamicObject {
+    fn object(&self) -> IP {
         let mut labels = BTreeMap::new();
         labels.insert("ovn.kubernetes.io/subnet".to_owned(), self.subnet.clone());
         labels.insert(self.subnet.clone(), String::new());
@@ -73,18 +62,16 @@ impl IpRecord {
         if !self.node.is_empty() {
             labels.insert("ovn.kubernetes.io/node-name".to_owned(), self.node.clone());
         }
-        let mut o = DynamicObject::new(&self.name, &resource());
+        let mut o = IP::new(&self.name, self.spec());
         o.metadata.labels = Some(labels);
-        o.data = json!({ "spec": self.spec() });
         o
     }
 
-    fn from_object(o: &DynamicObject) -> Option<IpRecord> {
-        let spec: crate::crd::IPSpec = serde_json::from_value(o.data.get("spec")?.clone()).ok()?;
-        Self::from_spec(o.metadata.name.clone()?, &spec)
+    fn from_object(o: &IP) -> Option<IpRecord> {
+        Self::from_spec(o.metadata.name.clone()?, &o.spec)
     }
 
-    fn from_spec(name: String, spec: &crate::crd::IPSpec) -> Option<IpRecord> {
+    fn from_spec(name: String, spec: &IPSpec) -> Option<IpRecord> {
         let (v4, v6) = spec_ips(spec);
         Some(IpRecord {
             name,
@@ -103,7 +90,7 @@ impl IpRecord {
 }
 
 /// The addresses a spec names, in `ipAddress` or the per-family fields.
-fn spec_ips(spec: &crate::crd::IPSpec) -> (Option<Ipv4Addr>, Option<Ipv6Addr>) {
+fn spec_ips(spec: &IPSpec) -> (Option<Ipv4Addr>, Option<Ipv6Addr>) {
     let (mut v4, mut v6) = (None, None);
     for ip in spec
         .ip_address
@@ -141,11 +128,7 @@ pub(crate) struct Listed {
 }
 
 impl Listed {
-    fn new(
-        name: String,
-        labels: Option<&BTreeMap<String, String>>,
-        spec: &crate::crd::IPSpec,
-    ) -> Self {
+    fn new(name: String, labels: Option<&BTreeMap<String, String>>, spec: &IPSpec) -> Self {
         let (v4, v6) = spec_ips(spec);
         Listed {
             name,
@@ -199,7 +182,7 @@ fn is_ours(labels: Option<&BTreeMap<String, String>>) -> bool {
 /// Every IP record (an absent IP CRD gives none). Decoded as the typed CRD, not as JSON values: at start
 /// this lists one record per pod.
 pub(crate) async fn list_records(client: &kube::Client) -> Result<Vec<Listed>> {
-    let api: Api<crate::crd::IP> = Api::all(client.clone());
+    let api: Api<IP> = Api::all(client.clone());
     let mut out = Vec::new();
     let mut lp = ListParams::default().limit(10_000);
     loop {
@@ -363,7 +346,7 @@ pub(crate) async fn watch_reservations(ctx: std::sync::Arc<Ctx>) {
     use kube::runtime::watcher::{self, Event};
     use kube::runtime::WatchStreamExt;
 
-    let api: Api<crate::crd::IP> = Api::all(ctx.client.clone());
+    let api: Api<IP> = Api::all(ctx.client.clone());
     let selector = format!("{RESERVED_LABEL}!=false");
     let stream = watcher::watcher(
         api,

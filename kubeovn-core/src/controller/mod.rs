@@ -63,8 +63,8 @@ use kubeovn_ovn::northbound::{NbGlobal, Northbound};
 pub use podinfo::PodInfo;
 use serde::de::DeserializeOwned;
 
+use crate::crd::{Decoded, IPPool, Subnet};
 use crate::naming;
-use kube::api::DynamicObject;
 
 pub use error::{ControllerError, Result};
 use framework::{Context, Key, Kinds};
@@ -189,10 +189,10 @@ pub(crate) struct Ctx {
     pub kinds: Arc<Kinds>,
     /// The compact pod store (also the pod kind's store in `kinds`).
     pub pods: podstore::PodStore,
-    pub subnet_store: Store<DynamicObject>,
-    pub pool_store: Store<DynamicObject>,
-    pub subnet_tombstones: Arc<Tombstones<DynamicObject>>,
-    pub pool_tombstones: Arc<Tombstones<DynamicObject>>,
+    pub subnet_store: Store<Decoded<Subnet>>,
+    pub pool_store: Store<Decoded<IPPool>>,
+    pub subnet_tombstones: Arc<Tombstones<Decoded<Subnet>>>,
+    pub pool_tombstones: Arc<Tombstones<Decoded<IPPool>>>,
     pub queues: Queues,
     /// Pods waiting for an address in a full subnet.
     pub waiting: pod::Waiting,
@@ -406,19 +406,17 @@ impl Controller {
         }
         let subnet_tombstones = Arc::new(Tombstones::default());
         let pool_tombstones = Arc::new(Tombstones::default());
-        let subnet_w = reflector::store::Writer::<DynamicObject>::new(subnet::resource());
-        let subnet_store = subnet_w.as_reader();
-        let pool_w = reflector::store::Writer::<DynamicObject>::new(subnet::pool_resource());
-        let pool_store = pool_w.as_reader();
+        let (subnet_store, subnet_w) = reflector::store::<Decoded<Subnet>>();
+        let (pool_store, pool_w) = reflector::store::<Decoded<IPPool>>();
         spawn(informer(
-            Api::<DynamicObject>::all_with(client.clone(), &subnet::resource()),
+            Api::<Decoded<Subnet>>::all(client.clone()),
             subnet_w,
             queues.subnet.clone(),
             Some(subnet_tombstones.clone()),
             |_| {},
         ));
         spawn(informer(
-            Api::<DynamicObject>::all_with(client.clone(), &subnet::pool_resource()),
+            Api::<Decoded<IPPool>>::all(client.clone()),
             pool_w,
             queues.pool.clone(),
             Some(pool_tombstones.clone()),

@@ -15,43 +15,24 @@ use std::sync::Arc;
 use ipnetwork::IpNetwork;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::events::EventType;
+use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use kubeovn_ipam::{IpRangeList, PoolSpec};
-use serde_json::{json, Value};
+use serde::Serialize;
 
 use super::error::{ControllerError, Result};
 use super::framework::Key;
 use super::{node, plan, take_tomb, Config, Ctx, SubnetConfig, SubnetInfo};
 use crate::annotations::DEFAULT_PROVIDER;
-use crate::crd::Vpc;
-use crate::crd::{condition_types, reasons, Conditions, IpCount, SubnetStatus};
+use crate::crd::{
+    condition_types, reasons, Conditions, Decoded, GatewayType, IPPool, IpCount, Protocol,
+    StatusPatch, Subnet, SubnetSpec, SubnetStatus, SubnetUsage, Vpc,
+};
 use crate::naming;
 use k8s_openapi::api::core::v1::Namespace;
 use std::collections::HashSet;
-
-/// The IPPool resource.
-pub(crate) fn pool_resource() -> ApiResource {
-    ApiResource {
-        group: "kubeovn.io".to_owned(),
-        version: "v1".to_owned(),
-        api_version: "kubeovn.io/v1".to_owned(),
-        kind: "IPPool".to_owned(),
-        plural: "ippools".to_owned(),
-    }
-}
-
-/// The Subnet resource.
-pub(crate) fn resource() -> ApiResource {
-    ApiResource {
-        group: "kubeovn.io".to_owned(),
-        version: "v1".to_owned(),
-        api_version: "kubeovn.io/v1".to_owned(),
-        kind: "Subnet".to_owned(),
-        plural: "subnets".to_owned(),
-    }
-}
 
 fn parse_cidrs(what: &str, s: &str) -> Result<Vec<IpNetwork>> {
     let mut out: Vec<IpNetwork> = Vec::new();
@@ -134,34 +115,24 @@ pub(crate) fn info_from_config(c: &SubnetConfig, vpc: &str, join: bool) -> Resul
     })
 }
 
-fn str_of<'a>(v: &'a Value, k: &str) -> &'a str {
-    v.get(k).and_then(Value::as_str).unwrap_or_default()
-}
-
-fn strings_of(v: &Value, k: &str) -> Vec<String> {
-    v.get(k)
-        .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(Value::as_str)
-                .map(str::to_owned)
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-/// A Subnet object, read by Kube-OVN's field names.
-pub(crate) fn info_from_crd(ctx: &Ctx, s: &DynamicObject) -> Result<SubnetInfo> {
-    let spec = s.data.get("spec").cloned().unwrap_or(Value::Null);
-    info_from_spec(&s.name_any(), &spec, &ctx.config)
+/// A Subnet object: refused if its spec did not decode, else [`info_from_spec`].
+pub(crate) fn info_from_crd(ctx: &Ctx, s: &Decoded<Subnet>) -> Result<SubnetInfo> {
+    let name = s.name_any();
+    if let Some(e) = &s.spec_error {
+        return Err(ControllerError::invalid(
+            format!("subnet {name}"),
+            e.clone(),
+        ));
+    }
+    info_from_spec(&name, &s.object.spec, &ctx.config)
 }
 
 /// A Subnet's spec, parsed and checked on its own: CIDR blocks, gateways inside them, `excludeIps` that parse
 /// (kubeovn-ipam's syntax) and lie inside them.
-fn info_from_spec(name: &str, spec: &Value, config: &Config) -> Result<SubnetInfo> {
+fn info_from_spec(name: &str, spec: &SubnetSpec, config: &Config) -> Result<SubnetInfo> {
     let what = format!("subnet {name}");
-    let cidrs = parse_cidrs(&what, str_of(spec, "cidrBlock"))?;
-    let gateways = parse_gateways(&what, &cidrs, str_of(spec, "gateway"))?;
+    let cidrs = parse_cidrs(&what, &spec.cidr_block)?;
+    let gateways = parse_gateways(&what, &cidrs, &spec.gateway)?;
     let or = |v: &str, d: &str| {
         if v.is_empty() {
             d.to_owned()
@@ -174,7 +145,7 @@ fn info_from_spec(name: &str, spec: &Value, config: &Config) -> Result<SubnetInf
         .map(ToString::to_string)
         .collect::<Vec<_>>()
         .join(",");
-    let mut exclude_ips = strings_of(spec, "excludeIps");
+    let mut exclude_ips = spec.exclude_ips.clone();
     for e in &exclude_ips {
         let bad = || {
             ControllerError::invalid(
@@ -198,17 +169,23 @@ fn info_from_spec(name: &str, spec: &Value, config: &Config) -> Result<SubnetInf
         cidrs,
         gateways,
         exclude_ips,
-        vpc: or(str_of(spec, "vpc"), &config.default_vpc),
-        provider: or(str_of(spec, "provider"), DEFAULT_PROVIDER),
-        gateway_type: or(str_of(spec, "gatewayType"), "distributed"),
-        namespaces: strings_of(spec, "namespaces"),
-        default: spec
-            .get("default")
-            .and_then(Value::as_bool)
-            .unwrap_or(false),
+        vpc: or(&spec.vpc, &config.default_vpc),
+        provider: or(&spec.provider, DEFAULT_PROVIDER),
+        gateway_type: gateway_type_name(spec.gateway_type.unwrap_or(GatewayType::Distributed))
+            .to_owned(),
+        namespaces: spec.namespaces.clone(),
+        default: spec.default,
         join: name == config.join_subnet.name,
         name: name.to_owned(),
     })
+}
+
+/// Kube-OVN's name of a gateway type (`distributed`, `centralized`).
+fn gateway_type_name(t: GatewayType) -> &'static str {
+    match t {
+        GatewayType::Distributed => "distributed",
+        GatewayType::Centralized => "centralized",
+    }
 }
 
 /// The service CIDRs of `--service-cluster-ip-range` (none when empty).
@@ -340,8 +317,8 @@ fn install_checked(ctx: &Ctx, info: SubnetInfo, check: bool) -> Result<()> {
 /// with a logical switch already, then those validated before, then the oldest.
 pub(crate) fn by_precedence(
     ctx: &Ctx,
-    mut objs: Vec<Arc<DynamicObject>>,
-) -> Vec<Arc<DynamicObject>> {
+    mut objs: Vec<Arc<Decoded<Subnet>>>,
+) -> Vec<Arc<Decoded<Subnet>>> {
     let c = &ctx.config;
     objs.sort_by_cached_key(|o| {
         let name = o.name_any();
@@ -349,7 +326,7 @@ pub(crate) fn by_precedence(
             name != c.join_subnet.name && name != c.default_subnet.name,
             ctx.nb.switch(&name).is_none(),
             !conditions_of(o).is_validated(),
-            o.metadata.creation_timestamp.clone().map(|t| t.0),
+            o.creation_timestamp().map(|t| t.0),
             name,
         )
     });
@@ -362,30 +339,33 @@ pub(crate) async fn ensure_subnet_object(
     info: &SubnetInfo,
     default: bool,
 ) -> Result<()> {
-    let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource());
+    let api: Api<Subnet> = Api::all(client.clone());
     let protocol = match (
         info.cidrs.iter().any(IpNetwork::is_ipv4),
         info.cidrs.iter().any(IpNetwork::is_ipv6),
     ) {
-        (true, true) => "Dual",
-        (false, true) => "IPv6",
-        _ => "IPv4",
+        (true, true) => Protocol::Dual,
+        (false, true) => Protocol::IPv6,
+        _ => Protocol::IPv4,
     };
     let mut exclude: Vec<String> = info.gateways.iter().map(ToString::to_string).collect();
     exclude.extend(info.exclude_ips.iter().cloned());
-    let mut o = DynamicObject::new(&info.name, &resource());
-    o.data = json!({ "spec": {
-        "cidrBlock": info.cidr_block(),
-        "gateway": info.gateway(),
-        "excludeIps": exclude,
-        "protocol": protocol,
-        "provider": DEFAULT_PROVIDER,
-        "vpc": info.vpc,
-        "default": default,
-        "gatewayType": "distributed",
-        "natOutgoing": default,
-        "private": false,
-    }});
+    let o = Subnet::new(
+        &info.name,
+        SubnetSpec {
+            cidr_block: info.cidr_block(),
+            gateway: info.gateway(),
+            exclude_ips: exclude,
+            protocol: Some(protocol),
+            provider: DEFAULT_PROVIDER.to_owned(),
+            vpc: info.vpc.clone(),
+            default,
+            gateway_type: Some(GatewayType::Distributed),
+            nat_outgoing: default,
+            private: false,
+            ..SubnetSpec::default()
+        },
+    );
     match api.create(&PostParams::default(), &o).await {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
@@ -430,33 +410,34 @@ pub(crate) async fn reconcile_info(ctx: &Ctx, info: &SubnetInfo) -> Result<()> {
 }
 
 /// The conditions recorded on a Subnet object (the rest of its status left out).
-fn conditions_of(o: &DynamicObject) -> SubnetStatus {
+fn conditions_of(o: &Decoded<Subnet>) -> SubnetStatus {
     SubnetStatus {
         conditions: o
-            .data
-            .pointer("/status/conditions")
-            .cloned()
-            .and_then(|c| serde_json::from_value(c).ok())
+            .object
+            .status
+            .as_ref()
+            .map(|s| s.conditions.clone())
             .unwrap_or_default(),
         ..SubnetStatus::default()
     }
 }
 
 /// The message of a refused Subnet object (`Validated` = False), if it is refused.
-fn refusal(o: &DynamicObject) -> Option<String> {
+fn refusal(o: &Decoded<Subnet>) -> Option<String> {
     let st = conditions_of(o);
     let c = st.condition(condition_types::VALIDATED)?;
     (c.status == "False").then(|| c.message.clone())
 }
 
-async fn patch_status(ctx: &Ctx, name: &str, status: Value) -> Result<()> {
-    let api: Api<DynamicObject> = Api::all_with(ctx.client.clone(), &resource());
+/// Merge-patches the fields of `status` (a [`StatusPatch`] body) into the Subnet's status.
+async fn patch_status<T: Serialize + std::fmt::Debug>(
+    ctx: &Ctx,
+    name: &str,
+    status: &StatusPatch<T>,
+) -> Result<()> {
+    let api: Api<Subnet> = Api::all(ctx.client.clone());
     match api
-        .patch_status(
-            name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({ "status": status })),
-        )
+        .patch_status(name, &PatchParams::default(), &Patch::Merge(status))
         .await
     {
         Ok(_) => Ok(()),
@@ -473,13 +454,12 @@ async fn patch_conditions(ctx: &Ctx, name: &str, st: &SubnetStatus, changed: boo
     if !changed {
         return Ok(());
     }
-    let v = serde_json::to_value(&st.conditions).unwrap_or(Value::Null);
-    patch_status(ctx, name, json!({ "conditions": v })).await
+    patch_status(ctx, name, &StatusPatch::conditions(&st.conditions)).await
 }
 
 /// Reports a refused spec: `Validated`, `Ready` False and `Error` with the reason, a Warning event when the
 /// refusal is new or its reason changed. The subnet's northbound state and allocations are left alone.
-async fn refuse(ctx: &Ctx, obj: &DynamicObject, e: ControllerError) -> Result<()> {
+async fn refuse(ctx: &Ctx, obj: &Decoded<Subnet>, e: ControllerError) -> Result<()> {
     let msg = e.to_string();
     let now = Time(Timestamp::now());
     let mut st = conditions_of(obj);
@@ -488,13 +468,8 @@ async fn refuse(ctx: &Ctx, obj: &DynamicObject, e: ControllerError) -> Result<()
     changed |= st.not_ready(why, &msg, &now);
     changed |= st.set_error(why, &msg, &now);
     if changed {
-        ctx.event_on(
-            &obj.object_ref(&resource()),
-            EventType::Warning,
-            why,
-            msg.clone(),
-        )
-        .await;
+        ctx.event_on(&obj.object_ref(&()), EventType::Warning, why, msg.clone())
+            .await;
     }
     patch_conditions(ctx, &obj.name_any(), &st, changed).await?;
     Err(e)
@@ -512,13 +487,7 @@ pub(crate) fn requeue_refused(ctx: &Ctx) {
 }
 
 pub(crate) async fn reconcile(ctx: &Arc<Ctx>, name: &str) -> Result<()> {
-    let Some(obj) = ctx
-        .subnet_store
-        .get(&kube::runtime::reflector::ObjectRef::new_with(
-            name,
-            resource(),
-        ))
-    else {
+    let Some(obj) = ctx.subnet_store.get(&ObjectRef::new(name)) else {
         let last = take_tomb(&ctx.subnet_tombstones, name);
         return delete(ctx, name, last.as_deref()).await;
     };
@@ -591,14 +560,9 @@ pub(crate) fn namespace_subnet(ctx: &Ctx, ns: &str) -> Option<String> {
     }
     // Then the objects not loaded (refused, or not handled yet): only their specs need reading.
     objs.iter()
-        .filter_map(|o| o.metadata.name.as_deref().map(|n| (n, o)))
+        .filter_map(|o| o.meta().name.as_deref().map(|n| (n, o)))
         .filter(|(n, _)| !subnets.contains_key(*n))
-        .filter(|(_, o)| {
-            binds(&strings_of(
-                o.data.get("spec").unwrap_or(&Value::Null),
-                "namespaces",
-            ))
-        })
+        .filter(|(_, o)| binds(&o.object.spec.namespaces))
         .map(|(n, _)| n)
         .min()
         .map(str::to_owned)
@@ -606,12 +570,7 @@ pub(crate) fn namespace_subnet(ctx: &Ctx, ns: &str) -> Option<String> {
 
 /// Why the subnet `name` cannot give addresses (it is not loaded): the event reason and the error.
 pub(crate) fn unusable(ctx: &Ctx, name: &str) -> (&'static str, ControllerError) {
-    let obj = ctx
-        .subnet_store
-        .get(&kube::runtime::reflector::ObjectRef::new_with(
-            name,
-            resource(),
-        ));
+    let obj = ctx.subnet_store.get(&ObjectRef::new(name));
     match obj.as_deref().and_then(refusal) {
         Some(msg) => (
             "SubnetNotValidated",
@@ -624,7 +583,7 @@ pub(crate) fn unusable(ctx: &Ctx, name: &str) -> (&'static str, ControllerError)
     }
 }
 
-async fn delete(ctx: &Ctx, name: &str, _last: Option<&DynamicObject>) -> Result<()> {
+async fn delete(ctx: &Ctx, name: &str, _last: Option<&Decoded<Subnet>>) -> Result<()> {
     let Some(info) = ctx.subnet(name) else {
         return Ok(());
     };
@@ -651,11 +610,16 @@ async fn delete(ctx: &Ctx, name: &str, _last: Option<&DynamicObject>) -> Result<
 }
 
 /// Loads an IPPool into the allocator.
-pub(crate) fn install_pool(ctx: &Ctx, p: &DynamicObject) -> Result<()> {
+pub(crate) fn install_pool(ctx: &Ctx, p: &Decoded<IPPool>) -> Result<()> {
     let name = p.name_any();
-    let spec = p.data.get("spec").cloned().unwrap_or(Value::Null);
-    let subnet = str_of(&spec, "subnet").to_owned();
-    let ips = strings_of(&spec, "ips");
+    if let Some(e) = &p.spec_error {
+        return Err(ControllerError::invalid(
+            format!("ippool {name}"),
+            e.clone(),
+        ));
+    }
+    let subnet = p.object.spec.subnet.clone();
+    let ips = p.object.spec.ips.clone();
     ctx.ipam
         .add_or_update_pool(&subnet, &PoolSpec::new(&name, ips.iter().cloned()))?;
     ctx.pools
@@ -666,16 +630,11 @@ pub(crate) fn install_pool(ctx: &Ctx, p: &DynamicObject) -> Result<()> {
 }
 
 pub(crate) async fn reconcile_pool(ctx: &Arc<Ctx>, name: &str) -> Result<()> {
-    match ctx
-        .pool_store
-        .get(&kube::runtime::reflector::ObjectRef::new_with(
-            name,
-            pool_resource(),
-        )) {
+    match ctx.pool_store.get(&ObjectRef::new(name)) {
         Some(p) => {
             if let Err(e) = install_pool(ctx, &p) {
                 ctx.event_on(
-                    &p.object_ref(&pool_resource()),
+                    &p.object_ref(&()),
                     EventType::Warning,
                     "InvalidIPPool",
                     e.to_string(),
@@ -705,24 +664,23 @@ pub(crate) async fn reconcile_pool(ctx: &Arc<Ctx>, name: &str) -> Result<()> {
     }
 }
 
-fn status_of(stats: &kubeovn_ipam::SubnetStats) -> Value {
-    let n = |v: u128| serde_json::to_value(IpCount(v)).unwrap_or(Value::Null);
-    json!({
-        "v4availableIPs": n(stats.v4.available),
-        "v4usingIPs": n(stats.v4.using),
-        "v4availableIPrange": stats.v4.available_range,
-        "v4usingIPrange": stats.v4.using_range,
-        "v6availableIPs": n(stats.v6.available),
-        "v6usingIPs": n(stats.v6.using),
-        "v6availableIPrange": stats.v6.available_range,
-        "v6usingIPrange": stats.v6.using_range,
-    })
+fn status_of(stats: &kubeovn_ipam::SubnetStats) -> SubnetUsage {
+    SubnetUsage {
+        v4_available_ips: IpCount(stats.v4.available),
+        v4_using_ips: IpCount(stats.v4.using),
+        v4_available_ip_range: stats.v4.available_range.clone(),
+        v4_using_ip_range: stats.v4.using_range.clone(),
+        v6_available_ips: IpCount(stats.v6.available),
+        v6_using_ips: IpCount(stats.v6.using),
+        v6_available_ip_range: stats.v6.available_range.clone(),
+        v6_using_ip_range: stats.v6.using_range.clone(),
+    }
 }
 
 /// Publishes each subnet's counters and ranges when they change (once per interval at most, instead of
 /// once per pod as Kube-OVN does).
 pub(crate) async fn status_loop(ctx: Arc<Ctx>) {
-    let mut last: HashMap<String, Value> = HashMap::new();
+    let mut last: HashMap<String, SubnetUsage> = HashMap::new();
     loop {
         tokio::time::sleep(ctx.config.status_interval).await;
         for s in ctx.subnet_list() {
@@ -737,9 +695,10 @@ pub(crate) async fn status_loop(ctx: Arc<Ctx>) {
             if last.get(&s.name) == Some(&v) {
                 continue;
             }
-            match patch_status(&ctx, &s.name, v.clone()).await {
+            let patch = StatusPatch { status: v };
+            match patch_status(&ctx, &s.name, &patch).await {
                 Ok(()) => {
-                    last.insert(s.name.clone(), v);
+                    last.insert(s.name.clone(), patch.status);
                 }
                 Err(e) => tracing::debug!(subnet = %s.name, error = %e, "subnet status"),
             }
@@ -758,7 +717,10 @@ mod tests {
         Arc::new(info_from_config(&SubnetConfig::new(name, cidr), vpc, join).expect("subnet"))
     }
 
+    use serde_json::{json, Value};
+
     fn spec(name: &str, spec: Value) -> Result<SubnetInfo> {
+        let spec: SubnetSpec = serde_json::from_value(spec).expect("a SubnetSpec");
         info_from_spec(name, &spec, &Config::default())
     }
 

@@ -7,22 +7,17 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 
 use kube::ResourceExt;
 use kubeovn_ovn::northbound::{Batch, Router};
-use serde_json::json;
 
 use super::error::{ControllerError, Result};
 use super::framework::{Action, Key, Reconciler};
 use super::Ctx;
-use crate::crd::Vpc;
+use crate::crd::{StatusPatch, Vpc, VpcSpec, VpcStatus};
 use crate::naming::{self, external_ids as ext};
 
 /// Creates the default Vpc object if it is missing.
 pub(crate) async fn ensure_default(client: &kube::Client, name: &str) -> Result<()> {
     let api: Api<Vpc> = Api::all(client.clone());
-    let vpc: Vpc = serde_json::from_value(json!({
-        "apiVersion": "kubeovn.io/v1", "kind": "Vpc",
-        "metadata": {"name": name}, "spec": {}
-    }))
-    .map_err(|e| ControllerError::invalid(format!("vpc {name}"), e.to_string()))?;
+    let vpc = Vpc::new(name, VpcSpec::default());
     match api.create(&PostParams::default(), &vpc).await {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
@@ -78,22 +73,20 @@ async fn reconcile(ctx: &Ctx, vpc: &Vpc) -> Result<()> {
         .filter(|s| s.vpc == name)
         .map(|s| s.name.clone())
         .collect();
-    let status = json!({
-        "standby": true,
-        "default": default,
-        "defaultLogicalSwitch": if default { ctx.config.default_subnet.name.clone() } else { String::new() },
-        "router": name,
-        "subnets": subnets,
-    });
-    let current = vpc
-        .status
-        .as_ref()
-        .and_then(|s| serde_json::to_value(s).ok())
-        .unwrap_or_default();
-    let same = status
-        .as_object()
-        .is_some_and(|m| m.iter().all(|(k, v)| current.get(k) == Some(v)));
-    if same {
+    let current = vpc.status.clone().unwrap_or_default();
+    let status = VpcStatus {
+        standby: true,
+        default,
+        default_logical_switch: if default {
+            ctx.config.default_subnet.name.clone()
+        } else {
+            String::new()
+        },
+        router: name.to_owned(),
+        subnets,
+        ..current.clone()
+    };
+    if status == current {
         return Ok(());
     }
     let api: Api<Vpc> = Api::all(ctx.client.clone());
@@ -101,7 +94,7 @@ async fn reconcile(ctx: &Ctx, vpc: &Vpc) -> Result<()> {
         .patch_status(
             &vpc.name_any(),
             &PatchParams::default(),
-            &Patch::Merge(json!({ "status": status })),
+            &Patch::Merge(StatusPatch { status }),
         )
         .await
     {

@@ -1,6 +1,7 @@
 //! Conditions as Kube-OVN keeps them on Subnet (and other) statuses: `Ready`, `Validated`, `Error`.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use serde::Serialize;
 
 use super::common::Condition;
 use super::SubnetStatus;
@@ -41,6 +42,30 @@ pub mod reasons {
     pub const SET_NON_OVN_SUBNET_SUCCESS: &str = "SetNonOvnSubnetSuccess";
     /// `ClearError`'s reason.
     pub const NO_ERROR: &str = "NoError";
+}
+
+/// The body of a merge patch on a status subresource: `status` holds only the fields to set, so the rest of
+/// the status (a Subnet's counters beside its conditions) is left as it is.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct StatusPatch<T> {
+    /// The fields to set.
+    pub status: T,
+}
+
+/// A status's conditions alone, for a [`StatusPatch`].
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ConditionsOnly<'a> {
+    /// The whole list (a merge patch replaces lists).
+    pub conditions: &'a [Condition],
+}
+
+impl<'a> StatusPatch<ConditionsOnly<'a>> {
+    /// Sets the conditions to `conditions`.
+    pub fn conditions(conditions: &'a [Condition]) -> Self {
+        StatusPatch {
+            status: ConditionsOnly { conditions },
+        }
+    }
 }
 
 /// Condition list operations, as Kube-OVN's `SetCondition` / `ClearCondition` behave: the update time moves on

@@ -7,6 +7,7 @@
 
 mod common;
 mod conditions;
+mod decoded;
 mod ip;
 mod ippool;
 mod provider_network;
@@ -16,7 +17,8 @@ mod vpc;
 pub mod yaml;
 
 pub use common::{Condition, ConditionStatus, IpCount};
-pub use conditions::{condition_types, reasons, Conditions};
+pub use conditions::{condition_types, reasons, Conditions, ConditionsOnly, StatusPatch};
+pub use decoded::Decoded;
 pub use ip::{IPSpec, IP};
 pub use ippool::{IPPool, IPPoolSpec, IPPoolStatus};
 pub use provider_network::{
@@ -25,7 +27,7 @@ pub use provider_network::{
 };
 pub use subnet::{
     Acl, GatewayType, NatOutgoingPolicyMatch, NatOutgoingPolicyRule, NatOutgoingPolicyRuleStatus,
-    Protocol, Subnet, SubnetSpec, SubnetStatus, U2oFeatures,
+    Protocol, Subnet, SubnetSpec, SubnetStatus, SubnetUsage, U2oFeatures,
 };
 pub use vlan::{Vlan, VlanSpec, VlanStatus};
 pub use vpc::{

@@ -530,6 +530,36 @@ pub struct SubnetStatus {
     pub mcast_querier_mac: String,
 }
 
+/// The address counters and ranges of a `SubnetStatus` alone (same field names): what a controller patches
+/// as addresses come and go, leaving the conditions beside them as they are.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SubnetUsage {
+    /// Free IPv4 addresses.
+    #[serde(rename = "v4availableIPs")]
+    pub v4_available_ips: IpCount,
+    /// Free IPv4 addresses as ranges.
+    #[serde(rename = "v4availableIPrange")]
+    pub v4_available_ip_range: String,
+    /// Used IPv4 addresses.
+    #[serde(rename = "v4usingIPs")]
+    pub v4_using_ips: IpCount,
+    /// Used IPv4 addresses as ranges.
+    #[serde(rename = "v4usingIPrange")]
+    pub v4_using_ip_range: String,
+    /// Free IPv6 addresses.
+    #[serde(rename = "v6availableIPs")]
+    pub v6_available_ips: IpCount,
+    /// Free IPv6 addresses as ranges.
+    #[serde(rename = "v6availableIPrange")]
+    pub v6_available_ip_range: String,
+    /// Used IPv6 addresses.
+    #[serde(rename = "v6usingIPs")]
+    pub v6_using_ips: IpCount,
+    /// Used IPv6 addresses as ranges.
+    #[serde(rename = "v6usingIPrange")]
+    pub v6_using_ip_range: String,
+}
+
 impl Subnet {
     fn field_error(&self, field: &'static str, e: crate::error::AnnotationError) -> crate::Error {
         crate::Error::InvalidField {
