@@ -37,6 +37,7 @@ pub mod writer;
 
 mod gc;
 mod ip;
+mod ippool;
 mod namespace;
 mod node;
 mod pod;
@@ -51,19 +52,13 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
-use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{Namespace, Node};
 use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
-use kube::runtime::reflector::{self, Store};
-use kube::runtime::watcher::{self, Event as WatchEvent};
-use kube::runtime::WatchStreamExt;
-use kube::{Api, Resource};
+use kube::Resource;
 use kubeovn_ipam::SharedIpam;
 use kubeovn_ovn::northbound::{NbGlobal, Northbound};
 pub use podinfo::PodInfo;
-use serde::de::DeserializeOwned;
 
-use crate::crd::{Decoded, IPPool, Subnet};
 use crate::naming;
 
 pub use error::{ControllerError, Result};
@@ -189,21 +184,10 @@ pub(crate) struct Ctx {
     pub kinds: Arc<Kinds>,
     /// The compact pod store (also the pod kind's store in `kinds`).
     pub pods: podstore::PodStore,
-    pub subnet_store: Store<Decoded<Subnet>>,
-    pub pool_store: Store<Decoded<IPPool>>,
-    pub subnet_tombstones: Arc<Tombstones<Decoded<Subnet>>>,
-    pub pool_tombstones: Arc<Tombstones<Decoded<IPPool>>>,
-    pub queues: Queues,
     /// Pods waiting for an address in a full subnet.
     pub waiting: pod::Waiting,
     /// Users' reservations (IP records) the allocator holds or that wait for their subnet.
     pub reservations: Mutex<ip::Reservations>,
-}
-
-/// The work queues of the kinds not in the framework yet.
-pub(crate) struct Queues {
-    pub subnet: Arc<WorkQueue<String>>,
-    pub pool: Arc<WorkQueue<String>>,
 }
 
 impl Context for Ctx {
@@ -389,10 +373,6 @@ impl Controller {
 
         // Informers and the IP record list first: they run while the northbound replica fills and the
         // default network is written. Stores fill now, keys are queued; workers start after the rebuild.
-        let queues = Queues {
-            subnet: WorkQueue::new("subnet"),
-            pool: WorkQueue::new("ippool"),
-        };
         // Each kind: one line (its module holds the reconciler).
         let mut kinds = Kinds::builder::<Ctx>(client.clone());
         let (pods, pods_w) = podstore::PodStore::new();
@@ -400,28 +380,12 @@ impl Controller {
         kinds.reconcile::<node::Nodes>();
         kinds.reconcile::<namespace::Namespaces>();
         kinds.reconcile::<vpc::Vpcs>();
+        kinds.reconcile::<subnet::Subnets>();
+        kinds.reconcile::<ippool::Pools>();
         let (kinds, kinds_start) = kinds.build();
         for i in kinds_start.informers {
             spawn(i);
         }
-        let subnet_tombstones = Arc::new(Tombstones::default());
-        let pool_tombstones = Arc::new(Tombstones::default());
-        let (subnet_store, subnet_w) = reflector::store::<Decoded<Subnet>>();
-        let (pool_store, pool_w) = reflector::store::<Decoded<IPPool>>();
-        spawn(informer(
-            Api::<Decoded<Subnet>>::all(client.clone()),
-            subnet_w,
-            queues.subnet.clone(),
-            Some(subnet_tombstones.clone()),
-            |_| {},
-        ));
-        spawn(informer(
-            Api::<Decoded<IPPool>>::all(client.clone()),
-            pool_w,
-            queues.pool.clone(),
-            Some(pool_tombstones.clone()),
-            |_| {},
-        ));
         // A task of its own (decoding beside the replica's fill), stopped with the others if the start fails.
         let (ip_tx, ip_records) = tokio::sync::oneshot::channel();
         spawn(Box::pin({
@@ -458,15 +422,10 @@ impl Controller {
             Ok::<_, ControllerError>(nb)
         };
         let listed = async {
-            let ready = |e: reflector::store::WriterDropped| {
-                ControllerError::NotReady(format!("informer stopped: {e}"))
-            };
             kinds
                 .ready()
                 .await
                 .map_err(|e| ControllerError::NotReady(format!("informer stopped: {e}")))?;
-            subnet_store.wait_until_ready().await.map_err(ready)?;
-            pool_store.wait_until_ready().await.map_err(ready)?;
             let ips = ip_records
                 .await
                 .map_err(|_| ControllerError::NotReady("the ip record list stopped".into()))??;
@@ -497,11 +456,6 @@ impl Controller {
             pools: RwLock::new(HashMap::new()),
             kinds: kinds.clone(),
             pods,
-            subnet_store,
-            pool_store,
-            subnet_tombstones,
-            pool_tombstones,
-            queues,
             waiting: pod::Waiting::default(),
             reservations: Mutex::default(),
         });
@@ -516,22 +470,6 @@ impl Controller {
         // What went away while the controller was down is released before it reports started.
         gc::at_start(&ctx, orphans).await?;
 
-        let w = c.workers;
-        let q = &ctx.queues;
-        spawn(Box::pin(run_queue(
-            ctx.clone(),
-            q.subnet.clone(),
-            w,
-            "subnet",
-            |ctx, k| Box::pin(async move { subnet::reconcile(&ctx, &k).await }),
-        )));
-        spawn(Box::pin(run_queue(
-            ctx.clone(),
-            q.pool.clone(),
-            w,
-            "ippool",
-            |ctx, k| Box::pin(async move { subnet::reconcile_pool(&ctx, &k).await }),
-        )));
         for w in kinds_start.workers.run(ctx.clone()) {
             spawn(w);
         }
@@ -560,43 +498,6 @@ impl Drop for AbortOnDrop {
     }
 }
 
-type BoxFut = std::pin::Pin<Box<dyn Future<Output = Result<()>> + Send>>;
-
-use error::NB_RETRY;
-
-async fn run_queue(
-    ctx: Arc<Ctx>,
-    q: Arc<WorkQueue<String>>,
-    workers: usize,
-    kind: &'static str,
-    handle: fn(Arc<Ctx>, String) -> BoxFut,
-) {
-    let c = ctx.clone();
-    let queue = q.clone();
-    q.run(workers, Some(ctx.metrics.clone()), move |k: String| {
-        let ctx = c.clone();
-        let queue = queue.clone();
-        async move {
-            match handle(ctx.clone(), k.clone()).await {
-                Ok(()) => Ok(()),
-                Err(e) if e.is_nb_connection_error() => {
-                    ctx.metrics.handler_error(kind);
-                    tracing::warn!(kind, key = %k, error = %e, retry_ms = NB_RETRY.as_millis() as u64, "handler failed");
-                    queue.add_after(k, NB_RETRY);
-                    Err(false)
-                }
-                Err(e) => {
-                    ctx.metrics.handler_error(kind);
-                    let retry = !e.is_permanent();
-                    tracing::warn!(kind, key = %k, error = %e, retry, "handler failed");
-                    Err(retry)
-                }
-            }
-        }
-    })
-    .await;
-}
-
 /// Logs when the pods queued at start have all been handled (the first time the pod queue is idle).
 async fn log_initial_pods(ctx: Arc<Ctx>, started: std::time::Instant) {
     while !ctx.kinds.is_idle::<PodInfo>() {
@@ -612,74 +513,8 @@ async fn log_initial_pods(ctx: Arc<Ctx>, started: std::time::Instant) {
 async fn queue_metrics(ctx: Arc<Ctx>) {
     loop {
         ctx.kinds.publish_depths(&ctx.metrics);
-        let q = &ctx.queues;
-        for w in [&q.subnet, &q.pool] {
-            ctx.metrics.queue_depth(w.name(), w.len());
-        }
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
-}
-
-/// The key of an object in its queue: `namespace/name` or `name`.
-pub(crate) fn key_of<K: Resource>(o: &K) -> String {
-    match o.meta().namespace.as_deref() {
-        Some(ns) => format!("{ns}/{}", o.meta().name.as_deref().unwrap_or_default()),
-        None => o.meta().name.clone().unwrap_or_default(),
-    }
-}
-
-/// Deleted objects by key.
-pub(crate) type Tombstones<K> = Mutex<HashMap<String, Arc<K>>>;
-
-fn informer<K>(
-    api: Api<K>,
-    mut writer: reflector::store::Writer<K>,
-    queue: Arc<WorkQueue<String>>,
-    tomb: Option<Arc<Tombstones<K>>>,
-    trim: fn(&mut K),
-) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send>>
-where
-    K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
-    K::DynamicType: Eq + std::hash::Hash + Clone + Send + Sync,
-{
-    Box::pin(async move {
-        let stream = watcher::watcher(api, watcher::Config::default().any_semantic())
-            .default_backoff()
-            .modify(move |o: &mut K| {
-                // managedFields are never read; dropping them keeps the store small.
-                o.meta_mut().managed_fields = None;
-                trim(o);
-            });
-        let stream = stream.inspect_ok(move |ev| writer.apply_watcher_event(ev));
-        futures::pin_mut!(stream);
-        while let Some(ev) = stream.next().await {
-            match ev {
-                Ok(WatchEvent::Apply(o)) | Ok(WatchEvent::InitApply(o)) => {
-                    let k = key_of(&o);
-                    if let Some(t) = &tomb {
-                        t.lock().unwrap_or_else(|e| e.into_inner()).remove(&k);
-                    }
-                    queue.add(k);
-                }
-                Ok(WatchEvent::Delete(o)) => {
-                    let k = key_of(&o);
-                    if let Some(t) = &tomb {
-                        t.lock()
-                            .unwrap_or_else(|e| e.into_inner())
-                            .insert(k.clone(), Arc::new(o));
-                    }
-                    queue.add(k);
-                }
-                Ok(_) => {}
-                Err(e) => tracing::warn!(queue = queue.name(), error = %e, "watch"),
-            }
-        }
-    })
-}
-
-/// Takes the tombstone of `key`, if any.
-pub(crate) fn take_tomb<K>(m: &Mutex<HashMap<String, Arc<K>>>, key: &str) -> Option<Arc<K>> {
-    m.lock().unwrap_or_else(|e| e.into_inner()).remove(key)
 }
 
 /// `namespace/name` split.

@@ -13,8 +13,9 @@ use kubeovn_ovn::northbound::Op;
 use super::error::{ControllerError, Result};
 use super::framework::{Action, Key, Reconciler};
 use super::ip::{self, IpRecord};
-use super::{plan, subnet, Ctx};
+use super::{plan, Ctx};
 use crate::annotations::{merge_patch, NodeAnnotations};
+use crate::crd::{Decoded, Subnet};
 use crate::naming;
 
 /// The node kind: join address, port, port group and policies of each node; removed when it is gone.
@@ -140,7 +141,7 @@ async fn add(ctx: &Ctx, n: &Node) -> Result<()> {
     if !had {
         // Distributed subnets get this node's gateway policy.
         for s in ctx.subnet_list() {
-            ctx.queues.subnet.add(s.name.clone());
+            ctx.enqueue(Key::<Decoded<Subnet>>::cluster(&s.name));
         }
     }
     Ok(())
@@ -166,8 +167,6 @@ async fn delete(ctx: &Ctx, name: &str, last: Option<&Node>) -> Result<()> {
         )));
     }
     ctx.writer.commit(b).await?;
-    // A subnet refused for containing this node's address may be accepted now.
-    subnet::requeue_refused(ctx);
     ip::delete(ctx, &port).await?;
     let join = ctx.config.join_subnet.name.clone();
     match ctx.ipam.release(&join, &port, &port) {

@@ -15,6 +15,7 @@ use super::gc::{self, Orphans};
 use super::podstore::PodStore;
 use super::{ip, plan, subnet, Ctx, SubnetInfo};
 use crate::annotations::{NodeAnnotations, PodNetworkAnnotations, DEFAULT_PROVIDER};
+use crate::crd::{Decoded, IPPool, Subnet};
 use crate::naming::{self, external_ids as ext};
 
 fn record(subnet: &str, pod: &str, nic: &str, ips: &[IpAddr], mac: Option<Mac>) -> Allocation {
@@ -78,7 +79,7 @@ pub(crate) fn rebuild(
     for s in builtin {
         subnet::install(ctx, s.clone())?;
     }
-    for obj in subnet::by_precedence(ctx, ctx.subnet_store.state()) {
+    for obj in subnet::by_precedence(ctx, ctx.kinds.list::<Decoded<Subnet>>()) {
         match subnet::info_from_crd(ctx, &obj) {
             Ok(info) => {
                 if let Err(e) = subnet::admit(ctx, info) {
@@ -90,8 +91,8 @@ pub(crate) fn rebuild(
             }
         }
     }
-    for p in ctx.pool_store.state() {
-        if let Err(e) = subnet::install_pool(ctx, &p) {
+    for p in ctx.kinds.list::<Decoded<IPPool>>() {
+        if let Err(e) = super::ippool::install_pool(ctx, &p) {
             tracing::warn!(pool = %p.name_any(), error = %e, "ippool not loaded at rebuild");
         }
     }

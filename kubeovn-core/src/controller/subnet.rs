@@ -17,21 +17,20 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::events::EventType;
-use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
-use kubeovn_ipam::{IpRangeList, PoolSpec};
+use kubeovn_ipam::IpRangeList;
 use serde::Serialize;
 
 use super::error::{ControllerError, Result};
-use super::framework::Key;
-use super::{node, plan, take_tomb, Config, Ctx, SubnetConfig, SubnetInfo};
+use super::framework::{Action, Key, Reconciler, Relations};
+use super::{node, plan, Config, Ctx, SubnetConfig, SubnetInfo};
 use crate::annotations::DEFAULT_PROVIDER;
 use crate::crd::{
-    condition_types, reasons, Conditions, Decoded, GatewayType, IPPool, IpCount, Protocol,
-    StatusPatch, Subnet, SubnetSpec, SubnetStatus, SubnetUsage, Vpc,
+    condition_types, reasons, Conditions, Decoded, GatewayType, IpCount, Protocol, StatusPatch,
+    Subnet, SubnetSpec, SubnetStatus, SubnetUsage, Vpc,
 };
 use crate::naming;
-use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::core::v1::{Namespace, Node};
 use std::collections::HashSet;
 
 fn parse_cidrs(what: &str, s: &str) -> Result<Vec<IpNetwork>> {
@@ -478,26 +477,65 @@ async fn refuse(ctx: &Ctx, obj: &Decoded<Subnet>, e: ControllerError) -> Result<
 /// Queues the Subnet objects that are refused or not loaded yet: a subnet's change or delete, or a node's
 /// delete, may have freed their addresses.
 pub(crate) fn requeue_refused(ctx: &Ctx) {
-    for o in ctx.subnet_store.state() {
+    for o in ctx.kinds.list::<Decoded<Subnet>>() {
         let n = o.name_any();
         if ctx.subnet(&n).is_none() || refusal(&o).is_some() {
-            ctx.queues.subnet.add(n);
+            ctx.enqueue(Key::<Decoded<Subnet>>::cluster(&n));
         }
     }
 }
 
-pub(crate) async fn reconcile(ctx: &Arc<Ctx>, name: &str) -> Result<()> {
-    let Some(obj) = ctx.subnet_store.get(&ObjectRef::new(name)) else {
-        let last = take_tomb(&ctx.subnet_tombstones, name);
-        return delete(ctx, name, last.as_deref()).await;
-    };
-    let info = match info_from_crd(ctx, &obj) {
+/// The subnet kind: each Subnet's validation, address range, logical switch, routes and conditions.
+pub(crate) struct Subnets;
+
+#[async_trait::async_trait]
+impl Reconciler<Ctx> for Subnets {
+    type Object = Decoded<Subnet>;
+    type Error = ControllerError;
+    const NAME: &'static str = "subnet";
+
+    fn workers(ctx: &Ctx) -> usize {
+        ctx.config.workers
+    }
+
+    async fn reconcile(ctx: &Arc<Ctx>, obj: Arc<Decoded<Subnet>>) -> Result<Action> {
+        reconcile(ctx, &obj).await.map(|()| Action::Done)
+    }
+
+    async fn cleanup(
+        ctx: &Arc<Ctx>,
+        key: &Key<Decoded<Subnet>>,
+        _: Option<Arc<Decoded<Subnet>>>,
+    ) -> Result<Action> {
+        delete(ctx, key.name()).await.map(|()| Action::Done)
+    }
+
+    fn relations(r: &mut Relations<'_, Ctx, Decoded<Subnet>>) {
+        // A node's addresses may be what a refused subnet overlapped.
+        r.on::<Node>(|kinds, old, new| {
+            if old.map(node::internal_ips) == new.map(node::internal_ips) {
+                return Vec::new();
+            }
+            kinds
+                .list::<Decoded<Subnet>>()
+                .iter()
+                .filter(|o| refusal(o).is_some())
+                .map(|o| Key::cluster(&o.name_any()))
+                .collect()
+        });
+    }
+}
+
+async fn reconcile(ctx: &Ctx, obj: &Decoded<Subnet>) -> Result<()> {
+    let name = obj.name_any();
+    let name = name.as_str();
+    let info = match info_from_crd(ctx, obj) {
         Ok(i) => i,
-        Err(e) => return refuse(ctx, &obj, e).await,
+        Err(e) => return refuse(ctx, obj, e).await,
     };
     let before = ctx.subnet(name);
     if let Err(e) = admit(ctx, info.clone()) {
-        return refuse(ctx, &obj, e).await;
+        return refuse(ctx, obj, e).await;
     }
     if before
         .as_ref()
@@ -512,7 +550,7 @@ pub(crate) async fn reconcile(ctx: &Arc<Ctx>, name: &str) -> Result<()> {
     reconcile_info(ctx, &info).await?;
     ctx.enqueue(Key::<Vpc>::cluster(&info.vpc));
     let now = Time(Timestamp::now());
-    let mut st = conditions_of(&obj);
+    let mut st = conditions_of(obj);
     let mut changed = st.validated(reasons::VALIDATE_SUCCESS, "", &now);
     changed |= st.ready(reasons::SET_PRIVATE_SWITCH_SUCCESS, "", &now);
     if st.condition(condition_types::ERROR).is_some() {
@@ -548,7 +586,7 @@ fn rebind_namespaces(ctx: &Ctx, old: Option<&SubnetInfo>, new: Option<&SubnetInf
 pub(crate) fn namespace_subnet(ctx: &Ctx, ns: &str) -> Option<String> {
     let binds = |s: &[String]| s.iter().any(|n| n == ns);
     // Called for every pod: the loaded subnets first, without copying or sorting them (first by name).
-    let objs = ctx.subnet_store.state();
+    let objs = ctx.kinds.list::<Decoded<Subnet>>();
     let subnets = ctx.subnets.read().unwrap_or_else(|e| e.into_inner());
     let loaded = subnets
         .values()
@@ -570,7 +608,7 @@ pub(crate) fn namespace_subnet(ctx: &Ctx, ns: &str) -> Option<String> {
 
 /// Why the subnet `name` cannot give addresses (it is not loaded): the event reason and the error.
 pub(crate) fn unusable(ctx: &Ctx, name: &str) -> (&'static str, ControllerError) {
-    let obj = ctx.subnet_store.get(&ObjectRef::new(name));
+    let obj = ctx.kinds.get(&Key::<Decoded<Subnet>>::cluster(name));
     match obj.as_deref().and_then(refusal) {
         Some(msg) => (
             "SubnetNotValidated",
@@ -583,7 +621,7 @@ pub(crate) fn unusable(ctx: &Ctx, name: &str) -> (&'static str, ControllerError)
     }
 }
 
-async fn delete(ctx: &Ctx, name: &str, _last: Option<&Decoded<Subnet>>) -> Result<()> {
+async fn delete(ctx: &Ctx, name: &str) -> Result<()> {
     let Some(info) = ctx.subnet(name) else {
         return Ok(());
     };
@@ -607,61 +645,6 @@ async fn delete(ctx: &Ctx, name: &str, _last: Option<&Decoded<Subnet>>) -> Resul
     ctx.enqueue(Key::<Vpc>::cluster(&info.vpc));
     rebind_namespaces(ctx, Some(&info), None);
     Ok(())
-}
-
-/// Loads an IPPool into the allocator.
-pub(crate) fn install_pool(ctx: &Ctx, p: &Decoded<IPPool>) -> Result<()> {
-    let name = p.name_any();
-    if let Some(e) = &p.spec_error {
-        return Err(ControllerError::invalid(
-            format!("ippool {name}"),
-            e.clone(),
-        ));
-    }
-    let subnet = p.object.spec.subnet.clone();
-    let ips = p.object.spec.ips.clone();
-    ctx.ipam
-        .add_or_update_pool(&subnet, &PoolSpec::new(&name, ips.iter().cloned()))?;
-    ctx.pools
-        .write()
-        .unwrap_or_else(|e| e.into_inner())
-        .insert(name, (subnet, ips));
-    Ok(())
-}
-
-pub(crate) async fn reconcile_pool(ctx: &Arc<Ctx>, name: &str) -> Result<()> {
-    match ctx.pool_store.get(&ObjectRef::new(name)) {
-        Some(p) => {
-            if let Err(e) = install_pool(ctx, &p) {
-                ctx.event_on(
-                    &p.object_ref(&()),
-                    EventType::Warning,
-                    "InvalidIPPool",
-                    e.to_string(),
-                )
-                .await;
-                return Err(e);
-            }
-            Ok(())
-        }
-        None => {
-            take_tomb(&ctx.pool_tombstones, name);
-            let gone = ctx
-                .pools
-                .write()
-                .unwrap_or_else(|e| e.into_inner())
-                .remove(name);
-            if let Some((subnet, _)) = gone {
-                match ctx.ipam.delete_pool(&subnet, name) {
-                    Ok(())
-                    | Err(kubeovn_ipam::IpamError::NoSuchSubnet { .. })
-                    | Err(kubeovn_ipam::IpamError::NoSuchPool { .. }) => {}
-                    Err(e) => return Err(e.into()),
-                }
-            }
-            Ok(())
-        }
-    }
 }
 
 fn status_of(stats: &kubeovn_ipam::SubnetStats) -> SubnetUsage {
