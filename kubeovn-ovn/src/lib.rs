@@ -65,6 +65,8 @@ pub mod datum;
 pub mod decode;
 pub mod error;
 pub mod framing;
+#[cfg(feature = "mock")]
+pub mod memdb;
 pub mod model;
 pub mod models;
 pub mod monitor;

@@ -1,0 +1,1 @@
+//! Unit tests of the in-memory server's transaction semantics.
