@@ -442,3 +442,101 @@ async fn same_errors_as_ovsdb_server() {
     }
     assert!(bad.is_empty(), "{}", bad.join("\n"));
 }
+
+/// One monitor update with uuids left out and rows sorted: comparable between servers.
+fn normalize_update(u: &kubeovn_ovn::monitor::TableUpdates) -> Vec<String> {
+    let mut out = Vec::new();
+    for (t, rows) in u {
+        for upd in rows.values() {
+            let s = format!("{t}: {upd:?}");
+            out.push(normalize(&Json::String(s)).as_str().unwrap().to_owned());
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Monitors (`monitor_cond_since`, all columns of some tables, a condition on one) report the same
+/// updates: inserts without default values, modifications as differences, deletes, rows entering and
+/// leaving the condition.
+async fn monitor_run(c: &Client) -> (Vec<String>, Vec<Vec<String>>) {
+    use kubeovn_ovn::monitor::{MonitorRequest, MonitorRequests};
+    use kubeovn_ovn::ops::Condition;
+    let req = MonitorRequests::new()
+        .table("Logical_Switch", MonitorRequest::all())
+        .table(
+            "Logical_Switch_Port",
+            MonitorRequest::all().columns(["name", "addresses", "tag_request", "options"]),
+        )
+        .table(
+            "ACL",
+            MonitorRequest::all()
+                .columns(["priority", "action", "match"])
+                .filter(Condition::new(
+                    "priority",
+                    kubeovn_ovn::ops::Function::Ge,
+                    100i64,
+                )),
+        );
+    let setup = json!(["OVN_Northbound",
+        {"op":"insert","table":"Logical_Switch_Port","uuid-name":"p","row":{"name":"p0"}},
+        {"op":"insert","table":"Logical_Switch","row":{"name":"ls0","ports":["named-uuid","p"]}}]);
+    c.call("transact", &setup).await.unwrap();
+    let (init, mut s) = c
+        .monitor_cond_since("OVN_Northbound", &req, None)
+        .await
+        .unwrap();
+    let head = vec![
+        format!("found={}", init.found),
+        format!("{:?}", init.last_txn_id),
+    ]
+    .into_iter()
+    .chain(normalize_update(&init.updates))
+    .collect();
+    let steps = vec![
+        json!(["OVN_Northbound", {"op":"update","table":"Logical_Switch_Port","where":[["name","==","p0"]],
+            "row":{"addresses":["set",["a","b"]],"tag_request":7,"options":["map",[["k","v"],["x","y"]]]}}]),
+        json!(["OVN_Northbound", {"op":"update","table":"Logical_Switch_Port","where":[["name","==","p0"]],
+            "row":{"addresses":["set",["b","c"]],"tag_request":["set",[]],"options":["map",[["k","w"]]]}}]),
+        json!(["OVN_Northbound",
+            {"op":"insert","table":"ACL","uuid-name":"a1","row":{"priority":50,"action":"drop","direction":"to-lport","match":"m1"}},
+            {"op":"insert","table":"ACL","uuid-name":"a2","row":{"priority":150,"action":"drop","direction":"to-lport","match":"m2"}},
+            {"op":"mutate","table":"Logical_Switch","where":[["name","==","ls0"]],
+             "mutations":[["acls","insert",["set",[["named-uuid","a1"],["named-uuid","a2"]]]],["external_ids","insert",["map",[["e","1"]]]]]}]),
+        json!(["OVN_Northbound", {"op":"update","table":"ACL","where":[["priority","==",50]],"row":{"priority":200}},
+            {"op":"update","table":"ACL","where":[["priority","==",150]],"row":{"priority":10}}]),
+        json!(["OVN_Northbound", {"op":"update","table":"Logical_Switch","where":[],"row":{"acls":["set",[]],"ports":["set",[]]}}]),
+    ];
+    let mut got = Vec::new();
+    for t in steps {
+        let r = c.call("transact", &t).await.unwrap();
+        assert!(
+            r.as_array()
+                .unwrap()
+                .iter()
+                .all(|x| x.get("error").is_none()),
+            "{r}"
+        );
+        let u = s
+            .next_timeout(std::time::Duration::from_secs(5))
+            .await
+            .unwrap()
+            .unwrap();
+        got.push(normalize_update(&u.tables));
+    }
+    (head, got)
+}
+
+#[tokio::test]
+async fn same_monitor_updates_as_ovsdb_server() {
+    let mem = MemDb::new_nb();
+    let got = monitor_run(&mem.connect()).await;
+    let Some(srv) = OvsdbServer::start("ovn-nb.ovsschema", Storage::Standalone, false) else {
+        return;
+    };
+    let want = monitor_run(&Client::connect(&srv.unix_remote()).await.unwrap()).await;
+    assert_eq!(got.0, want.0);
+    for (i, (g, w)) in got.1.iter().zip(&want.1).enumerate() {
+        assert_eq!(g, w, "step {i}");
+    }
+}

@@ -1590,10 +1590,10 @@ pub(crate) fn is_default(d: &Datum, ty: &ColumnType) -> bool {
     d == &default_datum(ty)
 }
 
-/// The update2 difference of a column: the new value of a scalar, else the elements (pairs) added, removed
-/// or (for maps) changed.
+/// The update2 difference of a column: the new value of a column of at most one atom (scalar or optional),
+/// else the elements (pairs) added, removed or (for maps) changed.
 pub(crate) fn diff(old: &Datum, new: &Datum, ty: &ColumnType) -> Datum {
-    if ty.is_scalar() {
+    if ty.value.is_none() && ty.max == 1 {
         return new.clone();
     }
     match (old, new) {

@@ -447,15 +447,24 @@ fn publish(core: &Core, db: &str, changes: &Changes) {
     }
 }
 
+/// A monitored column's value: a declared column, or `_version`.
+fn col(r: &Rec, c: &str) -> Option<Datum> {
+    match c {
+        "_version" => Some(Datum::uuid(r.version)),
+        c => r.cols.get(c).cloned(),
+    }
+}
+
 fn cols_json(r: &Rec, columns: &[String], ts: &TableSchema, skip_defaults: bool) -> Json {
     let mut m = Map::new();
     for c in columns {
-        if let (Some(d), Some(cs)) = (r.cols.get(c), ts.columns.get(c)) {
-            if skip_defaults && engine::is_default(d, &cs.ty) {
-                continue;
-            }
-            m.insert(c.clone(), engine::datum_json(d));
+        let (Some(d), Some(cs)) = (col(r, c), ts.column(c)) else {
+            continue;
+        };
+        if skip_defaults && engine::is_default(&d, &cs.ty) {
+            continue;
         }
+        m.insert(c.clone(), engine::datum_json(&d));
     }
     Json::Object(m)
 }
@@ -491,7 +500,7 @@ fn compose(schema: &DatabaseSchema, m: &Monitor, changes: &Changes) -> Map<Strin
                     let changed: Vec<String> = mt
                         .columns
                         .iter()
-                        .filter(|c| o.cols.get(*c) != n.cols.get(*c))
+                        .filter(|c| col(o, c) != col(n, c))
                         .cloned()
                         .collect();
                     if changed.is_empty() {
@@ -501,11 +510,11 @@ fn compose(schema: &DatabaseSchema, m: &Monitor, changes: &Changes) -> Map<Strin
                         let mut d = Map::new();
                         for c in &changed {
                             let (Some(ov), Some(nv), Some(cs)) =
-                                (o.cols.get(c), n.cols.get(c), ts.columns.get(c))
+                                (col(o, c), col(n, c), ts.column(c))
                             else {
                                 continue;
                             };
-                            d.insert(c.clone(), engine::diff(ov, nv, &cs.ty).to_json());
+                            d.insert(c.clone(), engine::diff(&ov, &nv, &cs.ty).to_json());
                         }
                         json!({"modify": d})
                     } else {
@@ -588,7 +597,7 @@ fn parse_requests(
                         .iter()
                         .map(|c| {
                             let c = c.as_str().unwrap_or("");
-                            ts.columns.get(c).map(|_| c.to_owned()).ok_or_else(|| {
+                            ts.column(c).map(|_| c.to_owned()).ok_or_else(|| {
                                 OvsErr::new(
                                     "syntax error",
                                     format!("{c} is not a valid column name"),
@@ -598,7 +607,12 @@ fn parse_requests(
                         .collect::<Result<_, _>>()?,
                 ),
             };
-            for c in engine::monitored_columns(ts, cols.as_deref()) {
+            // Without a column list the server also reports `_version`.
+            let mut wanted = engine::monitored_columns(ts, cols.as_deref());
+            if cols.is_none() {
+                wanted.push("_version".to_owned());
+            }
+            for c in wanted {
                 if !mt.columns.contains(&c) {
                     mt.columns.push(c);
                 }

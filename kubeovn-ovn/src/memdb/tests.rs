@@ -467,3 +467,33 @@ mod props {
         }
     }
 }
+
+/// A column of at most one value changes in the replica as in the database (update2 sends its new value,
+/// not a difference: with a difference {7} -> {8} read as {7, 8}).
+#[tokio::test]
+async fn replica_follows_optional_columns() {
+    let db = MemDb::new_nb();
+    let nb = db.northbound().await.unwrap();
+    let mut b = Batch::new();
+    b.add(LogicalSwitch::new("ls0"))
+        .add(SwitchPort::new("ls0", "p0"));
+    nb.commit(b).await.unwrap();
+    for tag in [json!(7), json!(8), json!(["set", []])] {
+        db.transact(
+            &json!([NBDB, {"op": "update", "table": "Logical_Switch_Port",
+            "where": [["name", "==", "p0"]], "row": {"tag_request": tag}}]),
+        );
+        let want = db.rows("Logical_Switch_Port")[0].1["tag_request"].clone();
+        assert!(
+            nb.cache()
+                .wait_for(Duration::from_secs(5), |v| {
+                    v.lookup("Logical_Switch_Port", "name", "p0")
+                        .and_then(|r| r.get("tag_request").cloned())
+                        == Some(want.clone())
+                })
+                .await,
+            "{tag}: {:?}",
+            nb.switch_port("p0").map(|p| p.tag_request)
+        );
+    }
+}
