@@ -524,6 +524,44 @@ async fn monitor_run(c: &Client) -> (Vec<String>, Vec<Vec<String>>) {
             .unwrap();
         got.push(normalize_update(&u.tables));
     }
+    // Widening a condition reports the rows that now match; narrowing, the rows that no longer do.
+    // (Kept by a switch: an unreferenced ACL would be collected at once.)
+    let r = c
+        .call(
+            "transact",
+            &json!(["OVN_Northbound",
+                {"op":"insert","table":"ACL","uuid-name":"a3","row":{"priority":5,"action":"drop","direction":"to-lport","match":"m3"}},
+                {"op":"insert","table":"ACL","uuid-name":"a4","row":{"priority":500,"action":"drop","direction":"to-lport","match":"m4"}},
+                {"op":"mutate","table":"Logical_Switch","where":[["name","==","ls0"]],
+                 "mutations":[["acls","insert",["set",[["named-uuid","a3"],["named-uuid","a4"]]]]]}]),
+        )
+        .await
+        .unwrap();
+    assert!(r[2].get("count").is_some(), "{r}");
+    got.push(normalize_update(
+        &s.next_timeout(std::time::Duration::from_secs(5))
+            .await
+            .unwrap()
+            .unwrap()
+            .tables,
+    ));
+    for min in [0i64, 100] {
+        let cond: BTreeMap<String, Vec<Condition>> = [(
+            "ACL".to_owned(),
+            vec![Condition::new(
+                "priority",
+                kubeovn_ovn::ops::Function::Ge,
+                min,
+            )],
+        )]
+        .into();
+        c.monitor_cond_change(&s, &cond).await.unwrap();
+        let u = s.next_timeout(std::time::Duration::from_secs(2)).await;
+        got.push(match u {
+            Some(u) => normalize_update(&u.unwrap().tables),
+            None => vec!["no update".to_owned()],
+        });
+    }
     (head, got)
 }
 

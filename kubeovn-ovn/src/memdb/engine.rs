@@ -183,7 +183,7 @@ impl Db {
         }
     }
 
-    /// Rows of `table` matching `conditions` (JSON `where` clauses), for monitors.
+    /// A table's rows.
     pub fn table(&self, name: &str) -> Option<&Table> {
         self.tables.get(name).map(|t| &**t)
     }

@@ -226,11 +226,7 @@ impl MemDb {
     }
 
     fn core(&self) -> std::sync::MutexGuard<'_, Core> {
-        // A panic while holding the lock leaves consistent data (every change is applied at once).
-        self.shared
-            .core
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        lock_core(&self.shared)
     }
 
     /// The database's name (`OVN_Northbound`, ...).
@@ -278,15 +274,18 @@ impl MemDb {
         };
         let l = tokio::net::UnixListener::bind(path).map_err(io)?;
         let weak = Arc::downgrade(&self.shared);
+        // Ends (closing the socket) when the last MemDb handle and connection are gone.
+        let mut gone = self.shared.commits.subscribe();
         let db = self.db.clone();
         tokio::spawn(async move {
-            while let Ok((s, _)) = l.accept().await {
-                let Some(shared) = weak.upgrade() else { return };
-                MemDb {
-                    shared,
-                    db: db.clone(),
+            loop {
+                tokio::select! {
+                    a = l.accept() => {
+                        let (Ok((s, _)), Some(shared)) = (a, weak.upgrade()) else { return };
+                        MemDb { shared, db: db.clone() }.serve(s);
+                    }
+                    c = gone.changed() => if c.is_err() { return },
                 }
-                .serve(s);
             }
         });
         Ok(remote)
@@ -665,8 +664,8 @@ fn lock_notify(core: &Core, conn: u64, method: &str, name: &str) {
     }
 }
 
-/// Handles one request; the reply goes to `out` (None: the transaction blocks and becomes a trigger; the
-/// connection must be dropped without reply when asked).
+/// Handles one request and queues its reply (unless the transaction blocks on a `wait`, or the connection is
+/// to be dropped instead of replying).
 fn handle(
     shared: &Shared,
     conn: u64,
@@ -675,10 +674,7 @@ fn handle(
     params: &Json,
     elapsed_ms: u64,
 ) -> Handled {
-    let mut guard = shared
-        .core
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut guard = lock_core(shared);
     let core = &mut *guard;
     let p = |i: usize| params.get(i).cloned().unwrap_or(Json::Null);
     let unknown_db = |name: &Json| {
@@ -861,9 +857,14 @@ fn handle(
             details: None,
         }),
     };
+    // Sent while the lock is held: no update of a later commit can overtake the reply (a monitor's initial
+    // contents come before its first update, as from ovsdb-server's single thread).
     let mut out = Vec::new();
     reply(&mut out, id, r);
-    Handled::Reply(out)
+    if let Some(c) = core.conns.get(&conn) {
+        let _ = c.tx.send(Out::Bytes(out));
+    }
+    Handled::Sent
 }
 
 /// Rows that entered or left a monitor's view when its conditions changed, as update2 inserts and deletes.
@@ -915,8 +916,10 @@ fn release_lock(core: &mut Core, conn: u64, name: &str) {
     }
 }
 
+/// What became of a request.
 enum Handled {
-    Reply(Vec<u8>),
+    /// The reply is queued.
+    Sent,
     Blocked,
     Drop,
 }
@@ -950,11 +953,7 @@ where
                     };
                     let Message::Request { id, method, params } = msg else { continue };
                     match handle(&shared, conn, &id, &method, &params, 0) {
-                        Handled::Reply(b) => {
-                            if let Some(c) = lock_core(&shared).conns.get(&conn) {
-                                let _ = c.tx.send(Out::Bytes(b));
-                            }
-                        }
+                        Handled::Sent => {}
                         Handled::Drop => break 'conn,
                         Handled::Blocked => {
                             let timeout_ms = timeout_of(&params);
@@ -993,6 +992,7 @@ where
     }
 }
 
+/// The server's state. A panic while holding the lock leaves consistent data (a commit is applied at once).
 fn lock_core(shared: &Shared) -> std::sync::MutexGuard<'_, Core> {
     shared
         .core
@@ -1016,11 +1016,7 @@ fn retry(shared: &Shared, conn: u64, triggers: &mut Vec<Trigger>) -> bool {
     for t in triggers.drain(..) {
         let elapsed = t.start.elapsed().as_millis() as u64;
         match handle(shared, conn, &t.id, "transact", &t.params, elapsed.max(1)) {
-            Handled::Reply(b) => {
-                if let Some(c) = lock_core(shared).conns.get(&conn) {
-                    let _ = c.tx.send(Out::Bytes(b));
-                }
-            }
+            Handled::Sent => {}
             Handled::Drop => return true,
             Handled::Blocked => keep.push(t),
         }
