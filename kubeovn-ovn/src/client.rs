@@ -165,6 +165,24 @@ impl ClientBuilder {
         self.connect_one(remote).await
     }
 
+    /// A client over an already connected byte stream (an in-process pipe such as
+    /// [`crate::memdb::MemDb::connect`] makes, or a socket set up by the caller); `name` is its
+    /// [`Client::remote`]. Must be called within a tokio runtime: the connection's task is spawned here.
+    pub fn with_stream<S>(&self, stream: S, name: impl Into<String>) -> Client
+    where
+        S: AsyncRead + AsyncWrite + Send + 'static,
+    {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let core = Connection::with_decoder(
+            now(),
+            self.probe_interval,
+            FrameDecoder::with_max_message(self.max_message),
+        );
+        let (r, w) = tokio::io::split(stream);
+        tokio::spawn(drive(r, w, rx, core));
+        Client::from_parts(tx, name.into())
+    }
+
     async fn connect_one(&self, remote: &Remote) -> Result<Client, Error> {
         let name = remote.to_string();
         let io_err = |source| Error::Io {
@@ -255,14 +273,7 @@ impl ClientBuilder {
                 })
             }
         }
-        Ok(Client {
-            shared: Arc::new(Shared {
-                tx,
-                remote: name,
-                schemas: Mutex::new(HashMap::new()),
-                next_monitor: AtomicU64::new(1),
-            }),
-        })
+        Ok(Client::from_parts(tx, name))
     }
 }
 
@@ -348,6 +359,17 @@ fn disconnected() -> Error {
 }
 
 impl Client {
+    fn from_parts(tx: mpsc::UnboundedSender<Command>, remote: String) -> Client {
+        Client {
+            shared: Arc::new(Shared {
+                tx,
+                remote,
+                schemas: Mutex::new(HashMap::new()),
+                next_monitor: AtomicU64::new(1),
+            }),
+        }
+    }
+
     /// Settings for a new connection.
     pub fn builder() -> ClientBuilder {
         ClientBuilder::default()

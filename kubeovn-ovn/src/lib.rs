@@ -15,8 +15,9 @@
 //! clustered databases, can insist on the raft leader (read from `_Server`, left when it stops leading);
 //! [`cache`] replicates tables and resumes after reconnects with `monitor_cond_since` (or rebuilds and emits the
 //! difference); [`northbound`] and [`vswitch`] are idempotent, batchable, mockable APIs for `OVN_Northbound` and
-//! `Open_vSwitch`. A transaction cut off by a dropped connection is an [`Error::OutcomeUnknown`], never
-//! reported as committed or failed.
+//! `Open_vSwitch`; with the `mock` feature, `memdb` is an in-memory server for users' tests that runs them
+//! unchanged. A transaction cut off by a dropped connection is an [`Error::OutcomeUnknown`], never reported as
+//! committed or failed.
 //!
 //! Building and validating a transaction needs no server:
 //!
@@ -65,6 +66,8 @@ pub mod datum;
 pub mod decode;
 pub mod error;
 pub mod framing;
+#[cfg(feature = "mock")]
+pub mod memdb;
 pub mod model;
 pub mod models;
 pub mod monitor;
