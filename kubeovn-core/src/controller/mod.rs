@@ -45,6 +45,8 @@ pub mod podinfo;
 mod podstore;
 mod rebuild;
 mod subnet;
+#[cfg(test)]
+mod testing;
 mod vpc;
 
 use std::collections::{BTreeMap, HashMap};
@@ -62,7 +64,7 @@ pub use podinfo::PodInfo;
 use crate::naming;
 
 pub use error::{ControllerError, Result};
-use framework::{Context, Key, Kinds};
+use framework::{Context, Key, Kinds, Workers};
 pub use leader::{LeaderElector, LeaseConfig};
 pub use metrics::Metrics;
 pub use plan::SubnetInfo;
@@ -357,14 +359,44 @@ impl Controller {
         result
     }
 
-    async fn start(&self, tasks: Arc<Mutex<Vec<tokio::task::JoinHandle<()>>>>) -> Result<Arc<Ctx>> {
+    async fn start(&self, tasks: Tasks) -> Result<Arc<Ctx>> {
+        let started = std::time::Instant::now();
+        let (ctx, workers) = self.prepare(&tasks, started).await?;
         let spawn = |f: std::pin::Pin<Box<dyn Future<Output = ()> + Send>>| {
             tasks
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .push(tokio::spawn(f));
         };
-        let started = std::time::Instant::now();
+        for w in workers.run(ctx.clone()) {
+            spawn(w);
+        }
+        spawn(Box::pin(ip::watch_reservations(ctx.clone())));
+        spawn(Box::pin(gc::run(ctx.clone())));
+        spawn(Box::pin(subnet::status_loop(ctx.clone())));
+        spawn(Box::pin(queue_metrics(ctx.clone())));
+        spawn(Box::pin(log_initial_pods(ctx.clone(), started)));
+        tracing::info!(
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "controller started"
+        );
+        Ok(ctx)
+    }
+
+    /// Everything the start does before the workers run: the watches (spawned into `tasks`), the northbound
+    /// replica, the default network, the IPAM rebuild and the release of what went away meanwhile. Unit tests
+    /// stop here and drive the reconcilers themselves.
+    pub(crate) async fn prepare(
+        &self,
+        tasks: &Tasks,
+        started: std::time::Instant,
+    ) -> Result<(Arc<Ctx>, Workers<Ctx>)> {
+        let spawn = |f: std::pin::Pin<Box<dyn Future<Output = ()> + Send>>| {
+            tasks
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(tokio::spawn(f));
+        };
         let c = &self.config;
         let default = subnet::info_from_config(&c.default_subnet, &c.default_vpc, false)?;
         let join = subnet::info_from_config(&c.join_subnet, &c.default_vpc, true)?;
@@ -469,26 +501,13 @@ impl Controller {
         subnet::reconcile_info(&ctx, &default).await?;
         // What went away while the controller was down is released before it reports started.
         gc::at_start(&ctx, orphans).await?;
-
-        for w in kinds_start.workers.run(ctx.clone()) {
-            spawn(w);
-        }
-        spawn(Box::pin(ip::watch_reservations(ctx.clone())));
-        spawn(Box::pin(gc::run(ctx.clone())));
-        spawn(Box::pin(subnet::status_loop(ctx.clone())));
-        spawn(Box::pin(queue_metrics(ctx.clone())));
-        spawn(Box::pin(log_initial_pods(ctx.clone(), started)));
-        tracing::info!(
-            elapsed_ms = started.elapsed().as_millis() as u64,
-            "controller started"
-        );
-        Ok(ctx)
+        Ok((ctx, kinds_start.workers))
     }
 }
 
-type Tasks = Arc<Mutex<Vec<tokio::task::JoinHandle<()>>>>;
+pub(crate) type Tasks = Arc<Mutex<Vec<tokio::task::JoinHandle<()>>>>;
 
-struct AbortOnDrop(Tasks);
+pub(crate) struct AbortOnDrop(pub(crate) Tasks);
 
 impl Drop for AbortOnDrop {
     fn drop(&mut self) {

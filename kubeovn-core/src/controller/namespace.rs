@@ -84,3 +84,85 @@ async fn reconcile(ctx: &Ctx, ns: &Namespace) -> Result<()> {
     .map_err(|e| ControllerError::kube(format!("patch namespace {name}"), e))?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::annotations::{CIDR, LOGICAL_SWITCH};
+    use crate::controller::subnet::Subnets;
+    use crate::controller::testing::Harness;
+    use crate::crd::{Decoded, Subnet, SubnetSpec};
+
+    fn ns(name: &str) -> Namespace {
+        let mut n = Namespace::default();
+        n.metadata.name = Some(name.to_owned());
+        n
+    }
+
+    async fn annotation(h: &Harness, name: &str, key: &str) -> Option<String> {
+        let n: Namespace = h.get(name).await.expect("namespace");
+        n.metadata.annotations.and_then(|a| a.get(key).cloned())
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn binds_the_default_subnet_then_the_subnet_naming_it() {
+        let h = Harness::start().await;
+        h.create_cluster(&ns("team")).await;
+        let key = Key::<Namespace>::cluster("team");
+        assert_eq!(
+            h.run::<Namespaces>(key.clone()).await.expect("run"),
+            Action::Done
+        );
+        assert_eq!(
+            annotation(&h, "team", LOGICAL_SWITCH).await.as_deref(),
+            Some("ovn-default")
+        );
+        assert_eq!(
+            annotation(&h, "team", CIDR).await.as_deref(),
+            Some("10.16.0.0/16")
+        );
+
+        // A Subnet naming the namespace takes over its binding once the subnet is accepted.
+        let s = Subnet::new(
+            "team-net",
+            SubnetSpec {
+                cidr_block: "10.70.0.0/24".into(),
+                namespaces: vec!["team".into()],
+                ..SubnetSpec::default()
+            },
+        );
+        let api: Api<Subnet> = Api::all(h.client.clone());
+        let s = api.create(&Default::default(), &s).await.expect("subnet");
+        h.stored(&Decoded::new(s)).await;
+        h.run::<Subnets>(Key::cluster("team-net"))
+            .await
+            .expect("subnet run");
+        h.stored(&h.ctx.kinds.get(&key).map(|n| (*n).clone()).expect("ns"))
+            .await;
+        h.run::<Namespaces>(key.clone()).await.expect("run");
+        assert_eq!(
+            annotation(&h, "team", LOGICAL_SWITCH).await.as_deref(),
+            Some("team-net")
+        );
+        assert_eq!(
+            annotation(&h, "team", CIDR).await.as_deref(),
+            Some("10.70.0.0/24")
+        );
+
+        // Running again with nothing changed writes nothing (the resource version stays).
+        let before: Namespace = h.get("team").await.expect("ns");
+        h.until("the store has the patched namespace", || {
+            h.ctx
+                .kinds
+                .get(&key)
+                .is_some_and(|n| n.metadata.resource_version == before.metadata.resource_version)
+        })
+        .await;
+        h.run::<Namespaces>(key).await.expect("run");
+        let after: Namespace = h.get("team").await.expect("ns");
+        assert_eq!(
+            before.metadata.resource_version,
+            after.metadata.resource_version
+        );
+    }
+}

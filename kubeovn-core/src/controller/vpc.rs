@@ -103,3 +103,49 @@ async fn reconcile(ctx: &Ctx, vpc: &Vpc) -> Result<()> {
         Err(e) => Err(ControllerError::kube(format!("patch vpc {name} status"), e)),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controller::testing::Harness;
+    use crate::crd::VpcSpec;
+    use kube::api::DeleteParams;
+    use kubeovn_ovn::northbound::Northbound;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_vpc_gets_its_router_and_status_and_loses_the_router_with_it() {
+        let h = Harness::start().await;
+        // The default VPC's router is written at start.
+        assert!(h.nb.router("ovn-cluster").is_some());
+        let v = h
+            .create_cluster(&Vpc::new("blue", VpcSpec::default()))
+            .await;
+        let key = Key::<Vpc>::cluster("blue");
+        assert_eq!(h.run::<Vpcs>(key.clone()).await.expect("run"), Action::Done);
+        let r = h.nb.router("blue").expect("router");
+        assert_eq!(r.external_ids.get("vpc").map(String::as_str), Some("blue"));
+        let got: Vpc = h.get("blue").await.expect("vpc");
+        let st = got.status.expect("status");
+        assert_eq!(st.router, "blue");
+        assert!(st.standby && !st.default);
+
+        let api: Api<Vpc> = Api::all(h.client.clone());
+        api.delete("blue", &DeleteParams::default())
+            .await
+            .expect("delete");
+        h.gone(&key).await;
+        assert_eq!(
+            h.ctx.kinds.tombstone(&key).map(|t| t.metadata.uid.clone()),
+            Some(v.metadata.uid.clone()),
+            "the cleanup gets the last state"
+        );
+        h.run::<Vpcs>(key.clone()).await.expect("cleanup");
+        assert!(h.nb.router("blue").is_none());
+        assert!(h.ctx.kinds.tombstone(&key).is_none());
+        // The default VPC's router stays even if its object goes.
+        h.run::<Vpcs>(Key::cluster("ovn-cluster"))
+            .await
+            .expect("run");
+        assert!(h.nb.router("ovn-cluster").is_some());
+    }
+}

@@ -1,0 +1,219 @@
+//! The reconcilers' unit-test harness: the test API server in-process, the northbound in memory
+//! (`kubeovn_ovn::memdb`: the real planner and replica, no ovsdb-server), and the controller's own start
+//! (watches, default network, IPAM rebuild, release of what went away) without its workers, so a test puts
+//! objects in, runs one key of one kind, and reads the northbound rows and Kubernetes objects that came out.
+
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, PostParams};
+use kube::Resource;
+use kube_ovn_testapi::{Config as ApiConfig, TestApiServer};
+use kubeovn_ovn::memdb::MemDb;
+use kubeovn_ovn::northbound::{Northbound, OvsdbNorthbound};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use super::framework::{self, Action, Key, Reconciler};
+use super::{AbortOnDrop, Config, Controller, ControllerError, Ctx, Workers};
+
+/// A controller started on an in-memory northbound and an in-process API server, its workers not running.
+#[allow(dead_code)] // Not every test reads every part.
+pub(crate) struct Harness {
+    pub api: TestApiServer,
+    pub client: kube::Client,
+    pub db: MemDb,
+    pub nb: Arc<OvsdbNorthbound>,
+    pub ctx: Arc<Ctx>,
+    pub workers: Option<Workers<Ctx>>,
+    _tasks: AbortOnDrop,
+}
+
+/// A client of `api`.
+pub(crate) fn client(api: &TestApiServer) -> kube::Client {
+    let config = kube::Config::new(api.url().parse().expect("test api url"));
+    kube::Client::try_from(config).expect("client")
+}
+
+/// The test API server with Kube-OVN's CRDs installed.
+pub(crate) async fn api_with_crds() -> (TestApiServer, kube::Client) {
+    let api = TestApiServer::start(ApiConfig::default())
+        .await
+        .expect("test api server");
+    let client = client(&api);
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for crd in crate::crd::crds() {
+        crds.create(&PostParams::default(), &crd)
+            .await
+            .expect("create crd");
+    }
+    (api, client)
+}
+
+/// The configuration tests use: few workers, no periodic passes in the way.
+pub(crate) fn config() -> Config {
+    Config {
+        gc_interval: Duration::from_secs(3600),
+        status_interval: Duration::from_secs(3600),
+        pod_workers: 4,
+        ..Config::default()
+    }
+}
+
+#[allow(dead_code)] // Helpers for every reconciler's tests; not each uses all.
+impl Harness {
+    /// Starts with the default configuration and nothing in the API server.
+    pub async fn start() -> Harness {
+        Self::start_with(config(), MemDb::new_nb(), |_| async {}).await
+    }
+
+    /// Starts with `config` on `db` after `setup` wrote what the API server holds (the view of a controller
+    /// starting, or restarting, on an existing cluster).
+    pub async fn start_with<F, Fut>(config: Config, db: MemDb, setup: F) -> Harness
+    where
+        F: FnOnce(kube::Client) -> Fut,
+        Fut: Future<Output = ()>,
+    {
+        let (api, client) = api_with_crds().await;
+        setup(client.clone()).await;
+        let nb = Arc::new(db.northbound().await.expect("memdb northbound"));
+        let dyn_nb: Arc<dyn Northbound> = nb.clone();
+        let controller = Controller::new(client.clone(), dyn_nb, config);
+        let tasks = Arc::new(Mutex::new(Vec::new()));
+        let guard = AbortOnDrop(tasks.clone());
+        let (ctx, workers) = controller
+            .prepare(&tasks, Instant::now())
+            .await
+            .expect("controller start");
+        Harness {
+            api,
+            client,
+            db,
+            nb,
+            ctx,
+            workers: Some(workers),
+            _tasks: guard,
+        }
+    }
+
+    /// Creates `obj` and waits until the controller's store holds it.
+    pub async fn create<K>(&self, obj: &K) -> K
+    where
+        K: framework::Object + Resource<Scope = k8s_openapi::NamespaceResourceScope> + Serialize,
+    {
+        let ns = obj
+            .meta()
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".into());
+        let api: Api<K> = Api::namespaced(self.client.clone(), &ns);
+        let created = api
+            .create(&PostParams::default(), obj)
+            .await
+            .expect("create");
+        self.stored(&created).await;
+        created
+    }
+
+    /// Creates the cluster-scoped `obj` and waits until the controller's store holds it.
+    pub async fn create_cluster<K>(&self, obj: &K) -> K
+    where
+        K: framework::Object + Resource<Scope = k8s_openapi::ClusterResourceScope> + Serialize,
+    {
+        let api: Api<K> = Api::all(self.client.clone());
+        let created = api
+            .create(&PostParams::default(), obj)
+            .await
+            .expect("create");
+        self.stored(&created).await;
+        created
+    }
+
+    /// Waits until the store of `K` holds `obj` at its resource version (or a later one).
+    pub async fn stored<K: framework::Object>(&self, obj: &K) {
+        let key = Key::of(obj);
+        let want: u64 = obj
+            .meta()
+            .resource_version
+            .as_deref()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        self.until(&format!("{key} stored"), || {
+            self.ctx.kinds.get(&key).is_some_and(|o| {
+                o.meta()
+                    .resource_version
+                    .as_deref()
+                    .and_then(|v| v.parse::<u64>().ok())
+                    .unwrap_or(0)
+                    >= want
+            })
+        })
+        .await;
+    }
+
+    /// Waits until the store of `K` no longer holds `key`.
+    pub async fn gone<K: framework::Object>(&self, key: &Key<K>) {
+        self.until(&format!("{key} gone"), || self.ctx.kinds.get(key).is_none())
+            .await;
+    }
+
+    /// Polls `f` until it holds (5 s at most).
+    pub async fn until(&self, what: &str, f: impl Fn() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !f() {
+            assert!(Instant::now() < deadline, "timed out waiting for {what}");
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+
+    /// Runs `key` of kind `R` once, as a worker would.
+    pub async fn run<R: Reconciler<Ctx, Error = ControllerError>>(
+        &self,
+        key: Key<R::Object>,
+    ) -> Result<Action, ControllerError> {
+        framework::run_once::<Ctx, R>(&self.ctx, &key).await
+    }
+
+    /// Starts the workers: from now on the controller runs by itself.
+    pub fn serve(&mut self) {
+        if let Some(w) = self.workers.take() {
+            let tasks = self._tasks.0.clone();
+            for f in w.run(self.ctx.clone()) {
+                tasks
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(tokio::spawn(f));
+            }
+        }
+    }
+
+    /// The cluster-scoped object `name` as the API server holds it now.
+    pub async fn get<K>(&self, name: &str) -> Option<K>
+    where
+        K: Resource<DynamicType = (), Scope = k8s_openapi::ClusterResourceScope>
+            + Clone
+            + DeserializeOwned
+            + std::fmt::Debug,
+    {
+        Api::<K>::all(self.client.clone())
+            .get_opt(name)
+            .await
+            .expect("get")
+    }
+
+    /// The object `namespace/name` as the API server holds it now.
+    pub async fn get_in<K>(&self, namespace: &str, name: &str) -> Option<K>
+    where
+        K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+            + Clone
+            + DeserializeOwned
+            + std::fmt::Debug,
+    {
+        Api::<K>::namespaced(self.client.clone(), namespace)
+            .get_opt(name)
+            .await
+            .expect("get")
+    }
+}
