@@ -75,15 +75,6 @@ pub enum NbError {
     CacheTimeout(Duration),
 }
 
-impl From<NbError> for Error {
-    fn from(e: NbError) -> Self {
-        Error::Protocol {
-            method: "northbound",
-            what: e.to_string(),
-        }
-    }
-}
-
 fn strings_datum(v: &[String]) -> Datum {
     Datum::set(v.iter().map(String::as_str))
 }

@@ -8,10 +8,10 @@ use std::time::Duration;
 use common::{OvsdbServer, Storage};
 use kubeovn_ovn::cache::{CacheBuilder, EventKind};
 use kubeovn_ovn::northbound::{
-    AddressSet, Batch, LogicalSwitch, Northbound, OvsdbNorthbound, Patch, PortGroup, Router,
-    RouterPolicy, StaticRoute, SwitchPort,
+    AddressSet, Batch, LogicalSwitch, NbError, Northbound, OvsdbNorthbound, Patch, PortGroup,
+    Router, RouterPolicy, StaticRoute, SwitchPort,
 };
-use kubeovn_ovn::Client;
+use kubeovn_ovn::{Client, Error};
 
 fn server() -> Option<OvsdbServer> {
     OvsdbServer::start("ovn-nb.ovsschema", Storage::Standalone, false)
@@ -190,13 +190,24 @@ async fn northbound_switches_ports_routers_patch() {
         nb.switch_port("pod1.ns").unwrap().external_ids["pod"],
         "ns/pod1"
     );
-    assert!(SwitchPort::new("ovn-default", "pod1.ns")
+    // Refusals are typed: a caller matches them instead of reading a message.
+    let e = SwitchPort::new("ovn-default", "pod1.ns")
         .must_not_exist()
         .execute(&nb)
         .await
-        .is_err());
+        .unwrap_err();
+    assert!(
+        matches!(&e, Error::Nb(NbError::Exists { table: "Logical_Switch_Port", name }) if name == "pod1.ns"),
+        "{e:?}"
+    );
+    assert!(e.is_exists() && !e.is_not_found() && !e.is_connection_error());
     assert_eq!(nb.switch_ports_by_external_id("pod", "ns/pod1").len(), 1);
-    assert!(SwitchPort::new("nope", "x").execute(&nb).await.is_err());
+    let e = SwitchPort::new("nope", "x").execute(&nb).await.unwrap_err();
+    assert!(
+        matches!(&e, Error::Nb(NbError::NotFound { table: "Logical_Switch", name }) if name == "nope"),
+        "{e:?}"
+    );
+    assert!(e.is_not_found());
 
     // router and the patch pair in one transaction with a switch created by the same batch
     let mut b = Batch::new();
