@@ -3,6 +3,7 @@
 use crate::conn::ProbeTimeout;
 use crate::datum::DatumError;
 use crate::framing::DecodeError;
+use crate::model::ModelError;
 use crate::monitor::UpdateError;
 use crate::northbound::NbError;
 use crate::ops::{OvsdbError, ResultError, TransactError, ValidationError};
@@ -95,6 +96,9 @@ pub enum Error {
         /// What was wrong.
         what: String,
     },
+    /// A row did not fit its model.
+    #[error(transparent)]
+    Model(#[from] ModelError),
     /// The northbound API refused a request or could not confirm it (a row not found or already there, the
     /// replica late).
     #[error(transparent)]

@@ -6,7 +6,7 @@
 //! monitor of some columns only) takes its default; both the exact (typed) and the loose (untyped: bare atom
 //! for a one-element set, integer for a real) forms of a datum are accepted.
 //!
-//! A string column with an `enum` constraint is a generated Rust enum (made by [`string_enum!`]). A value the
+//! A string column with an `enum` constraint is a generated Rust enum (made by [`string_enum!`](crate::string_enum)). A value the
 //! enum does not know, written by a newer server, reads as its `Unknown` variant instead of failing the row, so
 //! the row stays visible (to be updated or deleted); [`FromStr`](std::str::FromStr) accepts only the known
 //! values, and the schema refuses `Unknown` values before a transaction is sent.
@@ -31,7 +31,7 @@ pub struct ModelError {
     pub found: String,
 }
 
-/// A string that is none of an enumerated column's values (see [`string_enum!`]).
+/// A string that is none of an enumerated column's values (see [`string_enum!`](crate::string_enum)).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{value:?} is not a {type_name} (one of {known})")]
 pub struct UnknownValue {

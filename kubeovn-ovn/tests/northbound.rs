@@ -8,8 +8,9 @@ use std::time::Duration;
 use common::{OvsdbServer, Storage};
 use kubeovn_ovn::cache::{CacheBuilder, EventKind};
 use kubeovn_ovn::northbound::{
-    AddressSet, Batch, LogicalSwitch, NbError, Northbound, OvsdbNorthbound, Patch, PortGroup,
-    Router, RouterPolicy, StaticRoute, SwitchPort,
+    AddressSet, Batch, LogicalRouterPolicyAction, LogicalRouterStaticRoutePolicy, LogicalSwitch,
+    NbError, Northbound, OvsdbNorthbound, Patch, PortGroup, Router, RouterPolicy, StaticRoute,
+    SwitchPort,
 };
 use kubeovn_ovn::{Client, Error};
 
@@ -254,7 +255,7 @@ async fn northbound_switches_ports_routers_patch() {
         .await
         .unwrap();
     StaticRoute::new("ovn-cluster", "10.16.0.0/16", "100.64.0.2")
-        .policy("src-ip")
+        .policy(LogicalRouterStaticRoutePolicy::SrcIp)
         .execute(&nb)
         .await
         .unwrap();
@@ -264,20 +265,35 @@ async fn northbound_switches_ports_routers_patch() {
         "{routes}"
     );
     assert_eq!(nb.static_routes("ovn-cluster").len(), 2);
-    RouterPolicy::new("ovn-cluster", 31000, "ip4.dst == 10.16.0.0/16", "allow")
-        .execute(&nb)
-        .await
-        .unwrap();
-    RouterPolicy::new("ovn-cluster", 29000, "ip4.src == 10.16.0.5", "reroute")
-        .nexthops(["100.64.0.2"])
-        .execute(&nb)
-        .await
-        .unwrap();
-    RouterPolicy::new("ovn-cluster", 29000, "ip4.src == 10.16.0.5", "reroute")
-        .nexthops(["100.64.0.3"])
-        .execute(&nb)
-        .await
-        .unwrap();
+    RouterPolicy::new(
+        "ovn-cluster",
+        31000,
+        "ip4.dst == 10.16.0.0/16",
+        LogicalRouterPolicyAction::Allow,
+    )
+    .execute(&nb)
+    .await
+    .unwrap();
+    RouterPolicy::new(
+        "ovn-cluster",
+        29000,
+        "ip4.src == 10.16.0.5",
+        LogicalRouterPolicyAction::Reroute,
+    )
+    .nexthops(["100.64.0.2"])
+    .execute(&nb)
+    .await
+    .unwrap();
+    RouterPolicy::new(
+        "ovn-cluster",
+        29000,
+        "ip4.src == 10.16.0.5",
+        LogicalRouterPolicyAction::Reroute,
+    )
+    .nexthops(["100.64.0.3"])
+    .execute(&nb)
+    .await
+    .unwrap();
     let pols = srv.ctl("ovn-nbctl", &["lr-policy-list", "ovn-cluster"]);
     assert!(
         pols.contains("100.64.0.3") && !pols.contains("100.64.0.2"),

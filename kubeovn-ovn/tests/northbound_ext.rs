@@ -9,8 +9,9 @@ use std::collections::BTreeMap;
 
 use common::{OvsdbServer, Storage};
 use kubeovn_ovn::northbound::{
-    Acl, AclParent, Batch, DhcpOptions, LbTarget, LoadBalancer, LogicalSwitch, Meter, Nat,
-    NbGlobal, Northbound, OvsdbNorthbound, PortGroup, Router,
+    Acl, AclAction, AclDirection, AclParent, AclSeverity, Batch, DhcpOptions, LbTarget,
+    LoadBalancer, LoadBalancerProtocol, LogicalSwitch, Meter, MeterUnit, Nat, NatType, NbGlobal,
+    Northbound, OvsdbNorthbound, PortGroup, Router,
 };
 
 fn server() -> Option<OvsdbServer> {
@@ -32,21 +33,27 @@ async fn acls_with_meters_on_port_groups() {
     let pg = AclParent::PortGroup("pg1".into());
     let mut b = Batch::new();
     b.add(PortGroup::new("pg1"));
-    b.add(Meter::new("acl-meter", "pktps", 100, 10));
+    b.add(Meter::new("acl-meter", MeterUnit::Pktps, 100, 10));
     b.add(
         Acl::new(
             pg.clone(),
-            "to-lport",
+            AclDirection::ToLport,
             1001,
             "outport == @pg1 && ip4",
-            "allow-related",
+            AclAction::AllowRelated,
         )
-        .log("np1", "info", Some("acl-meter"))
+        .log("np1", AclSeverity::Info, Some("acl-meter"))
         .external_id("np", "ns/np1"),
     );
     b.add(
-        Acl::new(pg.clone(), "to-lport", 1000, "outport == @pg1", "drop")
-            .external_id("np", "ns/np1"),
+        Acl::new(
+            pg.clone(),
+            AclDirection::ToLport,
+            1000,
+            "outport == @pg1",
+            AclAction::Drop,
+        )
+        .external_id("np", "ns/np1"),
     );
     nb.commit(b.clone()).await.unwrap();
     let out = nbctl(&srv, &["acl-list", "pg1"]);
@@ -63,12 +70,12 @@ async fn acls_with_meters_on_port_groups() {
     let mut b = Batch::new();
     b.add(Acl::new(
         pg.clone(),
-        "to-lport",
+        AclDirection::ToLport,
         1000,
         "outport == @pg1",
-        "reject",
+        AclAction::Reject,
     ));
-    b.add(Meter::new("acl-meter", "pktps", 200, 10));
+    b.add(Meter::new("acl-meter", MeterUnit::Pktps, 200, 10));
     nb.commit(b).await.unwrap();
     assert!(nbctl(&srv, &["acl-list", "pg1"]).contains("1000 (outport == @pg1) reject"));
     assert!(nbctl(&srv, &["meter-list"]).contains("200 pktps"));
@@ -76,7 +83,12 @@ async fn acls_with_meters_on_port_groups() {
     // Delete one by identity, then the rest by external id; again as no-ops.
     for _ in 0..2 {
         let mut b = Batch::new();
-        b.delete_acl(pg.clone(), "to-lport", 1001, "outport == @pg1 && ip4");
+        b.delete_acl(
+            pg.clone(),
+            AclDirection::ToLport,
+            1001,
+            "outport == @pg1 && ip4",
+        );
         nb.commit(b).await.unwrap();
     }
     assert_eq!(nb.acls(&pg).len(), 1);
@@ -96,10 +108,10 @@ async fn acls_with_meters_on_port_groups() {
     let ls = AclParent::Switch("ls0".into());
     Acl::new(
         ls.clone(),
-        "from-lport",
+        AclDirection::FromLport,
         2000,
         "ip4.dst == 10.0.0.1",
-        "allow",
+        AclAction::Allow,
     )
     .execute(&nb)
     .await
@@ -118,7 +130,7 @@ async fn load_balancers_and_vips() {
     b.add(Router::new("lr0"));
     b.add(
         LoadBalancer::new("cluster-tcp")
-            .protocol("tcp")
+            .protocol(LoadBalancerProtocol::Tcp)
             .vip("10.96.0.1:443", ["172.18.0.2:6443", "172.18.0.3:6443"])
             .external_id("vendor", "kube-ovn"),
     );
@@ -172,9 +184,15 @@ async fn nat_dhcp_and_nb_global() {
     let mut b = Batch::new();
     b.add(Router::new("lr0"));
     b.add(
-        Nat::new("lr0", "snat", "172.18.0.100", "10.16.0.0/16").external_id("vendor", "kube-ovn"),
+        Nat::new("lr0", NatType::Snat, "172.18.0.100", "10.16.0.0/16")
+            .external_id("vendor", "kube-ovn"),
     );
-    b.add(Nat::new("lr0", "dnat_and_snat", "172.18.0.50", "10.16.0.5"));
+    b.add(Nat::new(
+        "lr0",
+        NatType::DnatAndSnat,
+        "172.18.0.50",
+        "10.16.0.5",
+    ));
     nb.commit(b.clone()).await.unwrap();
     let out = nbctl(&srv, &["lr-nat-list", "lr0"]);
     assert!(
@@ -187,7 +205,7 @@ async fn nat_dhcp_and_nb_global() {
     );
     assert!(nb.plan(&b).unwrap().is_none(), "idempotent");
     // Change the snat's external IP (identified by its logical IP).
-    Nat::new("lr0", "snat", "172.18.0.101", "10.16.0.0/16")
+    Nat::new("lr0", NatType::Snat, "172.18.0.101", "10.16.0.0/16")
         .execute(&nb)
         .await
         .unwrap();
@@ -195,8 +213,8 @@ async fn nat_dhcp_and_nb_global() {
     assert_eq!(nats.len(), 2);
     assert!(nbctl(&srv, &["lr-nat-list", "lr0"]).contains("172.18.0.101"));
     let mut b = Batch::new();
-    b.delete_nat("lr0", "snat", "10.16.0.0/16")
-        .delete_nat("lr0", "dnat_and_snat", "172.18.0.50");
+    b.delete_nat("lr0", NatType::Snat, "10.16.0.0/16")
+        .delete_nat("lr0", NatType::DnatAndSnat, "172.18.0.50");
     nb.commit(b).await.unwrap();
     assert_eq!(nbctl(&srv, &["lr-nat-list", "lr0"]), "");
     assert_eq!(
