@@ -8,11 +8,14 @@ mod common;
 use std::collections::BTreeMap;
 
 use common::{OvsdbServer, Storage};
+use kubeovn_ovn::models::nb::{self, LoadBalancerGroup};
 use kubeovn_ovn::northbound::{
     Acl, AclAction, AclDirection, AclParent, AclSeverity, Batch, DhcpOptions, LbTarget,
-    LoadBalancer, LoadBalancerProtocol, LogicalSwitch, Meter, MeterUnit, Nat, NatType, NbGlobal,
-    Northbound, OvsdbNorthbound, PortGroup, Router,
+    LoadBalancer, LoadBalancerProtocol, LogicalSwitch, Meter, MeterUnit, Nat, NatType, NbError,
+    NbGlobal, Northbound, OvsdbNorthbound, PortGroup, Router,
 };
+use kubeovn_ovn::ops::{Condition, Operation};
+use kubeovn_ovn::{Datum, Error, Model};
 
 fn server() -> Option<OvsdbServer> {
     let srv = OvsdbServer::start("ovn-nb.ovsschema", Storage::Standalone, false)?;
@@ -274,4 +277,87 @@ async fn nat_dhcp_and_nb_global() {
         .unwrap();
     let g = nb.nb_global().unwrap();
     assert_eq!(g.options.len(), 1);
+}
+
+#[tokio::test]
+async fn raw_operations_create_a_load_balancer_group_read_back_typed() {
+    let Some(srv) = server() else { return };
+    let nb = OvsdbNorthbound::connect(&srv.unix_remote()).await.unwrap();
+    LoadBalancer::new("svc1")
+        .protocol(LoadBalancerProtocol::Udp)
+        .vip("10.96.0.10:53", ["10.16.0.2:53"])
+        .execute(&nb)
+        .await
+        .unwrap();
+    let lb = nb.load_balancer("svc1").unwrap();
+    assert_eq!(lb.protocol, Some(LoadBalancerProtocol::Udp));
+
+    // The group (no spec covers Load_Balancer_Group) in the same transaction as a switch that uses it.
+    let mut b = Batch::new();
+    b.add(LogicalSwitch::new("ls0"));
+    let group = b.raw(
+        Operation::insert(LoadBalancerGroup::TABLE)
+            .uuid_name("group")
+            .value(LoadBalancerGroup::NAME, "cluster-lbs")
+            .value(LoadBalancerGroup::LOAD_BALANCER, Datum::uuid(lb.uuid)),
+    );
+    let attached = b.raw(
+        Operation::mutate(nb::LogicalSwitch::TABLE)
+            .filter(Condition::eq(nb::LogicalSwitch::NAME, "ls0"))
+            .insert(
+                nb::LogicalSwitch::LOAD_BALANCER_GROUP,
+                Datum::named_uuid("group"),
+            ),
+    );
+    let read = b.raw(
+        Operation::select(LoadBalancerGroup::TABLE)
+            .filter(Condition::eq("_uuid", Datum::named_uuid("group"))),
+    );
+    assert!(group.uuid().is_err(), "no result before the commit");
+    nb.commit(b).await.unwrap();
+
+    let uuid = group.uuid().unwrap();
+    assert_eq!(attached.count().unwrap(), 1);
+    let rows: Vec<LoadBalancerGroup> = read.rows().unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].uuid, uuid);
+    assert_eq!(rows[0].name, "cluster-lbs");
+    assert_eq!(rows[0].load_balancer, [lb.uuid]);
+    // A result read as the wrong shape is a typed error.
+    assert!(matches!(
+        read.uuid(),
+        Err(Error::Nb(NbError::RawResult { .. }))
+    ));
+    // ovn-nbctl sees the group holding the load balancer, and the switch using the group.
+    assert_eq!(
+        nbctl(
+            &srv,
+            &["get", "Load_Balancer_Group", "cluster-lbs", "load_balancer"]
+        ),
+        format!("[{}]", lb.uuid)
+    );
+    assert_eq!(
+        nbctl(
+            &srv,
+            &["get", "Logical_Switch", "ls0", "load_balancer_group"]
+        ),
+        format!("[{uuid}]")
+    );
+    assert_eq!(nb.switch("ls0").unwrap().load_balancer_group, [uuid]);
+
+    // A uuid-name the planner uses for the batch's own rows is refused before anything is sent.
+    let mut b = Batch::new();
+    b.raw(Operation::insert(LoadBalancerGroup::TABLE).uuid_name("r1"));
+    let e = nb.commit(b).await.unwrap_err();
+    assert!(
+        matches!(&e, Error::Nb(NbError::ReservedName(n)) if n == "r1"),
+        "{e:?}"
+    );
+    assert_eq!(
+        nbctl(
+            &srv,
+            &["--bare", "--columns=name", "list", "Load_Balancer_Group"]
+        ),
+        "cluster-lbs"
+    );
 }
