@@ -361,3 +361,63 @@ async fn raw_operations_create_a_load_balancer_group_read_back_typed() {
         "cluster-lbs"
     );
 }
+
+/// A newer server's schema: the shipped one with `pass` added to the ACL actions (as OVN 23.06 did).
+fn newer_nb_schema(dir: &std::path::Path) -> std::path::PathBuf {
+    let text = std::fs::read_to_string(common::schema_path("ovn-nb.ovsschema")).unwrap();
+    let mut s: kubeovn_ovn::serde_json::Value = kubeovn_ovn::serde_json::from_str(&text).unwrap();
+    let values = s["tables"]["ACL"]["columns"]["action"]["type"]["key"]["enum"][1]
+        .as_array_mut()
+        .unwrap();
+    values.push("pass".into());
+    let path = dir.join("ovn-nb-newer.ovsschema");
+    std::fs::write(&path, s.to_string()).unwrap();
+    path
+}
+
+#[tokio::test]
+async fn an_enum_value_of_a_newer_server_reads_as_unknown() {
+    let dir = tempfile::tempdir().unwrap();
+    let schema = newer_nb_schema(dir.path());
+    let Some(srv) = OvsdbServer::start(schema.to_str().unwrap(), Storage::Standalone, false) else {
+        return;
+    };
+    let nb = OvsdbNorthbound::connect(&srv.unix_remote()).await.unwrap();
+    let pg = AclParent::PortGroup("pg1".into());
+    PortGroup::new("pg1").execute(&nb).await.unwrap();
+    // Another client writes an action these models do not know.
+    let pass = AclAction::Unknown("pass".into());
+    Acl::new(pg.clone(), AclDirection::ToLport, 1000, "ip4", pass.clone())
+        .execute(&nb)
+        .await
+        .unwrap();
+    // The row is still read, with the value kept, not dropped or a failure of the whole lookup.
+    let acls = nb.acls(&pg);
+    assert_eq!(acls.len(), 1, "{acls:?}");
+    assert_eq!(acls[0].action, pass);
+    let mut b = Batch::new();
+    b.add(Acl::new(
+        pg.clone(),
+        AclDirection::ToLport,
+        1000,
+        "ip4",
+        pass,
+    ));
+    assert!(nb.plan(&b).unwrap().is_none(), "idempotent");
+    // And it can be changed to a known action, and deleted.
+    Acl::new(
+        pg.clone(),
+        AclDirection::ToLport,
+        1000,
+        "ip4",
+        AclAction::Drop,
+    )
+    .execute(&nb)
+    .await
+    .unwrap();
+    assert_eq!(nb.acls(&pg)[0].action, AclAction::Drop);
+    let mut b = Batch::new();
+    b.delete_acl(pg.clone(), AclDirection::ToLport, 1000, "ip4");
+    nb.commit(b).await.unwrap();
+    assert!(nb.acls(&pg).is_empty());
+}

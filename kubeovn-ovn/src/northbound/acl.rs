@@ -15,6 +15,8 @@ use crate::uuid::Uuid;
 pub use crate::models::nb::{AclAction, AclDirection, AclSeverity, MeterUnit};
 
 type AclRow = nb::Acl;
+/// `ACL.tier`: OVN 23.06 added it, after the shipped schema (so no generated constant).
+const TIER: &str = "tier";
 type MeterRow = nb::Meter;
 type Band = nb::MeterBand;
 type Pg = nb::PortGroup;
@@ -193,8 +195,7 @@ impl Planner<'_, '_> {
                 .value(AclRow::OPTIONS, map_datum(&a.options))
                 .value(AclRow::EXTERNAL_IDS, map_datum(&a.external_ids));
             if let Some(t) = a.tier {
-                // Not a column of the shipped schema (OVN 23.06 added it).
-                ins = ins.value("tier", t);
+                ins = ins.value(TIER, t);
             }
             self.push_insert(AclRow::TABLE, ins.into());
             self.txn.push(
@@ -221,8 +222,8 @@ impl Planner<'_, '_> {
             cols.push((AclRow::METER, opt_datum(a.meter.as_deref())));
         }
         if let Some(t) = a.tier {
-            if int_of(row.get("tier")) != Some(t) {
-                cols.push(("tier", Datum::from(t)));
+            if int_of(row.get(TIER)) != Some(t) {
+                cols.push((TIER, Datum::from(t)));
             }
         }
         if let Some(m) = merged(row.get(AclRow::OPTIONS), &a.options) {
