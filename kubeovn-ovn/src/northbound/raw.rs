@@ -1,32 +1,6 @@
 //! Raw operations, for the tables the specs do not cover (`Load_Balancer_Group`, `HA_Chassis_Group`, `BFD`,
 //! `Meter`'s bands, `QoS`, ...), committed in the same transaction as a batch's specs, with their results
 //! read back typed.
-//!
-//! ```no_run
-//! # async fn demo(nb: &kubeovn_ovn::northbound::OvsdbNorthbound) -> Result<(), kubeovn_ovn::Error> {
-//! use kubeovn_ovn::models::nb::LoadBalancerGroup;
-//! use kubeovn_ovn::northbound::{Batch, Northbound};
-//! use kubeovn_ovn::ops::{Condition, Operation};
-//! use kubeovn_ovn::{Datum, Model};
-//!
-//! let lb = nb.load_balancer("svc1").expect("committed before");
-//! let mut b = Batch::new();
-//! let group = b.raw(
-//!     Operation::insert(LoadBalancerGroup::TABLE)
-//!         .uuid_name("group")
-//!         .value(LoadBalancerGroup::NAME, "cluster-lbs")
-//!         .value(LoadBalancerGroup::LOAD_BALANCER, Datum::uuid(lb.uuid)),
-//! );
-//! let row = b.raw(
-//!     Operation::select(LoadBalancerGroup::TABLE)
-//!         .filter(Condition::eq("_uuid", Datum::named_uuid("group"))),
-//! );
-//! nb.commit(b).await?;
-//! let uuid = group.uuid()?;
-//! let read: Vec<LoadBalancerGroup> = row.rows()?;
-//! assert_eq!(read[0].uuid, uuid);
-//! # Ok(()) }
-//! ```
 
 use std::sync::{Arc, OnceLock};
 
@@ -40,6 +14,32 @@ use crate::uuid::Uuid;
 /// Nothing is diffed: it is sent on every commit of its batch. The replica is not waited for on its behalf
 /// (its table is usually not replicated). Its uuid-name, if any, must not be one the planner uses (`r`
 /// followed by digits).
+///
+/// ```no_run
+/// # async fn demo(nb: &kubeovn_ovn::northbound::OvsdbNorthbound) -> Result<(), kubeovn_ovn::Error> {
+/// use kubeovn_ovn::models::nb::LoadBalancerGroup;
+/// use kubeovn_ovn::northbound::{Batch, Northbound};
+/// use kubeovn_ovn::ops::{Condition, Operation};
+/// use kubeovn_ovn::{Datum, Model};
+///
+/// let lb = nb.load_balancer("svc1").expect("committed before");
+/// let mut b = Batch::new();
+/// let group = b.raw(
+///     Operation::insert(LoadBalancerGroup::TABLE)
+///         .uuid_name("group")
+///         .value(LoadBalancerGroup::NAME, "cluster-lbs")
+///         .value(LoadBalancerGroup::LOAD_BALANCER, Datum::uuid(lb.uuid)),
+/// );
+/// let row = b.raw(
+///     Operation::select(LoadBalancerGroup::TABLE)
+///         .filter(Condition::eq("_uuid", Datum::named_uuid("group"))),
+/// );
+/// nb.commit(b).await?;
+/// let uuid = group.uuid()?;
+/// let read: Vec<LoadBalancerGroup> = row.rows()?;
+/// assert_eq!(read[0].uuid, uuid);
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone)]
 pub struct RawOp {
     /// The operation.
