@@ -44,6 +44,45 @@ pub fn field_name(column: &str) -> String {
     }
 }
 
+/// The enum name of an enumerated string column: `ACL.action` -> `AclAction`, `NAT.type` -> `NatType`.
+pub fn enum_name(table: &str, column: &str) -> String {
+    format!("{}{}", struct_name(table), camel(column))
+}
+
+/// The variant name of an enumerated value: `allow-related` -> `AllowRelated`, `dnat_and_snat` ->
+/// `DnatAndSnat`, `OpenFlow10` -> `OpenFlow10`.
+pub fn variant_name(value: &str) -> String {
+    let v = camel(value);
+    match v.chars().next() {
+        // `Unknown` is the variant of values the models do not know.
+        _ if v == "Unknown" => "UnknownValue".to_owned(),
+        Some(c) if c.is_ascii_alphabetic() => v,
+        _ => format!("V{v}"),
+    }
+}
+
+fn camel(s: &str) -> String {
+    let mut out = String::new();
+    for seg in s.split(['-', '_', '.', ' ']).filter(|s| !s.is_empty()) {
+        let mut cs = seg.chars();
+        if let Some(c) = cs.next() {
+            out.push(c.to_ascii_uppercase());
+            out.extend(cs.filter(|c| c.is_ascii_alphanumeric()));
+        }
+    }
+    out
+}
+
+/// The enumerated string values of a column's key (None when it is not an enumerated string, or a map:
+/// map columns keep plain strings).
+fn enum_values(ty: &ColumnType) -> Option<Vec<&str>> {
+    if ty.is_map() || ty.key.atom != AtomType::String {
+        return None;
+    }
+    let e = ty.key.enumeration.as_ref()?;
+    e.iter().map(Atom::as_str).collect()
+}
+
 fn rust_atom(t: AtomType) -> &'static str {
     match t {
         AtomType::Integer => "i64",
@@ -73,8 +112,14 @@ fn shape(ty: &ColumnType) -> Shape {
     }
 }
 
-fn rust_type(ty: &ColumnType) -> String {
-    let k = rust_atom(ty.key.atom);
+fn rust_type(table: &str, column: &str, ty: &ColumnType) -> String {
+    let e;
+    let k = if enum_values(ty).is_some() {
+        e = enum_name(table, column);
+        e.as_str()
+    } else {
+        rust_atom(ty.key.atom)
+    };
     match (shape(ty), &ty.value) {
         (Shape::Map, Some(v)) => format!("BTreeMap<{k}, {}>", rust_atom(v.atom)),
         (Shape::Scalar, _) => k.to_owned(),
@@ -200,6 +245,13 @@ pub fn generate(schema: &DatabaseSchema, source: &str) -> String {
     let names: Vec<String> = schema.tables.keys().map(|t| format!("{t:?}")).collect();
     let _ = writeln!(w, "pub const TABLES: &[&str] = &[{}];", names.join(", "));
     for (tname, t) in &schema.tables {
+        for (cname, c) in &t.columns {
+            if let Some(values) = enum_values(&c.ty) {
+                write_enum(w, tname, cname, &values);
+            }
+        }
+    }
+    for (tname, t) in &schema.tables {
         let sname = struct_name(tname);
         let _ = writeln!(w);
         let mut flags = Vec::new();
@@ -224,7 +276,12 @@ pub fn generate(schema: &DatabaseSchema, source: &str) -> String {
         let _ = writeln!(w, "    pub uuid: Uuid,");
         for (cname, c) in &t.columns {
             let _ = writeln!(w, "    /// `{cname}`: {}.", describe(c));
-            let _ = writeln!(w, "    pub {}: {},", field_name(cname), rust_type(&c.ty));
+            let _ = writeln!(
+                w,
+                "    pub {}: {},",
+                field_name(cname),
+                rust_type(tname, cname, &c.ty)
+            );
         }
         let _ = writeln!(w, "}}");
         let _ = writeln!(w);
@@ -284,6 +341,18 @@ pub fn generate(schema: &DatabaseSchema, source: &str) -> String {
     o
 }
 
+fn write_enum(w: &mut String, table: &str, column: &str, values: &[&str]) {
+    let _ = writeln!(w);
+    let _ = writeln!(w, "crate::string_enum! {{");
+    let _ = writeln!(w, "    /// The values of `{table}.{column}`.");
+    let _ = writeln!(w, "    {} {{", enum_name(table, column));
+    for v in values {
+        let _ = writeln!(w, "        \"`{v}`.\" {} = {v:?},", variant_name(v));
+    }
+    let _ = writeln!(w, "    }}");
+    let _ = writeln!(w, "}}");
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -299,5 +368,11 @@ mod tests {
         assert_eq!(field_name("type"), "type_");
         assert_eq!(field_name("match"), "match_");
         assert_eq!(field_name("external_ids"), "external_ids");
+        assert_eq!(enum_name("ACL", "action"), "AclAction");
+        assert_eq!(enum_name("NAT", "type"), "NatType");
+        assert_eq!(variant_name("allow-related"), "AllowRelated");
+        assert_eq!(variant_name("dnat_and_snat"), "DnatAndSnat");
+        assert_eq!(variant_name("OpenFlow10"), "OpenFlow10");
+        assert_eq!(variant_name("dot1q-tunnel"), "Dot1qTunnel");
     }
 }

@@ -3,9 +3,12 @@
 use crate::conn::ProbeTimeout;
 use crate::datum::DatumError;
 use crate::framing::DecodeError;
+use crate::model::ModelError;
 use crate::monitor::UpdateError;
+use crate::northbound::NbError;
 use crate::ops::{OvsdbError, ResultError, TransactError, ValidationError};
 use crate::schema::SchemaError;
+use crate::vswitch::OvsError;
 
 /// Any error of this crate.
 #[derive(Debug, thiserror::Error)]
@@ -93,6 +96,16 @@ pub enum Error {
         /// What was wrong.
         what: String,
     },
+    /// A row did not fit its model.
+    #[error(transparent)]
+    Model(#[from] ModelError),
+    /// The northbound API refused a request or could not confirm it (a row not found or already there, the
+    /// replica late).
+    #[error(transparent)]
+    Nb(#[from] NbError),
+    /// The Open_vSwitch API refused a request or a wait did not complete.
+    #[error(transparent)]
+    Ovs(#[from] OvsError),
     /// Encoding a request failed.
     #[error("encoding a request: {0}")]
     Encode(#[from] serde_json::Error),
@@ -109,6 +122,28 @@ impl Error {
                 | Error::OutcomeUnknown(_)
                 | Error::Probe(_)
                 | Error::NotLeader { .. }
+        )
+    }
+
+    /// Whether a row the request needed does not exist ([`NbError::NotFound`], [`OvsError::NotFound`]).
+    pub fn is_not_found(&self) -> bool {
+        matches!(
+            self,
+            Error::Nb(NbError::NotFound { .. }) | Error::Ovs(OvsError::NotFound { .. })
+        )
+    }
+
+    /// Whether a row exists where the request said it must not ([`NbError::Exists`]).
+    pub fn is_exists(&self) -> bool {
+        matches!(self, Error::Nb(NbError::Exists { .. }))
+    }
+
+    /// Whether a wait gave up: the replica did not show a committed change in time
+    /// ([`NbError::CacheTimeout`]), or an Open_vSwitch wait ([`OvsError::Timeout`]). The change may be in.
+    pub fn is_timeout(&self) -> bool {
+        matches!(
+            self,
+            Error::Nb(NbError::CacheTimeout(_)) | Error::Ovs(OvsError::Timeout(..))
         )
     }
 

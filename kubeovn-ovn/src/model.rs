@@ -5,6 +5,11 @@
 //! `BTreeMap<K, V>`, with `T` one of `i64`, `f64`, `bool`, `String`, [`Uuid`]. A column missing from a row (a
 //! monitor of some columns only) takes its default; both the exact (typed) and the loose (untyped: bare atom
 //! for a one-element set, integer for a real) forms of a datum are accepted.
+//!
+//! A string column with an `enum` constraint is a generated Rust enum (made by [`string_enum!`](crate::string_enum)). A value the
+//! enum does not know, written by a newer server, reads as its `Unknown` variant instead of failing the row, so
+//! the row stays visible (to be updated or deleted); [`FromStr`](std::str::FromStr) accepts only the known
+//! values, and the schema refuses `Unknown` values before a transaction is sent.
 
 use std::collections::BTreeMap;
 
@@ -24,6 +29,98 @@ pub struct ModelError {
     pub expected: &'static str,
     /// The datum found (abridged).
     pub found: String,
+}
+
+/// A string that is none of an enumerated column's values (see [`string_enum!`](crate::string_enum)).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{value:?} is not a {type_name} (one of {known})")]
+pub struct UnknownValue {
+    /// The enum's name.
+    pub type_name: &'static str,
+    /// The string given.
+    pub value: String,
+    /// The known values, comma separated.
+    pub known: &'static str,
+}
+
+/// Defines the enum of an enumerated string column: its known values as unit variants (the first is the
+/// default) and `Unknown(String)` for a value a newer schema added, with `as_str`, `Display`, `FromStr` (known
+/// values only), `From<_> for Atom` (so also `Datum`) and [`AtomValue`] (an unknown string reads as `Unknown`).
+#[macro_export]
+macro_rules! string_enum {
+    ($(#[$m:meta])* $name:ident { $first_doc:literal $first:ident = $first_val:literal, $($doc:literal $var:ident = $val:literal,)* }) => {
+        $(#[$m])*
+        #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+        pub enum $name {
+            #[doc = $first_doc]
+            #[default]
+            $first,
+            $(#[doc = $doc] $var,)*
+            /// A value these models do not know (written by a newer server).
+            Unknown(String),
+        }
+
+        impl $name {
+            /// The known values.
+            pub const ALL: &'static [$name] = &[$name::$first, $($name::$var),*];
+
+            /// The value as stored in the database.
+            pub fn as_str(&self) -> &str {
+                match self {
+                    $name::$first => $first_val,
+                    $($name::$var => $val,)*
+                    $name::Unknown(s) => s,
+                }
+            }
+        }
+
+        impl ::std::fmt::Display for $name {
+            fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl ::std::str::FromStr for $name {
+            type Err = $crate::model::UnknownValue;
+            fn from_str(s: &str) -> Result<Self, Self::Err> {
+                match s {
+                    $first_val => Ok($name::$first),
+                    $($val => Ok($name::$var),)*
+                    _ => Err($crate::model::UnknownValue {
+                        type_name: stringify!($name),
+                        value: s.to_owned(),
+                        known: concat!($first_val $(, ", ", $val)*),
+                    }),
+                }
+            }
+        }
+
+        impl $crate::model::AtomValue for $name {
+            const TYPE: $crate::datum::AtomType = $crate::datum::AtomType::String;
+            fn from_atom(a: &$crate::datum::Atom) -> Option<Self> {
+                a.as_str()
+                    .map(|s| s.parse().unwrap_or_else(|_| $name::Unknown(s.to_owned())))
+            }
+            fn to_atom(&self) -> $crate::datum::Atom {
+                $crate::datum::Atom::String(self.as_str().to_owned())
+            }
+        }
+
+        impl From<$name> for $crate::datum::Atom {
+            fn from(v: $name) -> Self {
+                match v {
+                    $name::Unknown(s) => $crate::datum::Atom::String(s),
+                    known => $crate::datum::Atom::String(known.as_str().to_owned()),
+                }
+            }
+        }
+
+        impl From<&$name> for $crate::datum::Atom {
+            fn from(v: &$name) -> Self {
+                $crate::datum::Atom::String(v.as_str().to_owned())
+            }
+        }
+    };
 }
 
 /// Something a model reads its columns from: an untyped [`Row`], or a replica's row read in place.

@@ -91,15 +91,6 @@ pub enum OvsError {
     },
 }
 
-impl From<OvsError> for Error {
-    fn from(e: OvsError) -> Self {
-        Error::Protocol {
-            method: "vswitch",
-            what: e.to_string(),
-        }
-    }
-}
-
 fn set_map(want: &BTreeMap<String, Option<String>>) -> Map {
     want.iter()
         .filter_map(|(k, v)| Some((k.clone(), v.clone()?)))

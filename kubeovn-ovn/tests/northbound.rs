@@ -8,10 +8,11 @@ use std::time::Duration;
 use common::{OvsdbServer, Storage};
 use kubeovn_ovn::cache::{CacheBuilder, EventKind};
 use kubeovn_ovn::northbound::{
-    AddressSet, Batch, LogicalSwitch, Northbound, OvsdbNorthbound, Patch, PortGroup, Router,
-    RouterPolicy, StaticRoute, SwitchPort,
+    AddressSet, Batch, LogicalRouterPolicyAction, LogicalRouterStaticRoutePolicy, LogicalSwitch,
+    NbError, Northbound, OvsdbNorthbound, Patch, PortGroup, Router, RouterPolicy, StaticRoute,
+    SwitchPort,
 };
-use kubeovn_ovn::Client;
+use kubeovn_ovn::{Client, Error};
 
 fn server() -> Option<OvsdbServer> {
     OvsdbServer::start("ovn-nb.ovsschema", Storage::Standalone, false)
@@ -190,13 +191,24 @@ async fn northbound_switches_ports_routers_patch() {
         nb.switch_port("pod1.ns").unwrap().external_ids["pod"],
         "ns/pod1"
     );
-    assert!(SwitchPort::new("ovn-default", "pod1.ns")
+    // Refusals are typed: a caller matches them instead of reading a message.
+    let e = SwitchPort::new("ovn-default", "pod1.ns")
         .must_not_exist()
         .execute(&nb)
         .await
-        .is_err());
+        .unwrap_err();
+    assert!(
+        matches!(&e, Error::Nb(NbError::Exists { table: "Logical_Switch_Port", name }) if name == "pod1.ns"),
+        "{e:?}"
+    );
+    assert!(e.is_exists() && !e.is_not_found() && !e.is_connection_error());
     assert_eq!(nb.switch_ports_by_external_id("pod", "ns/pod1").len(), 1);
-    assert!(SwitchPort::new("nope", "x").execute(&nb).await.is_err());
+    let e = SwitchPort::new("nope", "x").execute(&nb).await.unwrap_err();
+    assert!(
+        matches!(&e, Error::Nb(NbError::NotFound { table: "Logical_Switch", name }) if name == "nope"),
+        "{e:?}"
+    );
+    assert!(e.is_not_found());
 
     // router and the patch pair in one transaction with a switch created by the same batch
     let mut b = Batch::new();
@@ -243,7 +255,7 @@ async fn northbound_switches_ports_routers_patch() {
         .await
         .unwrap();
     StaticRoute::new("ovn-cluster", "10.16.0.0/16", "100.64.0.2")
-        .policy("src-ip")
+        .policy(LogicalRouterStaticRoutePolicy::SrcIp)
         .execute(&nb)
         .await
         .unwrap();
@@ -253,20 +265,35 @@ async fn northbound_switches_ports_routers_patch() {
         "{routes}"
     );
     assert_eq!(nb.static_routes("ovn-cluster").len(), 2);
-    RouterPolicy::new("ovn-cluster", 31000, "ip4.dst == 10.16.0.0/16", "allow")
-        .execute(&nb)
-        .await
-        .unwrap();
-    RouterPolicy::new("ovn-cluster", 29000, "ip4.src == 10.16.0.5", "reroute")
-        .nexthops(["100.64.0.2"])
-        .execute(&nb)
-        .await
-        .unwrap();
-    RouterPolicy::new("ovn-cluster", 29000, "ip4.src == 10.16.0.5", "reroute")
-        .nexthops(["100.64.0.3"])
-        .execute(&nb)
-        .await
-        .unwrap();
+    RouterPolicy::new(
+        "ovn-cluster",
+        31000,
+        "ip4.dst == 10.16.0.0/16",
+        LogicalRouterPolicyAction::Allow,
+    )
+    .execute(&nb)
+    .await
+    .unwrap();
+    RouterPolicy::new(
+        "ovn-cluster",
+        29000,
+        "ip4.src == 10.16.0.5",
+        LogicalRouterPolicyAction::Reroute,
+    )
+    .nexthops(["100.64.0.2"])
+    .execute(&nb)
+    .await
+    .unwrap();
+    RouterPolicy::new(
+        "ovn-cluster",
+        29000,
+        "ip4.src == 10.16.0.5",
+        LogicalRouterPolicyAction::Reroute,
+    )
+    .nexthops(["100.64.0.3"])
+    .execute(&nb)
+    .await
+    .unwrap();
     let pols = srv.ctl("ovn-nbctl", &["lr-policy-list", "ovn-cluster"]);
     assert!(
         pols.contains("100.64.0.3") && !pols.contains("100.64.0.2"),

@@ -8,10 +8,14 @@ mod common;
 use std::collections::BTreeMap;
 
 use common::{OvsdbServer, Storage};
+use kubeovn_ovn::models::nb::{self, LoadBalancerGroup};
 use kubeovn_ovn::northbound::{
-    Acl, AclParent, Batch, DhcpOptions, LbTarget, LoadBalancer, LogicalSwitch, Meter, Nat,
+    Acl, AclAction, AclDirection, AclParent, AclSeverity, Batch, DhcpOptions, LbTarget,
+    LoadBalancer, LoadBalancerProtocol, LogicalSwitch, Meter, MeterUnit, Nat, NatType, NbError,
     NbGlobal, Northbound, OvsdbNorthbound, PortGroup, Router,
 };
+use kubeovn_ovn::ops::{Condition, Operation};
+use kubeovn_ovn::{Datum, Error, Model};
 
 fn server() -> Option<OvsdbServer> {
     let srv = OvsdbServer::start("ovn-nb.ovsschema", Storage::Standalone, false)?;
@@ -32,21 +36,27 @@ async fn acls_with_meters_on_port_groups() {
     let pg = AclParent::PortGroup("pg1".into());
     let mut b = Batch::new();
     b.add(PortGroup::new("pg1"));
-    b.add(Meter::new("acl-meter", "pktps", 100, 10));
+    b.add(Meter::new("acl-meter", MeterUnit::Pktps, 100, 10));
     b.add(
         Acl::new(
             pg.clone(),
-            "to-lport",
+            AclDirection::ToLport,
             1001,
             "outport == @pg1 && ip4",
-            "allow-related",
+            AclAction::AllowRelated,
         )
-        .log("np1", "info", Some("acl-meter"))
+        .log("np1", AclSeverity::Info, Some("acl-meter"))
         .external_id("np", "ns/np1"),
     );
     b.add(
-        Acl::new(pg.clone(), "to-lport", 1000, "outport == @pg1", "drop")
-            .external_id("np", "ns/np1"),
+        Acl::new(
+            pg.clone(),
+            AclDirection::ToLport,
+            1000,
+            "outport == @pg1",
+            AclAction::Drop,
+        )
+        .external_id("np", "ns/np1"),
     );
     nb.commit(b.clone()).await.unwrap();
     let out = nbctl(&srv, &["acl-list", "pg1"]);
@@ -63,12 +73,12 @@ async fn acls_with_meters_on_port_groups() {
     let mut b = Batch::new();
     b.add(Acl::new(
         pg.clone(),
-        "to-lport",
+        AclDirection::ToLport,
         1000,
         "outport == @pg1",
-        "reject",
+        AclAction::Reject,
     ));
-    b.add(Meter::new("acl-meter", "pktps", 200, 10));
+    b.add(Meter::new("acl-meter", MeterUnit::Pktps, 200, 10));
     nb.commit(b).await.unwrap();
     assert!(nbctl(&srv, &["acl-list", "pg1"]).contains("1000 (outport == @pg1) reject"));
     assert!(nbctl(&srv, &["meter-list"]).contains("200 pktps"));
@@ -76,7 +86,12 @@ async fn acls_with_meters_on_port_groups() {
     // Delete one by identity, then the rest by external id; again as no-ops.
     for _ in 0..2 {
         let mut b = Batch::new();
-        b.delete_acl(pg.clone(), "to-lport", 1001, "outport == @pg1 && ip4");
+        b.delete_acl(
+            pg.clone(),
+            AclDirection::ToLport,
+            1001,
+            "outport == @pg1 && ip4",
+        );
         nb.commit(b).await.unwrap();
     }
     assert_eq!(nb.acls(&pg).len(), 1);
@@ -96,10 +111,10 @@ async fn acls_with_meters_on_port_groups() {
     let ls = AclParent::Switch("ls0".into());
     Acl::new(
         ls.clone(),
-        "from-lport",
+        AclDirection::FromLport,
         2000,
         "ip4.dst == 10.0.0.1",
-        "allow",
+        AclAction::Allow,
     )
     .execute(&nb)
     .await
@@ -118,7 +133,7 @@ async fn load_balancers_and_vips() {
     b.add(Router::new("lr0"));
     b.add(
         LoadBalancer::new("cluster-tcp")
-            .protocol("tcp")
+            .protocol(LoadBalancerProtocol::Tcp)
             .vip("10.96.0.1:443", ["172.18.0.2:6443", "172.18.0.3:6443"])
             .external_id("vendor", "kube-ovn"),
     );
@@ -172,9 +187,15 @@ async fn nat_dhcp_and_nb_global() {
     let mut b = Batch::new();
     b.add(Router::new("lr0"));
     b.add(
-        Nat::new("lr0", "snat", "172.18.0.100", "10.16.0.0/16").external_id("vendor", "kube-ovn"),
+        Nat::new("lr0", NatType::Snat, "172.18.0.100", "10.16.0.0/16")
+            .external_id("vendor", "kube-ovn"),
     );
-    b.add(Nat::new("lr0", "dnat_and_snat", "172.18.0.50", "10.16.0.5"));
+    b.add(Nat::new(
+        "lr0",
+        NatType::DnatAndSnat,
+        "172.18.0.50",
+        "10.16.0.5",
+    ));
     nb.commit(b.clone()).await.unwrap();
     let out = nbctl(&srv, &["lr-nat-list", "lr0"]);
     assert!(
@@ -187,7 +208,7 @@ async fn nat_dhcp_and_nb_global() {
     );
     assert!(nb.plan(&b).unwrap().is_none(), "idempotent");
     // Change the snat's external IP (identified by its logical IP).
-    Nat::new("lr0", "snat", "172.18.0.101", "10.16.0.0/16")
+    Nat::new("lr0", NatType::Snat, "172.18.0.101", "10.16.0.0/16")
         .execute(&nb)
         .await
         .unwrap();
@@ -195,8 +216,8 @@ async fn nat_dhcp_and_nb_global() {
     assert_eq!(nats.len(), 2);
     assert!(nbctl(&srv, &["lr-nat-list", "lr0"]).contains("172.18.0.101"));
     let mut b = Batch::new();
-    b.delete_nat("lr0", "snat", "10.16.0.0/16")
-        .delete_nat("lr0", "dnat_and_snat", "172.18.0.50");
+    b.delete_nat("lr0", NatType::Snat, "10.16.0.0/16")
+        .delete_nat("lr0", NatType::DnatAndSnat, "172.18.0.50");
     nb.commit(b).await.unwrap();
     assert_eq!(nbctl(&srv, &["lr-nat-list", "lr0"]), "");
     assert_eq!(
@@ -256,4 +277,147 @@ async fn nat_dhcp_and_nb_global() {
         .unwrap();
     let g = nb.nb_global().unwrap();
     assert_eq!(g.options.len(), 1);
+}
+
+#[tokio::test]
+async fn raw_operations_create_a_load_balancer_group_read_back_typed() {
+    let Some(srv) = server() else { return };
+    let nb = OvsdbNorthbound::connect(&srv.unix_remote()).await.unwrap();
+    LoadBalancer::new("svc1")
+        .protocol(LoadBalancerProtocol::Udp)
+        .vip("10.96.0.10:53", ["10.16.0.2:53"])
+        .execute(&nb)
+        .await
+        .unwrap();
+    let lb = nb.load_balancer("svc1").unwrap();
+    assert_eq!(lb.protocol, Some(LoadBalancerProtocol::Udp));
+
+    // The group (no spec covers Load_Balancer_Group) in the same transaction as a switch that uses it.
+    let mut b = Batch::new();
+    b.add(LogicalSwitch::new("ls0"));
+    let group = b.raw(
+        Operation::insert(LoadBalancerGroup::TABLE)
+            .uuid_name("group")
+            .value(LoadBalancerGroup::NAME, "cluster-lbs")
+            .value(LoadBalancerGroup::LOAD_BALANCER, Datum::uuid(lb.uuid)),
+    );
+    let attached = b.raw(
+        Operation::mutate(nb::LogicalSwitch::TABLE)
+            .filter(Condition::eq(nb::LogicalSwitch::NAME, "ls0"))
+            .insert(
+                nb::LogicalSwitch::LOAD_BALANCER_GROUP,
+                Datum::named_uuid("group"),
+            ),
+    );
+    let read = b.raw(
+        Operation::select(LoadBalancerGroup::TABLE)
+            .filter(Condition::eq("_uuid", Datum::named_uuid("group"))),
+    );
+    assert!(group.uuid().is_err(), "no result before the commit");
+    nb.commit(b).await.unwrap();
+
+    let uuid = group.uuid().unwrap();
+    assert_eq!(attached.count().unwrap(), 1);
+    let rows: Vec<LoadBalancerGroup> = read.rows().unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].uuid, uuid);
+    assert_eq!(rows[0].name, "cluster-lbs");
+    assert_eq!(rows[0].load_balancer, [lb.uuid]);
+    // A result read as the wrong shape is a typed error.
+    assert!(matches!(
+        read.uuid(),
+        Err(Error::Nb(NbError::RawResult { .. }))
+    ));
+    // ovn-nbctl sees the group holding the load balancer, and the switch using the group.
+    assert_eq!(
+        nbctl(
+            &srv,
+            &["get", "Load_Balancer_Group", "cluster-lbs", "load_balancer"]
+        ),
+        format!("[{}]", lb.uuid)
+    );
+    assert_eq!(
+        nbctl(
+            &srv,
+            &["get", "Logical_Switch", "ls0", "load_balancer_group"]
+        ),
+        format!("[{uuid}]")
+    );
+    assert_eq!(nb.switch("ls0").unwrap().load_balancer_group, [uuid]);
+
+    // A uuid-name the planner uses for the batch's own rows is refused before anything is sent.
+    let mut b = Batch::new();
+    b.raw(Operation::insert(LoadBalancerGroup::TABLE).uuid_name("r1"));
+    let e = nb.commit(b).await.unwrap_err();
+    assert!(
+        matches!(&e, Error::Nb(NbError::ReservedName(n)) if n == "r1"),
+        "{e:?}"
+    );
+    assert_eq!(
+        nbctl(
+            &srv,
+            &["--bare", "--columns=name", "list", "Load_Balancer_Group"]
+        ),
+        "cluster-lbs"
+    );
+}
+
+/// A newer server's schema: the shipped one with `pass` added to the ACL actions (as OVN 23.06 did).
+fn newer_nb_schema(dir: &std::path::Path) -> std::path::PathBuf {
+    let text = std::fs::read_to_string(common::schema_path("ovn-nb.ovsschema")).unwrap();
+    let mut s: kubeovn_ovn::serde_json::Value = kubeovn_ovn::serde_json::from_str(&text).unwrap();
+    let values = s["tables"]["ACL"]["columns"]["action"]["type"]["key"]["enum"][1]
+        .as_array_mut()
+        .unwrap();
+    values.push("pass".into());
+    let path = dir.join("ovn-nb-newer.ovsschema");
+    std::fs::write(&path, s.to_string()).unwrap();
+    path
+}
+
+#[tokio::test]
+async fn an_enum_value_of_a_newer_server_reads_as_unknown() {
+    let dir = tempfile::tempdir().unwrap();
+    let schema = newer_nb_schema(dir.path());
+    let Some(srv) = OvsdbServer::start(schema.to_str().unwrap(), Storage::Standalone, false) else {
+        return;
+    };
+    let nb = OvsdbNorthbound::connect(&srv.unix_remote()).await.unwrap();
+    let pg = AclParent::PortGroup("pg1".into());
+    PortGroup::new("pg1").execute(&nb).await.unwrap();
+    // Another client writes an action these models do not know.
+    let pass = AclAction::Unknown("pass".into());
+    Acl::new(pg.clone(), AclDirection::ToLport, 1000, "ip4", pass.clone())
+        .execute(&nb)
+        .await
+        .unwrap();
+    // The row is still read, with the value kept, not dropped or a failure of the whole lookup.
+    let acls = nb.acls(&pg);
+    assert_eq!(acls.len(), 1, "{acls:?}");
+    assert_eq!(acls[0].action, pass);
+    let mut b = Batch::new();
+    b.add(Acl::new(
+        pg.clone(),
+        AclDirection::ToLport,
+        1000,
+        "ip4",
+        pass,
+    ));
+    assert!(nb.plan(&b).unwrap().is_none(), "idempotent");
+    // And it can be changed to a known action, and deleted.
+    Acl::new(
+        pg.clone(),
+        AclDirection::ToLport,
+        1000,
+        "ip4",
+        AclAction::Drop,
+    )
+    .execute(&nb)
+    .await
+    .unwrap();
+    assert_eq!(nb.acls(&pg)[0].action, AclAction::Drop);
+    let mut b = Batch::new();
+    b.delete_acl(pg.clone(), AclDirection::ToLport, 1000, "ip4");
+    nb.commit(b).await.unwrap();
+    assert!(nb.acls(&pg).is_empty());
 }

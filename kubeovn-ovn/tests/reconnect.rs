@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 
 use common::{Cluster, OvsdbServer, Storage};
 use kubeovn_ovn::cache::{Cache, EventKind, RowEvent};
-use kubeovn_ovn::northbound::{Batch, Northbound, OvsdbNorthbound, RouterPolicy, SwitchPort};
+use kubeovn_ovn::northbound::{
+    Batch, LogicalRouterPolicyAction, Northbound, OvsdbNorthbound, RouterPolicy, SwitchPort,
+};
 use kubeovn_ovn::ops::{Condition, Operation, Transaction};
 use kubeovn_ovn::session::{Backoff, Session};
 use kubeovn_ovn::{Datum, Error, Uuid};
@@ -292,7 +294,14 @@ async fn an_unknown_outcome_is_rechecked_not_applied_twice() {
         .await
         .unwrap()
         .cache_wait(Duration::from_secs(5));
-    let policy = || RouterPolicy::new("lr0", 1000, "ip4.src == 10.0.0.1", "allow");
+    let policy = || {
+        RouterPolicy::new(
+            "lr0",
+            1000,
+            "ip4.src == 10.0.0.1",
+            LogicalRouterPolicyAction::Allow,
+        )
+    };
     let commit = |nb: &OvsdbNorthbound| {
         let nb = nb.clone();
         tokio::spawn(async move { policy().execute(&nb).await })

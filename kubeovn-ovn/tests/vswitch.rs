@@ -10,7 +10,8 @@ use std::time::Duration;
 use common::{OvsdbServer, Storage};
 use kubeovn_ovn::ops::{Operation, Transaction};
 use kubeovn_ovn::vswitch::{
-    BridgeSpec, GlobalSpec, OpenVSwitch, OvsBatch, OvsdbOpenVSwitch, PortSpec, QosSpec, QueueSpec,
+    BridgeSpec, GlobalSpec, OpenVSwitch, OvsBatch, OvsError, OvsdbOpenVSwitch, PortSpec, QosSpec,
+    QueueSpec,
 };
 use kubeovn_ovn::{Client, Datum, Error};
 
@@ -289,7 +290,11 @@ async fn waits_for_ofport_and_ovn_installed() {
         .wait_ofport("h1", Duration::from_millis(200))
         .await
         .unwrap_err();
-    assert!(e.to_string().contains("timed out"), "{e}");
+    assert!(
+        matches!(&e, Error::Ovs(OvsError::Timeout(d, _)) if *d == Duration::from_millis(200)),
+        "{e:?}"
+    );
+    assert!(e.is_timeout() && !e.is_connection_error());
     // Play ovs-vswitchd and ovn-controller from another connection.
     let other = Client::connect(&srv.unix_remote()).await.unwrap();
     let waiter = {

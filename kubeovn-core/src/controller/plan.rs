@@ -7,7 +7,8 @@ use std::net::IpAddr;
 use ipnetwork::IpNetwork;
 use kubeovn_ipam::{Addresses, Mac};
 use kubeovn_ovn::northbound::{
-    Batch, LogicalSwitch, Op, Patch, PortGroup, RouterPolicy, StaticRoute, SwitchPort,
+    Batch, LogicalRouterPolicyAction, LogicalSwitch, Op, Patch, PortGroup, RouterPolicy,
+    StaticRoute, SwitchPort,
 };
 
 use crate::naming::{self, external_ids as ext, priority};
@@ -155,9 +156,14 @@ pub fn subnet_batch(s: &SubnetInfo, mac: &str) -> Batch {
     b.patch(patch);
     for m in subnet_policy_matches(s) {
         b.add(
-            RouterPolicy::new(&s.vpc, i64::from(priority::SUBNET_ROUTER), m, "allow")
-                .external_id(ext::VENDOR, naming::VENDOR)
-                .external_id(ext::SUBNET, &s.name),
+            RouterPolicy::new(
+                &s.vpc,
+                i64::from(priority::SUBNET_ROUTER),
+                m,
+                LogicalRouterPolicyAction::Allow,
+            )
+            .external_id(ext::VENDOR, naming::VENDOR)
+            .external_id(ext::SUBNET, &s.name),
         );
     }
     b
@@ -184,7 +190,7 @@ pub fn gateway_batch(s: &SubnetInfo, nodes: &[(String, Vec<IpAddr>)]) -> Batch {
                     &s.vpc,
                     i64::from(priority::GATEWAY_ROUTER),
                     gateway_policy_match(s, node, c.is_ipv4()),
-                    "reroute",
+                    LogicalRouterPolicyAction::Reroute,
                 )
                 .nexthops([nh.to_string()])
                 .external_id(ext::VENDOR, naming::VENDOR)
@@ -344,7 +350,7 @@ pub fn node_batch(
                 vpc,
                 i64::from(priority::NODE_ROUTER),
                 node_policy_match(*ip),
-                "reroute",
+                LogicalRouterPolicyAction::Reroute,
             )
             .nexthops([nh.to_string()])
             .external_id(ext::VENDOR, naming::VENDOR)

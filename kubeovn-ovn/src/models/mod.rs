@@ -47,4 +47,56 @@ mod tests {
         assert_eq!(nb::TABLES.len(), schema.tables.len());
         assert_eq!(nb::Acl::ACTION, "action");
     }
+
+    #[test]
+    fn enum_columns_are_typed() {
+        let acl = nb::Acl {
+            action: nb::AclAction::AllowRelated,
+            direction: nb::AclDirection::ToLport,
+            severity: Some(nb::AclSeverity::Warning),
+            ..Default::default()
+        };
+        let row = acl.to_row();
+        assert_eq!(row["action"], Datum::from("allow-related"));
+        assert_eq!(row["severity"], Datum::set(["warning"]));
+        assert_eq!(nb::Acl::from_row(Uuid::NIL, &row).unwrap(), acl);
+        assert_eq!(nb::NatType::DnatAndSnat.to_string(), "dnat_and_snat");
+        assert_eq!("udp".parse(), Ok(nb::LoadBalancerProtocol::Udp));
+        assert_eq!(
+            ovs::PortVlanMode::ALL.len(),
+            5,
+            "every schema value is a variant"
+        );
+        // The first value is the default, as for a row inserted without the column.
+        assert_eq!(nb::AclAction::default(), nb::AclAction::Allow);
+    }
+
+    #[test]
+    fn unknown_enum_value_reads_as_unknown() {
+        // A newer server may write a value these models do not know: the row still reads (so it can be
+        // updated or deleted), the value kept as is, and written back unchanged.
+        let mut row = nb::Acl::default().to_row();
+        row.insert("action".into(), Datum::from("pass"));
+        row.insert("severity".into(), Datum::set(["emergency"]));
+        let acl = nb::Acl::from_row(Uuid::NIL, &row).unwrap();
+        assert_eq!(acl.action, nb::AclAction::Unknown("pass".into()));
+        assert_eq!(acl.action.as_str(), "pass");
+        assert_eq!(
+            acl.severity,
+            Some(nb::AclSeverity::Unknown("emergency".into()))
+        );
+        assert_eq!(acl.to_row()["action"], Datum::from("pass"));
+        // Parsing accepts only the known values, with an error saying which.
+        let e = "pass".parse::<nb::AclAction>().unwrap_err();
+        assert_eq!(e.value, "pass");
+        assert!(e.to_string().contains("allow-related"), "{e}");
+        // The schema refuses the unknown value before anything is sent.
+        let schema =
+            DatabaseSchema::parse_str(include_str!("../../schemas/ovn-nb.ovsschema")).unwrap();
+        let col = schema.table("ACL").unwrap().column("action").unwrap();
+        assert!(col.ty.validate(&acl.to_row()["action"]).is_err());
+        // A non-string atom is still a typed decode error of the row.
+        row.insert("action".into(), Datum::from(3i64));
+        assert!(nb::Acl::from_row(Uuid::NIL, &row).is_err());
+    }
 }

@@ -18,15 +18,141 @@ pub const SCHEMA_VERSION: &str = "7.0.0";
 /// The tables, by name.
 pub const TABLES: &[&str] = &["ACL", "Address_Set", "BFD", "Chassis_Template_Var", "Connection", "Copp", "DHCP_Options", "DNS", "Forwarding_Group", "Gateway_Chassis", "HA_Chassis", "HA_Chassis_Group", "Load_Balancer", "Load_Balancer_Group", "Load_Balancer_Health_Check", "Logical_Router", "Logical_Router_Policy", "Logical_Router_Port", "Logical_Router_Static_Route", "Logical_Switch", "Logical_Switch_Port", "Meter", "Meter_Band", "Mirror", "NAT", "NB_Global", "Port_Group", "QoS", "SSL", "Static_MAC_Binding"];
 
+crate::string_enum! {
+    /// The values of `ACL.action`.
+    AclAction {
+        "`allow`." Allow = "allow",
+        "`allow-related`." AllowRelated = "allow-related",
+        "`allow-stateless`." AllowStateless = "allow-stateless",
+        "`drop`." Drop = "drop",
+        "`reject`." Reject = "reject",
+    }
+}
+
+crate::string_enum! {
+    /// The values of `ACL.direction`.
+    AclDirection {
+        "`from-lport`." FromLport = "from-lport",
+        "`to-lport`." ToLport = "to-lport",
+    }
+}
+
+crate::string_enum! {
+    /// The values of `ACL.severity`.
+    AclSeverity {
+        "`alert`." Alert = "alert",
+        "`debug`." Debug = "debug",
+        "`info`." Info = "info",
+        "`notice`." Notice = "notice",
+        "`warning`." Warning = "warning",
+    }
+}
+
+crate::string_enum! {
+    /// The values of `BFD.status`.
+    BfdStatus {
+        "`admin_down`." AdminDown = "admin_down",
+        "`down`." Down = "down",
+        "`init`." Init = "init",
+        "`up`." Up = "up",
+    }
+}
+
+crate::string_enum! {
+    /// The values of `Load_Balancer.protocol`.
+    LoadBalancerProtocol {
+        "`sctp`." Sctp = "sctp",
+        "`tcp`." Tcp = "tcp",
+        "`udp`." Udp = "udp",
+    }
+}
+
+crate::string_enum! {
+    /// The values of `Load_Balancer.selection_fields`.
+    LoadBalancerSelectionFields {
+        "`eth_dst`." EthDst = "eth_dst",
+        "`eth_src`." EthSrc = "eth_src",
+        "`ip_dst`." IpDst = "ip_dst",
+        "`ip_src`." IpSrc = "ip_src",
+        "`tp_dst`." TpDst = "tp_dst",
+        "`tp_src`." TpSrc = "tp_src",
+    }
+}
+
+crate::string_enum! {
+    /// The values of `Logical_Router_Policy.action`.
+    LogicalRouterPolicyAction {
+        "`allow`." Allow = "allow",
+        "`drop`." Drop = "drop",
+        "`reroute`." Reroute = "reroute",
+    }
+}
+
+crate::string_enum! {
+    /// The values of `Logical_Router_Static_Route.policy`.
+    LogicalRouterStaticRoutePolicy {
+        "`dst-ip`." DstIp = "dst-ip",
+        "`src-ip`." SrcIp = "src-ip",
+    }
+}
+
+crate::string_enum! {
+    /// The values of `Meter.unit`.
+    MeterUnit {
+        "`kbps`." Kbps = "kbps",
+        "`pktps`." Pktps = "pktps",
+    }
+}
+
+crate::string_enum! {
+    /// The values of `Meter_Band.action`.
+    MeterBandAction {
+        "`drop`." Drop = "drop",
+    }
+}
+
+crate::string_enum! {
+    /// The values of `Mirror.filter`.
+    MirrorFilter {
+        "`from-lport`." FromLport = "from-lport",
+        "`to-lport`." ToLport = "to-lport",
+    }
+}
+
+crate::string_enum! {
+    /// The values of `Mirror.type`.
+    MirrorType {
+        "`erspan`." Erspan = "erspan",
+        "`gre`." Gre = "gre",
+    }
+}
+
+crate::string_enum! {
+    /// The values of `NAT.type`.
+    NatType {
+        "`dnat`." Dnat = "dnat",
+        "`dnat_and_snat`." DnatAndSnat = "dnat_and_snat",
+        "`snat`." Snat = "snat",
+    }
+}
+
+crate::string_enum! {
+    /// The values of `QoS.direction`.
+    QoSDirection {
+        "`from-lport`." FromLport = "from-lport",
+        "`to-lport`." ToLport = "to-lport",
+    }
+}
+
 /// A row of table `ACL`.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Acl {
     /// The row's `_uuid`.
     pub uuid: Uuid,
     /// `action`: string in {`allow`, `allow-related`, `allow-stateless`, `drop`, `reject`}.
-    pub action: String,
+    pub action: AclAction,
     /// `direction`: string in {`from-lport`, `to-lport`}.
-    pub direction: String,
+    pub direction: AclDirection,
     /// `external_ids`: map of string to string.
     pub external_ids: BTreeMap<String, String>,
     /// `label`: integer in [0, 4294967295].
@@ -44,7 +170,7 @@ pub struct Acl {
     /// `priority`: integer in [0, 32767].
     pub priority: i64,
     /// `severity`: optional string in {`alert`, `debug`, `info`, `notice`, `warning`}.
-    pub severity: Option<String>,
+    pub severity: Option<AclSeverity>,
 }
 
 impl Acl {
@@ -180,7 +306,7 @@ pub struct Bfd {
     /// `options`: map of string to string.
     pub options: BTreeMap<String, String>,
     /// `status`: optional string in {`admin_down`, `down`, `init`, `up`}.
-    pub status: Option<String>,
+    pub status: Option<BfdStatus>,
 }
 
 impl Bfd {
@@ -724,9 +850,9 @@ pub struct LoadBalancer {
     /// `options`: map of string to string.
     pub options: BTreeMap<String, String>,
     /// `protocol`: optional string in {`sctp`, `tcp`, `udp`}.
-    pub protocol: Option<String>,
+    pub protocol: Option<LoadBalancerProtocol>,
     /// `selection_fields`: set of string in {`eth_dst`, `eth_src`, `ip_dst`, `ip_src`, `tp_dst`, `tp_src`}.
-    pub selection_fields: Vec<String>,
+    pub selection_fields: Vec<LoadBalancerSelectionFields>,
     /// `vips`: map of string to string.
     pub vips: BTreeMap<String, String>,
 }
@@ -974,7 +1100,7 @@ pub struct LogicalRouterPolicy {
     /// The row's `_uuid`.
     pub uuid: Uuid,
     /// `action`: string in {`allow`, `drop`, `reroute`}.
-    pub action: String,
+    pub action: LogicalRouterPolicyAction,
     /// `external_ids`: map of string to string.
     pub external_ids: BTreeMap<String, String>,
     /// `match`: string.
@@ -1152,7 +1278,7 @@ pub struct LogicalRouterStaticRoute {
     /// `output_port`: optional string.
     pub output_port: Option<String>,
     /// `policy`: optional string in {`dst-ip`, `src-ip`}.
-    pub policy: Option<String>,
+    pub policy: Option<LogicalRouterStaticRoutePolicy>,
     /// `route_table`: string.
     pub route_table: String,
 }
@@ -1445,7 +1571,7 @@ pub struct Meter {
     /// `name`: string.
     pub name: String,
     /// `unit`: string in {`kbps`, `pktps`}.
-    pub unit: String,
+    pub unit: MeterUnit,
 }
 
 impl Meter {
@@ -1496,7 +1622,7 @@ pub struct MeterBand {
     /// The row's `_uuid`.
     pub uuid: Uuid,
     /// `action`: string in {`drop`}.
-    pub action: String,
+    pub action: MeterBandAction,
     /// `burst_size`: integer in [0, 4294967295].
     pub burst_size: i64,
     /// `external_ids`: map of string to string.
@@ -1551,7 +1677,7 @@ pub struct Mirror {
     /// `external_ids`: map of string to string.
     pub external_ids: BTreeMap<String, String>,
     /// `filter`: string in {`from-lport`, `to-lport`}.
-    pub filter: String,
+    pub filter: MirrorFilter,
     /// `index`: integer.
     pub index: i64,
     /// `name`: string.
@@ -1559,7 +1685,7 @@ pub struct Mirror {
     /// `sink`: string.
     pub sink: String,
     /// `type`: string in {`erspan`, `gre`}.
-    pub type_: String,
+    pub type_: MirrorType,
 }
 
 impl Mirror {
@@ -1634,7 +1760,7 @@ pub struct Nat {
     /// `options`: map of string to string.
     pub options: BTreeMap<String, String>,
     /// `type`: string in {`dnat`, `dnat_and_snat`, `snat`}.
-    pub type_: String,
+    pub type_: NatType,
 }
 
 impl Nat {
@@ -1867,7 +1993,7 @@ pub struct QoS {
     /// `bandwidth`: map of string in {`burst`, `rate`} to integer in [1, 4294967295].
     pub bandwidth: BTreeMap<String, i64>,
     /// `direction`: string in {`from-lport`, `to-lport`}.
-    pub direction: String,
+    pub direction: QoSDirection,
     /// `external_ids`: map of string to string.
     pub external_ids: BTreeMap<String, String>,
     /// `match`: string.

@@ -18,6 +18,128 @@ pub const SCHEMA_VERSION: &str = "8.3.1";
 /// The tables, by name.
 pub const TABLES: &[&str] = &["AutoAttach", "Bridge", "CT_Timeout_Policy", "CT_Zone", "Controller", "Datapath", "Flow_Sample_Collector_Set", "Flow_Table", "IPFIX", "Interface", "Manager", "Mirror", "NetFlow", "Open_vSwitch", "Port", "QoS", "Queue", "SSL", "sFlow"];
 
+crate::string_enum! {
+    /// The values of `Bridge.fail_mode`.
+    BridgeFailMode {
+        "`secure`." Secure = "secure",
+        "`standalone`." Standalone = "standalone",
+    }
+}
+
+crate::string_enum! {
+    /// The values of `Bridge.protocols`.
+    BridgeProtocols {
+        "`OpenFlow10`." OpenFlow10 = "OpenFlow10",
+        "`OpenFlow11`." OpenFlow11 = "OpenFlow11",
+        "`OpenFlow12`." OpenFlow12 = "OpenFlow12",
+        "`OpenFlow13`." OpenFlow13 = "OpenFlow13",
+        "`OpenFlow14`." OpenFlow14 = "OpenFlow14",
+        "`OpenFlow15`." OpenFlow15 = "OpenFlow15",
+    }
+}
+
+crate::string_enum! {
+    /// The values of `Controller.connection_mode`.
+    ControllerConnectionMode {
+        "`in-band`." InBand = "in-band",
+        "`out-of-band`." OutOfBand = "out-of-band",
+    }
+}
+
+crate::string_enum! {
+    /// The values of `Controller.role`.
+    ControllerRole {
+        "`master`." Master = "master",
+        "`other`." Other = "other",
+        "`slave`." Slave = "slave",
+    }
+}
+
+crate::string_enum! {
+    /// The values of `Controller.type`.
+    ControllerType {
+        "`primary`." Primary = "primary",
+        "`service`." Service = "service",
+    }
+}
+
+crate::string_enum! {
+    /// The values of `Flow_Table.overflow_policy`.
+    FlowTableOverflowPolicy {
+        "`evict`." Evict = "evict",
+        "`refuse`." Refuse = "refuse",
+    }
+}
+
+crate::string_enum! {
+    /// The values of `Interface.admin_state`.
+    InterfaceAdminState {
+        "`down`." Down = "down",
+        "`up`." Up = "up",
+    }
+}
+
+crate::string_enum! {
+    /// The values of `Interface.cfm_remote_opstate`.
+    InterfaceCfmRemoteOpstate {
+        "`down`." Down = "down",
+        "`up`." Up = "up",
+    }
+}
+
+crate::string_enum! {
+    /// The values of `Interface.duplex`.
+    InterfaceDuplex {
+        "`full`." Full = "full",
+        "`half`." Half = "half",
+    }
+}
+
+crate::string_enum! {
+    /// The values of `Interface.link_state`.
+    InterfaceLinkState {
+        "`down`." Down = "down",
+        "`up`." Up = "up",
+    }
+}
+
+crate::string_enum! {
+    /// The values of `Manager.connection_mode`.
+    ManagerConnectionMode {
+        "`in-band`." InBand = "in-band",
+        "`out-of-band`." OutOfBand = "out-of-band",
+    }
+}
+
+crate::string_enum! {
+    /// The values of `Port.bond_mode`.
+    PortBondMode {
+        "`active-backup`." ActiveBackup = "active-backup",
+        "`balance-slb`." BalanceSlb = "balance-slb",
+        "`balance-tcp`." BalanceTcp = "balance-tcp",
+    }
+}
+
+crate::string_enum! {
+    /// The values of `Port.lacp`.
+    PortLacp {
+        "`active`." Active = "active",
+        "`off`." Off = "off",
+        "`passive`." Passive = "passive",
+    }
+}
+
+crate::string_enum! {
+    /// The values of `Port.vlan_mode`.
+    PortVlanMode {
+        "`access`." Access = "access",
+        "`dot1q-tunnel`." Dot1qTunnel = "dot1q-tunnel",
+        "`native-tagged`." NativeTagged = "native-tagged",
+        "`native-untagged`." NativeUntagged = "native-untagged",
+        "`trunk`." Trunk = "trunk",
+    }
+}
+
 /// A row of table `AutoAttach`.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct AutoAttach {
@@ -83,7 +205,7 @@ pub struct Bridge {
     /// `external_ids`: map of string to string.
     pub external_ids: BTreeMap<String, String>,
     /// `fail_mode`: optional string in {`secure`, `standalone`}.
-    pub fail_mode: Option<String>,
+    pub fail_mode: Option<BridgeFailMode>,
     /// `flood_vlans`: set of integer in [0, 4095], at most 4096.
     pub flood_vlans: Vec<i64>,
     /// `flow_tables`: map of integer in [0, 254] to uuid (strong reference to `Flow_Table`).
@@ -103,7 +225,7 @@ pub struct Bridge {
     /// `ports`: set of uuid (strong reference to `Port`).
     pub ports: Vec<Uuid>,
     /// `protocols`: set of string in {`OpenFlow10`, `OpenFlow11`, `OpenFlow12`, `OpenFlow13`, `OpenFlow14`, `OpenFlow15`}.
-    pub protocols: Vec<String>,
+    pub protocols: Vec<BridgeProtocols>,
     /// `rstp_enable`: boolean.
     pub rstp_enable: bool,
     /// `rstp_status`: map of string to string, ephemeral.
@@ -314,7 +436,7 @@ pub struct Controller {
     /// The row's `_uuid`.
     pub uuid: Uuid,
     /// `connection_mode`: optional string in {`in-band`, `out-of-band`}.
-    pub connection_mode: Option<String>,
+    pub connection_mode: Option<ControllerConnectionMode>,
     /// `controller_burst_limit`: optional integer in [25, ..].
     pub controller_burst_limit: Option<i64>,
     /// `controller_queue_size`: optional integer in [1, 512].
@@ -340,13 +462,13 @@ pub struct Controller {
     /// `other_config`: map of string to string.
     pub other_config: BTreeMap<String, String>,
     /// `role`: optional string in {`master`, `other`, `slave`}, ephemeral.
-    pub role: Option<String>,
+    pub role: Option<ControllerRole>,
     /// `status`: map of string to string, ephemeral.
     pub status: BTreeMap<String, String>,
     /// `target`: string.
     pub target: String,
     /// `type`: optional string in {`primary`, `service`}.
-    pub type_: Option<String>,
+    pub type_: Option<ControllerType>,
 }
 
 impl Controller {
@@ -559,7 +681,7 @@ pub struct FlowTable {
     /// `name`: optional string.
     pub name: Option<String>,
     /// `overflow_policy`: optional string in {`evict`, `refuse`}.
-    pub overflow_policy: Option<String>,
+    pub overflow_policy: Option<FlowTableOverflowPolicy>,
     /// `prefixes`: set of string, at most 3.
     pub prefixes: Vec<String>,
 }
@@ -693,7 +815,7 @@ pub struct Interface {
     /// The row's `_uuid`.
     pub uuid: Uuid,
     /// `admin_state`: optional string in {`down`, `up`}, ephemeral.
-    pub admin_state: Option<String>,
+    pub admin_state: Option<InterfaceAdminState>,
     /// `bfd`: map of string to string.
     pub bfd: BTreeMap<String, String>,
     /// `bfd_status`: map of string to string, ephemeral.
@@ -711,9 +833,9 @@ pub struct Interface {
     /// `cfm_remote_mpids`: set of integer, ephemeral.
     pub cfm_remote_mpids: Vec<i64>,
     /// `cfm_remote_opstate`: optional string in {`down`, `up`}, ephemeral.
-    pub cfm_remote_opstate: Option<String>,
+    pub cfm_remote_opstate: Option<InterfaceCfmRemoteOpstate>,
     /// `duplex`: optional string in {`full`, `half`}, ephemeral.
-    pub duplex: Option<String>,
+    pub duplex: Option<InterfaceDuplex>,
     /// `error`: optional string.
     pub error: Option<String>,
     /// `external_ids`: map of string to string.
@@ -735,7 +857,7 @@ pub struct Interface {
     /// `link_speed`: optional integer, ephemeral.
     pub link_speed: Option<i64>,
     /// `link_state`: optional string in {`down`, `up`}, ephemeral.
-    pub link_state: Option<String>,
+    pub link_state: Option<InterfaceLinkState>,
     /// `lldp`: map of string to string.
     pub lldp: BTreeMap<String, String>,
     /// `mac`: optional string.
@@ -932,7 +1054,7 @@ pub struct Manager {
     /// The row's `_uuid`.
     pub uuid: Uuid,
     /// `connection_mode`: optional string in {`in-band`, `out-of-band`}.
-    pub connection_mode: Option<String>,
+    pub connection_mode: Option<ManagerConnectionMode>,
     /// `external_ids`: map of string to string.
     pub external_ids: BTreeMap<String, String>,
     /// `inactivity_probe`: optional integer.
@@ -1300,7 +1422,7 @@ pub struct Port {
     /// `bond_fake_iface`: boolean.
     pub bond_fake_iface: bool,
     /// `bond_mode`: optional string in {`active-backup`, `balance-slb`, `balance-tcp`}.
-    pub bond_mode: Option<String>,
+    pub bond_mode: Option<PortBondMode>,
     /// `bond_updelay`: integer.
     pub bond_updelay: i64,
     /// `cvlans`: set of integer in [0, 4095], at most 4096.
@@ -1312,7 +1434,7 @@ pub struct Port {
     /// `interfaces`: set of uuid (strong reference to `Interface`), at least 1.
     pub interfaces: Vec<Uuid>,
     /// `lacp`: optional string in {`active`, `off`, `passive`}.
-    pub lacp: Option<String>,
+    pub lacp: Option<PortLacp>,
     /// `mac`: optional string.
     pub mac: Option<String>,
     /// `name`: string, immutable.
@@ -1336,7 +1458,7 @@ pub struct Port {
     /// `trunks`: set of integer in [0, 4095], at most 4096.
     pub trunks: Vec<i64>,
     /// `vlan_mode`: optional string in {`access`, `dot1q-tunnel`, `native-tagged`, `native-untagged`, `trunk`}.
-    pub vlan_mode: Option<String>,
+    pub vlan_mode: Option<PortVlanMode>,
 }
 
 impl Port {

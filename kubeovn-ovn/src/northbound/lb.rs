@@ -1,0 +1,201 @@
+//! Load balancers, their VIPs, and their attachment to switches and routers (`lb-add`, `ls-lb-add`,
+//! `lr-lb-add`).
+
+use std::collections::BTreeMap;
+
+use super::{Batch, NbError, Northbound, Planner};
+use crate::datum::{Atom, Datum};
+use crate::error::Error;
+use crate::model::Model;
+use crate::models::nb;
+use crate::ops::Operation;
+use crate::rowdiff::{map_datum, merged, merged_opt, Map};
+
+pub use crate::models::nb::LoadBalancerProtocol;
+
+type Lb = nb::LoadBalancer;
+type Ls = nb::LogicalSwitch;
+type Lr = nb::LogicalRouter;
+
+/// A load balancer; `vips` are merged into the existing ones (see [`super::Op::LbRemoveVip`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LoadBalancer {
+    /// Name.
+    pub name: String,
+    /// Protocol (None: the server's default, tcp).
+    pub protocol: Option<LoadBalancerProtocol>,
+    /// VIP (`IP:PORT` or `IP`) to backends (`IP:PORT,IP:PORT`).
+    pub vips: Map,
+    /// `options` (merged).
+    pub options: Map,
+    /// `external_ids` (merged).
+    pub external_ids: Map,
+}
+
+impl LoadBalancer {
+    /// A load balancer named `name`.
+    pub fn new(name: impl Into<String>) -> Self {
+        LoadBalancer {
+            name: name.into(),
+            ..Default::default()
+        }
+    }
+    /// Sets the protocol.
+    pub fn protocol(mut self, p: LoadBalancerProtocol) -> Self {
+        self.protocol = Some(p);
+        self
+    }
+    /// Sets one VIP's backends.
+    pub fn vip<I: IntoIterator<Item = S>, S: AsRef<str>>(
+        mut self,
+        vip: impl Into<String>,
+        backends: I,
+    ) -> Self {
+        let b: Vec<String> = backends
+            .into_iter()
+            .map(|s| s.as_ref().to_owned())
+            .collect();
+        self.vips.insert(vip.into(), b.join(","));
+        self
+    }
+    /// Sets one `options` key.
+    pub fn option(mut self, k: impl Into<String>, v: impl Into<String>) -> Self {
+        self.options.insert(k.into(), v.into());
+        self
+    }
+    ext_ids!();
+    execute!();
+}
+
+/// Where a load balancer is attached.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LbTarget {
+    /// A logical switch, by name.
+    Switch(String),
+    /// A logical router, by name.
+    Router(String),
+}
+
+impl Planner<'_, '_> {
+    pub(super) fn load_balancer(&mut self, lb: &LoadBalancer) -> Result<(), Error> {
+        match self.find(Lb::TABLE, &lb.name).cloned() {
+            Some(row) => {
+                let mut cols: Vec<(&str, Datum)> = Vec::new();
+                let vips: BTreeMap<String, Option<String>> = lb
+                    .vips
+                    .iter()
+                    .map(|(k, v)| (k.clone(), Some(v.clone())))
+                    .collect();
+                if let Some(m) = merged_opt(row.get(Lb::VIPS), &vips) {
+                    cols.push((Lb::VIPS, map_datum(&m)));
+                }
+                if let Some(p) = &lb.protocol {
+                    let have = row.get_str(Lb::PROTOCOL);
+                    let have = if have.is_empty() {
+                        LoadBalancerProtocol::Tcp.as_str()
+                    } else {
+                        have
+                    };
+                    if have != p.as_str() {
+                        cols.push((Lb::PROTOCOL, Datum::set([p])));
+                    }
+                }
+                if let Some(m) = merged(row.get(Lb::OPTIONS), &lb.options) {
+                    cols.push((Lb::OPTIONS, map_datum(&m)));
+                }
+                Self::ext_ids(&mut cols, &row, &lb.external_ids);
+                self.update(Lb::TABLE, row.uuid(), cols);
+            }
+            None if self.new_names.contains_key(&(Lb::TABLE, lb.name.clone())) => {}
+            None => {
+                let n = self.named();
+                let ins = Operation::insert(Lb::TABLE)
+                    .uuid_name(&n)
+                    .value(Lb::NAME, lb.name.as_str())
+                    .value(Lb::VIPS, map_datum(&lb.vips))
+                    .value(Lb::PROTOCOL, Datum::set(lb.protocol.as_ref()))
+                    .value(Lb::OPTIONS, map_datum(&lb.options))
+                    .value(Lb::EXTERNAL_IDS, map_datum(&lb.external_ids));
+                self.push_insert(Lb::TABLE, ins.into());
+                self.new_names.insert((Lb::TABLE, lb.name.clone()), n);
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn delete_load_balancer(&mut self, name: &str) -> Result<(), Error> {
+        self.delete_named(Lb::TABLE, name);
+        Ok(())
+    }
+
+    pub(super) fn lb_remove_vip(&mut self, lb: &str, vip: &str) -> Result<(), Error> {
+        if let Some(row) = self.find(Lb::TABLE, lb).cloned() {
+            if row.map_get(Lb::VIPS, vip).is_some() {
+                self.txn.push(
+                    Operation::mutate(Lb::TABLE)
+                        .uuid(row.uuid())
+                        .delete(Lb::VIPS, Datum::set([vip])),
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// The load balancer as a reference: its UUID, or the uuid-name this batch inserts it under.
+    pub(super) fn lb_ref(&self, lb: &str) -> Option<Atom> {
+        match (
+            self.find(Lb::TABLE, lb),
+            self.new_names.get(&(Lb::TABLE, lb.to_owned())),
+        ) {
+            (Some(r), _) => Some(Atom::Uuid(r.uuid())),
+            (None, Some(n)) if !n.is_empty() => Some(Atom::NamedUuid(n.clone())),
+            _ => None,
+        }
+    }
+
+    pub(super) fn lb_attach(
+        &mut self,
+        lb: &str,
+        target: &LbTarget,
+        attach: bool,
+    ) -> Result<(), Error> {
+        // The switch's and the router's column have the same name.
+        const COLUMN: &str = Ls::LOAD_BALANCER;
+        let (table, name) = match target {
+            LbTarget::Switch(n) => (Ls::TABLE, n),
+            LbTarget::Router(n) => (Lr::TABLE, n),
+        };
+        let lb_ref = match self.lb_ref(lb) {
+            Some(r) => r,
+            None if !attach => return Ok(()),
+            None => {
+                return Err(NbError::NotFound {
+                    table: Lb::TABLE,
+                    name: lb.to_owned(),
+                }
+                .into())
+            }
+        };
+        let t = match self.named_row(table, name) {
+            Ok(t) => t,
+            Err(_) if !attach => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        let has = match (&lb_ref, &t) {
+            (Atom::Uuid(u), Some(t)) => t.uuids(COLUMN).any(|x| x == *u),
+            _ => false,
+        };
+        if attach && !has {
+            self.txn.push(
+                Self::mutate_row(table, t.as_deref(), name)
+                    .insert(COLUMN, Datum::Set(vec![lb_ref])),
+            );
+        } else if !attach && has {
+            self.txn.push(
+                Self::mutate_row(table, t.as_deref(), name)
+                    .delete(COLUMN, Datum::Set(vec![lb_ref])),
+            );
+        }
+        Ok(())
+    }
+}
