@@ -13,6 +13,7 @@
 //!
 //! NB is preloaded with `CTRL_BENCH_PRELOAD` ports (default 50,000). `CTRL_BENCH_PERF=FILE` records the
 //! restart system-wide with `perf record` (every process: controller, ovsdb-server, the test API server).
+//! `CTRL_BENCH_BIN=PATH` benchmarks that controller binary instead of this build's (before/after comparisons).
 //! `cargo test --benches` runs a small smoke version.
 
 #![allow(clippy::unwrap_used)]
@@ -66,7 +67,10 @@ fn spawn_controller(
     n: usize,
 ) -> Child {
     let log = std::fs::File::create(dir.join(format!("controller-{n}.log"))).unwrap();
-    Command::new(env!("CARGO_BIN_EXE_kube-ovn-controller"))
+    // CTRL_BENCH_BIN runs another build (say, of an older commit) under the same harness, side by side.
+    let bin = std::env::var_os("CTRL_BENCH_BIN")
+        .unwrap_or_else(|| env!("CARGO_BIN_EXE_kube-ovn-controller").into());
+    Command::new(bin)
         .arg("--kubeconfig")
         .arg(kubeconfig)
         .args([
