@@ -33,6 +33,7 @@
 
 mod engine;
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -447,10 +448,10 @@ fn publish(core: &Core, db: &str, changes: &Changes) {
 }
 
 /// A monitored column's value: a declared column, or `_version`.
-fn col(r: &Rec, c: &str) -> Option<Datum> {
+fn col<'r>(r: &'r Rec, c: &str) -> Option<Cow<'r, Datum>> {
     match c {
-        "_version" => Some(Datum::uuid(r.version)),
-        c => r.cols.get(c).cloned(),
+        "_version" => Some(Cow::Owned(Datum::uuid(r.version))),
+        c => r.cols.get(c).map(Cow::Borrowed),
     }
 }
 
