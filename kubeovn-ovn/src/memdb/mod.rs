@@ -937,7 +937,10 @@ where
     'conn: loop {
         let next_deadline = triggers
             .iter()
-            .filter_map(|t| t.timeout_ms.map(|ms| t.start + Duration::from_millis(ms)))
+            .filter_map(|t| {
+                t.timeout_ms
+                    .and_then(|ms| t.start.checked_add(Duration::from_millis(ms)))
+            })
             .min();
         tokio::select! {
             r = rd.read_buf(dec.read_buffer(64 * 1024)) => {

@@ -569,3 +569,142 @@ async fn many_ports() {
     assert_eq!(db.rows("Logical_Switch_Port").len(), 540);
     assert!(one < Duration::from_millis(100), "{one:?}");
 }
+
+mod malformed {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn value() -> impl Strategy<Value = Json> {
+        prop_oneof![
+            Just(json!("x")),
+            Just(json!(5)),
+            Just(json!(-1)),
+            Just(json!(5000)),
+            Just(json!(1.5)),
+            Just(json!(true)),
+            Just(json!(null)),
+            Just(json!(["set", []])),
+            Just(json!(["set", ["a", "b"]])),
+            Just(json!(["set", [1, 1]])),
+            Just(json!(["map", [["k", "v"]]])),
+            Just(json!(["map", [["k", "v"], ["k", "w"]]])),
+            Just(json!(["uuid", "not-a-uuid"])),
+            Just(json!(["uuid", "9b2b4f43-8ba8-4ce4-a1d4-9f1a0c3a0b2e"])),
+            Just(json!(["named-uuid", "n"])),
+            Just(json!(["named-uuid", "m"])),
+            Just(json!({"a": 1})),
+            Just(json!([])),
+        ]
+    }
+
+    fn op() -> impl Strategy<Value = Json> {
+        let table = prop_oneof![
+            Just("Logical_Switch"),
+            Just("Logical_Switch_Port"),
+            Just("ACL"),
+            Just("NB_Global"),
+            Just("Load_Balancer"),
+            Just("Nope"),
+        ];
+        let column = prop_oneof![
+            Just("name"),
+            Just("ports"),
+            Just("tag_request"),
+            Just("external_ids"),
+            Just("action"),
+            Just("load_balancer"),
+            Just("_uuid"),
+            Just("nope"),
+        ];
+        let opname = prop_oneof![
+            Just("insert"),
+            Just("select"),
+            Just("update"),
+            Just("mutate"),
+            Just("delete"),
+            Just("wait"),
+            Just("abort"),
+            Just("bogus"),
+        ];
+        let func = prop_oneof![
+            Just("=="),
+            Just("!="),
+            Just("<"),
+            Just("includes"),
+            Just("excludes"),
+            Just("~")
+        ];
+        let mutator = prop_oneof![
+            Just("insert"),
+            Just("delete"),
+            Just("+="),
+            Just("/="),
+            Just("%="),
+            Just("?")
+        ];
+        (
+            opname,
+            table,
+            column.clone(),
+            value(),
+            func,
+            column,
+            value(),
+            mutator,
+            proptest::option::of(prop_oneof![Just("n"), Just("m")]),
+        )
+            .prop_map(|(op, t, c, v, f, c2, v2, m, name)| {
+                let mut o = json!({"op": op, "table": t,
+                    "row": {c: v.clone()},
+                    "where": [[c2, f, v2.clone()]],
+                    "mutations": [[c, m, v]],
+                    "columns": [c2], "until": "==", "rows": [], "timeout": 0});
+                if let Some(n) = name {
+                    o["uuid-name"] = json!(n);
+                }
+                o
+            })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+        /// Whatever a client sends, the server answers (a result or an error object) without panicking, and
+        /// what it commits keeps references whole and no orphan rows.
+        #[test]
+        fn malformed_transactions_are_answered(txns in proptest::collection::vec(proptest::collection::vec(op(), 0..5), 1..6)) {
+            let db = MemDb::new_nb();
+            for ops in txns {
+                let mut params = vec![json!(NBDB)];
+                params.extend(ops.iter().cloned());
+                let r = db.transact(&Json::Array(params));
+                prop_assert!(r.is_array() || r.get("error").is_some(), "{}", r);
+                let schema = db.schema();
+                let mut all = std::collections::BTreeSet::new();
+                let mut rows = Vec::new();
+                for t in schema.tables.keys() {
+                    for (u, r) in db.rows(t) {
+                        all.insert(u);
+                        rows.push((t.clone(), u, r));
+                    }
+                }
+                let mut referenced = std::collections::BTreeSet::new();
+                for (t, _, r) in &rows {
+                    for (c, cs) in &schema.tables[t].columns {
+                        if cs.ty.key.ref_table.is_some() {
+                            for a in r[c].atoms() {
+                                let u = a.as_uuid().unwrap();
+                                prop_assert!(all.contains(&u), "{}.{} dangles", t, c);
+                                if cs.ty.key.ref_type == crate::schema::RefType::Strong {
+                                    referenced.insert(u);
+                                }
+                            }
+                        }
+                    }
+                }
+                for (t, u, _) in &rows {
+                    prop_assert!(schema.tables[t].is_root || referenced.contains(u), "orphan in {}", t);
+                }
+            }
+        }
+    }
+}
