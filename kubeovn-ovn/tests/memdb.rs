@@ -18,13 +18,20 @@ use kubeovn_ovn::northbound::{
 };
 use kubeovn_ovn::ops::{Operation, Transaction};
 use kubeovn_ovn::serde_json::{json, Value as Json};
+use kubeovn_ovn::vswitch::{
+    BridgeSpec, GlobalSpec, OpenVSwitch, OvsBatch, OvsdbOpenVSwitch, PortSpec, QosSpec, QueueSpec,
+};
 use kubeovn_ovn::{Atom, Client, Datum, Uuid};
 
 /// Every table's rows with each uuid reference replaced by the referenced row's own normalized content, sorted:
 /// two databases with the same contents give the same snapshot whatever their uuids.
 async fn snapshot(c: &Client) -> BTreeMap<String, Vec<String>> {
-    let schema = c.get_schema("OVN_Northbound").await.unwrap();
-    let mut txn = Transaction::new("OVN_Northbound");
+    snapshot_of(c, "OVN_Northbound").await
+}
+
+async fn snapshot_of(c: &Client, db: &str) -> BTreeMap<String, Vec<String>> {
+    let schema = c.get_schema(db).await.unwrap();
+    let mut txn = Transaction::new(db);
     let names: Vec<String> = schema.tables.keys().cloned().collect();
     for t in &names {
         txn.push(Operation::select(t.clone()));
@@ -577,4 +584,92 @@ async fn same_monitor_updates_as_ovsdb_server() {
     for (i, (g, w)) in got.1.iter().zip(&want.1).enumerate() {
         assert_eq!(g, w, "step {i}");
     }
+}
+
+/// The Open_vSwitch batches of the vswitch tests through both servers give the same rows.
+async fn ovs_scenario(ovs: &OvsdbOpenVSwitch, c: &Client) -> Vec<BTreeMap<String, Vec<String>>> {
+    let mut batches = Vec::new();
+    let mut b = OvsBatch::new();
+    b.add(
+        GlobalSpec::new()
+            .external_id("system-id", "node1")
+            .external_id("ovn-encap-type", "geneve"),
+    )
+    .add(
+        BridgeSpec::new("br-int")
+            .datapath_type("netdev")
+            .fail_mode("secure")
+            .external_id("vendor", "kube-ovn"),
+    );
+    for i in 0..3 {
+        b.add(
+            PortSpec::new("br-int", format!("h{i}"))
+                .iface_id(format!("pod{i}.ns"))
+                .mtu_request(1400)
+                .ingress_policing(1000, 100),
+        );
+    }
+    b.add(
+        PortSpec::new("br-int", "mirror0")
+            .iface_type("internal")
+            .tag(10),
+    );
+    batches.push(b);
+    let mut b = OvsBatch::new();
+    b.add(
+        QosSpec::new("h1", "linux-htb")
+            .other_config("max-rate", "10000000")
+            .queue(0, QueueSpec::max_rate(1_000_000))
+            .queue(
+                1,
+                QueueSpec::max_rate(2_000_000).other_config("priority", "1"),
+            ),
+    )
+    .add(
+        PortSpec::new("br-int", "h2")
+            .iface_id("pod2b.ns")
+            .mtu_request(1500),
+    );
+    batches.push(b);
+    let mut b = OvsBatch::new();
+    b.add(
+        QosSpec::new("h1", "linux-htb")
+            .other_config("max-rate", "20000000")
+            .queue(0, QueueSpec::max_rate(5_000_000))
+            .queue(2, QueueSpec::max_rate(3_000_000)),
+    )
+    .delete_port("h0");
+    batches.push(b);
+    let mut b = OvsBatch::new();
+    b.delete_qos("h1").delete_bridge("br-int");
+    batches.push(b);
+    let mut snaps = Vec::new();
+    for b in batches {
+        ovs.commit(b.clone()).await.unwrap();
+        ovs.commit(b).await.unwrap();
+        snaps.push(snapshot_of(c, "Open_vSwitch").await);
+    }
+    snaps
+}
+
+#[tokio::test]
+async fn same_open_vswitch_rows_as_ovsdb_server() {
+    let mem = MemDb::new_ovs();
+    let got = ovs_scenario(&mem.open_vswitch().await.unwrap(), &mem.connect()).await;
+    let Some(srv) = OvsdbServer::start("vswitch.ovsschema", Storage::Standalone, false) else {
+        return;
+    };
+    let c = Client::connect(&srv.unix_remote()).await.unwrap();
+    // The root row, as MemDb::new_ovs and `ovs-vsctl init` make it.
+    c.transact(&Transaction::new("Open_vSwitch").op(Operation::insert("Open_vSwitch")))
+        .await
+        .unwrap();
+    let real = OvsdbOpenVSwitch::with_client(c.clone()).await.unwrap();
+    let want = ovs_scenario(&real, &c).await;
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        for (t, rows) in w {
+            assert_eq!(g.get(t), Some(rows), "after batch {i}, table {t}");
+        }
+    }
+    assert_eq!(want[0]["Port"].len(), 5, "{:?}", want[0]["Port"]);
 }
