@@ -673,3 +673,78 @@ async fn same_open_vswitch_rows_as_ovsdb_server() {
     }
     assert_eq!(want[0]["Port"].len(), 5, "{:?}", want[0]["Port"]);
 }
+
+/// Locks (lock, steal, unlock, the `assert` operation and the `locked`/`stolen` notifications) as a real
+/// ovsdb-server handles them.
+async fn lock_run(a: &Client, b: &Client) -> Vec<String> {
+    use kubeovn_ovn::client::LockEvent;
+    let mut log = Vec::new();
+    let mut a_ev = a.lock_events();
+    let mut b_ev = b.lock_events();
+    let assert_txn = Transaction::new("OVN_Northbound").op(Operation::assert_lock("l"));
+    let res = |r: Result<bool, kubeovn_ovn::Error>| match r {
+        Ok(v) => format!("{v}"),
+        Err(e) => e
+            .ovsdb_error()
+            .map(|e| e.to_string())
+            .unwrap_or_else(|| e.to_string()),
+    };
+    let asserted = |r: Result<Vec<kubeovn_ovn::ops::OperationResult>, kubeovn_ovn::Error>| match r {
+        Ok(_) => "held".to_owned(),
+        Err(e) => e.ovsdb_error().map(|e| e.error.clone()).unwrap_or_default(),
+    };
+    async fn drain(rx: &mut tokio::sync::mpsc::UnboundedReceiver<LockEvent>) -> String {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        format!(
+            "{:?}",
+            std::iter::from_fn(|| rx.try_recv().ok()).collect::<Vec<_>>()
+        )
+    }
+    log.push(format!("a lock {}", res(a.lock("l").await)));
+    log.push(format!("b lock {}", res(b.lock("l").await)));
+    log.push(format!("b steal while waiting {}", res(b.steal("l").await)));
+    log.push(format!("a lock again {}", res(a.lock("l").await)));
+    log.push(format!(
+        "a assert {}",
+        asserted(a.transact(&assert_txn).await)
+    ));
+    log.push(format!(
+        "b assert {}",
+        asserted(b.transact(&assert_txn).await)
+    ));
+    b.unlock("l").await.unwrap();
+    log.push(format!("b steal {}", res(b.steal("l").await)));
+    log.push(format!(
+        "a assert {}",
+        asserted(a.transact(&assert_txn).await)
+    ));
+    log.push(format!(
+        "b assert {}",
+        asserted(b.transact(&assert_txn).await)
+    ));
+    log.push(format!("a events {}", drain(&mut a_ev).await));
+    log.push(format!("b events {}", drain(&mut b_ev).await));
+    b.unlock("l").await.unwrap();
+    log.push(format!("a events {}", drain(&mut a_ev).await));
+    log.push(format!(
+        "a assert {}",
+        asserted(a.transact(&assert_txn).await)
+    ));
+    a.unlock("l").await.unwrap();
+    log.push(format!("b lock {}", res(b.lock("l").await)));
+    log.push(format!("b events {}", drain(&mut b_ev).await));
+    log
+}
+
+#[tokio::test]
+async fn same_locks_as_ovsdb_server() {
+    let mem = MemDb::new_nb();
+    let got = lock_run(&mem.connect(), &mem.connect()).await;
+    let Some(srv) = OvsdbServer::start("ovn-nb.ovsschema", Storage::Standalone, false) else {
+        return;
+    };
+    let a = Client::connect(&srv.unix_remote()).await.unwrap();
+    let b = Client::connect(&srv.unix_remote()).await.unwrap();
+    let want = lock_run(&a, &b).await;
+    assert_eq!(got, want);
+}

@@ -166,8 +166,13 @@ async fn locks_steal_and_assert() {
     let assert_op = || Transaction::new(NBDB).op(Operation::assert_lock("l"));
     a.transact(&assert_op()).await.unwrap();
     assert!(b.transact(&assert_op()).await.is_err());
+    // A waiter must unlock before it steals; when it leaves, the owner is told `locked` again.
+    assert!(b.steal("l").await.is_err());
+    b.unlock("l").await.unwrap();
+    assert_eq!(a_ev.recv().await, Some(LockEvent::Locked("l".into())));
     assert!(b.steal("l").await.unwrap());
     assert_eq!(a_ev.recv().await, Some(LockEvent::Stolen("l".into())));
+    assert!(a.transact(&assert_op()).await.is_err());
     b.transact(&assert_op()).await.unwrap();
     // a still waits in line: when b lets go, a holds it.
     b.unlock("l").await.unwrap();
