@@ -748,3 +748,27 @@ async fn same_locks_as_ovsdb_server() {
     let want = lock_run(&a, &b).await;
     assert_eq!(got, want);
 }
+
+/// `list_dbs`, the `_Server` schema and the database's `_Server` row (what a leader-only session reads).
+async fn server_run(c: &Client) -> (Vec<String>, kubeovn_ovn::DatabaseSchema, String) {
+    let dbs = c.list_dbs().await.unwrap();
+    let mut schema = (*c.get_schema("_Server").await.unwrap()).clone();
+    schema.cksum = None;
+    let st = kubeovn_ovn::session::database_status(c, "OVN_Northbound")
+        .await
+        .unwrap();
+    (dbs, schema, format!("{st:?}"))
+}
+
+#[tokio::test]
+async fn same_server_database_as_ovsdb_server() {
+    let mem = MemDb::new_nb();
+    let got = server_run(&mem.connect()).await;
+    let Some(srv) = OvsdbServer::start("ovn-nb.ovsschema", Storage::Standalone, false) else {
+        return;
+    };
+    let want = server_run(&Client::connect(&srv.unix_remote()).await.unwrap()).await;
+    assert_eq!(got.0, want.0);
+    assert_eq!(got.1, want.1);
+    assert_eq!(got.2, want.2);
+}

@@ -65,7 +65,7 @@ const SERVER_SCHEMA: &str = r#"{"name":"_Server","version":"1.2.0","tables":{"Da
 "schema":{"type":{"key":{"type":"string"},"min":0,"max":1}},
 "cid":{"type":{"key":{"type":"uuid"},"min":0,"max":1}},
 "sid":{"type":{"key":{"type":"uuid"},"min":0,"max":1}},
-"index":{"type":{"key":{"type":"integer"},"min":0,"max":1}}},"isRoot":true}}}"#;
+"index":{"type":{"key":{"type":"integer"},"min":0,"max":1}}}}}}"#;
 
 /// A parsed schema, its JSON and its text (for `_Server`), parsed once per process for the shipped schemas.
 type Parsed = (Arc<DatabaseSchema>, Arc<Json>, Arc<str>);
