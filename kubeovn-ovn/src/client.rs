@@ -165,9 +165,8 @@ impl ClientBuilder {
         self.connect_one(remote).await
     }
 
-    /// A client over an already connected byte stream (an in-process pipe such as
-    /// [`crate::memdb::MemDb::connect`] makes, or a socket set up by the caller); `name` is its
-    /// [`Client::remote`]. Must be called within a tokio runtime: the connection's task is spawned here.
+    /// A client over an already connected byte stream (an in-process pipe such as the `mock` feature's
+    /// `memdb::MemDb::connect` makes, or a socket set up by the caller); `name` is its [`Client::remote`]. Must be called within a tokio runtime: the connection's task is spawned here.
     pub fn with_stream<S>(&self, stream: S, name: impl Into<String>) -> Client
     where
         S: AsyncRead + AsyncWrite + Send + 'static,

@@ -18,13 +18,20 @@ use kubeovn_ovn::northbound::{
 };
 use kubeovn_ovn::ops::{Operation, Transaction};
 use kubeovn_ovn::serde_json::{json, Value as Json};
+use kubeovn_ovn::vswitch::{
+    BridgeSpec, GlobalSpec, OpenVSwitch, OvsBatch, OvsdbOpenVSwitch, PortSpec, QosSpec, QueueSpec,
+};
 use kubeovn_ovn::{Atom, Client, Datum, Uuid};
 
 /// Every table's rows with each uuid reference replaced by the referenced row's own normalized content, sorted:
 /// two databases with the same contents give the same snapshot whatever their uuids.
 async fn snapshot(c: &Client) -> BTreeMap<String, Vec<String>> {
-    let schema = c.get_schema("OVN_Northbound").await.unwrap();
-    let mut txn = Transaction::new("OVN_Northbound");
+    snapshot_of(c, "OVN_Northbound").await
+}
+
+async fn snapshot_of(c: &Client, db: &str) -> BTreeMap<String, Vec<String>> {
+    let schema = c.get_schema(db).await.unwrap();
+    let mut txn = Transaction::new(db);
     let names: Vec<String> = schema.tables.keys().cloned().collect();
     for t in &names {
         txn.push(Operation::select(t.clone()));
@@ -577,4 +584,191 @@ async fn same_monitor_updates_as_ovsdb_server() {
     for (i, (g, w)) in got.1.iter().zip(&want.1).enumerate() {
         assert_eq!(g, w, "step {i}");
     }
+}
+
+/// The Open_vSwitch batches of the vswitch tests through both servers give the same rows.
+async fn ovs_scenario(ovs: &OvsdbOpenVSwitch, c: &Client) -> Vec<BTreeMap<String, Vec<String>>> {
+    let mut batches = Vec::new();
+    let mut b = OvsBatch::new();
+    b.add(
+        GlobalSpec::new()
+            .external_id("system-id", "node1")
+            .external_id("ovn-encap-type", "geneve"),
+    )
+    .add(
+        BridgeSpec::new("br-int")
+            .datapath_type("netdev")
+            .fail_mode("secure")
+            .external_id("vendor", "kube-ovn"),
+    );
+    for i in 0..3 {
+        b.add(
+            PortSpec::new("br-int", format!("h{i}"))
+                .iface_id(format!("pod{i}.ns"))
+                .mtu_request(1400)
+                .ingress_policing(1000, 100),
+        );
+    }
+    b.add(
+        PortSpec::new("br-int", "mirror0")
+            .iface_type("internal")
+            .tag(10),
+    );
+    batches.push(b);
+    let mut b = OvsBatch::new();
+    b.add(
+        QosSpec::new("h1", "linux-htb")
+            .other_config("max-rate", "10000000")
+            .queue(0, QueueSpec::max_rate(1_000_000))
+            .queue(
+                1,
+                QueueSpec::max_rate(2_000_000).other_config("priority", "1"),
+            ),
+    )
+    .add(
+        PortSpec::new("br-int", "h2")
+            .iface_id("pod2b.ns")
+            .mtu_request(1500),
+    );
+    batches.push(b);
+    let mut b = OvsBatch::new();
+    b.add(
+        QosSpec::new("h1", "linux-htb")
+            .other_config("max-rate", "20000000")
+            .queue(0, QueueSpec::max_rate(5_000_000))
+            .queue(2, QueueSpec::max_rate(3_000_000)),
+    )
+    .delete_port("h0");
+    batches.push(b);
+    let mut b = OvsBatch::new();
+    b.delete_qos("h1").delete_bridge("br-int");
+    batches.push(b);
+    let mut snaps = Vec::new();
+    for b in batches {
+        ovs.commit(b.clone()).await.unwrap();
+        ovs.commit(b).await.unwrap();
+        snaps.push(snapshot_of(c, "Open_vSwitch").await);
+    }
+    snaps
+}
+
+#[tokio::test]
+async fn same_open_vswitch_rows_as_ovsdb_server() {
+    let mem = MemDb::new_ovs();
+    let got = ovs_scenario(&mem.open_vswitch().await.unwrap(), &mem.connect()).await;
+    let Some(srv) = OvsdbServer::start("vswitch.ovsschema", Storage::Standalone, false) else {
+        return;
+    };
+    let c = Client::connect(&srv.unix_remote()).await.unwrap();
+    // The root row, as MemDb::new_ovs and `ovs-vsctl init` make it.
+    c.transact(&Transaction::new("Open_vSwitch").op(Operation::insert("Open_vSwitch")))
+        .await
+        .unwrap();
+    let real = OvsdbOpenVSwitch::with_client(c.clone()).await.unwrap();
+    let want = ovs_scenario(&real, &c).await;
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        for (t, rows) in w {
+            assert_eq!(g.get(t), Some(rows), "after batch {i}, table {t}");
+        }
+    }
+    assert_eq!(want[0]["Port"].len(), 5, "{:?}", want[0]["Port"]);
+}
+
+/// Locks (lock, steal, unlock, the `assert` operation and the `locked`/`stolen` notifications) as a real
+/// ovsdb-server handles them.
+async fn lock_run(a: &Client, b: &Client) -> Vec<String> {
+    use kubeovn_ovn::client::LockEvent;
+    let mut log = Vec::new();
+    let mut a_ev = a.lock_events();
+    let mut b_ev = b.lock_events();
+    let assert_txn = Transaction::new("OVN_Northbound").op(Operation::assert_lock("l"));
+    let res = |r: Result<bool, kubeovn_ovn::Error>| match r {
+        Ok(v) => format!("{v}"),
+        Err(e) => e
+            .ovsdb_error()
+            .map(|e| e.to_string())
+            .unwrap_or_else(|| e.to_string()),
+    };
+    let asserted = |r: Result<Vec<kubeovn_ovn::ops::OperationResult>, kubeovn_ovn::Error>| match r {
+        Ok(_) => "held".to_owned(),
+        Err(e) => e.ovsdb_error().map(|e| e.error.clone()).unwrap_or_default(),
+    };
+    async fn drain(rx: &mut tokio::sync::mpsc::UnboundedReceiver<LockEvent>) -> String {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        format!(
+            "{:?}",
+            std::iter::from_fn(|| rx.try_recv().ok()).collect::<Vec<_>>()
+        )
+    }
+    log.push(format!("a lock {}", res(a.lock("l").await)));
+    log.push(format!("b lock {}", res(b.lock("l").await)));
+    log.push(format!("b steal while waiting {}", res(b.steal("l").await)));
+    log.push(format!("a lock again {}", res(a.lock("l").await)));
+    log.push(format!(
+        "a assert {}",
+        asserted(a.transact(&assert_txn).await)
+    ));
+    log.push(format!(
+        "b assert {}",
+        asserted(b.transact(&assert_txn).await)
+    ));
+    b.unlock("l").await.unwrap();
+    log.push(format!("b steal {}", res(b.steal("l").await)));
+    log.push(format!(
+        "a assert {}",
+        asserted(a.transact(&assert_txn).await)
+    ));
+    log.push(format!(
+        "b assert {}",
+        asserted(b.transact(&assert_txn).await)
+    ));
+    log.push(format!("a events {}", drain(&mut a_ev).await));
+    log.push(format!("b events {}", drain(&mut b_ev).await));
+    b.unlock("l").await.unwrap();
+    log.push(format!("a events {}", drain(&mut a_ev).await));
+    log.push(format!(
+        "a assert {}",
+        asserted(a.transact(&assert_txn).await)
+    ));
+    a.unlock("l").await.unwrap();
+    log.push(format!("b lock {}", res(b.lock("l").await)));
+    log.push(format!("b events {}", drain(&mut b_ev).await));
+    log
+}
+
+#[tokio::test]
+async fn same_locks_as_ovsdb_server() {
+    let mem = MemDb::new_nb();
+    let got = lock_run(&mem.connect(), &mem.connect()).await;
+    let Some(srv) = OvsdbServer::start("ovn-nb.ovsschema", Storage::Standalone, false) else {
+        return;
+    };
+    let a = Client::connect(&srv.unix_remote()).await.unwrap();
+    let b = Client::connect(&srv.unix_remote()).await.unwrap();
+    let want = lock_run(&a, &b).await;
+    assert_eq!(got, want);
+}
+
+/// `list_dbs`, the `_Server` schema and the database's `_Server` row (what a leader-only session reads).
+async fn server_run(c: &Client) -> (Vec<String>, kubeovn_ovn::DatabaseSchema, String) {
+    let dbs = c.list_dbs().await.unwrap();
+    let mut schema = (*c.get_schema("_Server").await.unwrap()).clone();
+    schema.cksum = None;
+    let st = kubeovn_ovn::session::database_status(c, "OVN_Northbound")
+        .await
+        .unwrap();
+    (dbs, schema, format!("{st:?}"))
+}
+
+#[tokio::test]
+async fn same_server_database_as_ovsdb_server() {
+    let mem = MemDb::new_nb();
+    let got = server_run(&mem.connect()).await;
+    let Some(srv) = OvsdbServer::start("ovn-nb.ovsschema", Storage::Standalone, false) else {
+        return;
+    };
+    let want = server_run(&Client::connect(&srv.unix_remote()).await.unwrap()).await;
+    assert_eq!(got.0, want.0);
+    assert_eq!(got.1, want.1);
+    assert_eq!(got.2, want.2);
 }

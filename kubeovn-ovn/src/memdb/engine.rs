@@ -3,6 +3,7 @@
 //! mutations, strong and weak references, garbage collection of unreferenced rows of non-root tables, row
 //! limits and unique indexes, with the server's error tags and texts.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
@@ -96,6 +97,9 @@ pub(crate) struct Db {
     pub schema: Arc<DatabaseSchema>,
     pub schema_json: Arc<Json>,
     pub tables: Tables,
+    /// Strong references to each row (by uuid: a generated uuid names one row in the whole database),
+    /// kept up to date by each commit so that a transaction costs what it touches, not the database's size.
+    refs: HashMap<Uuid, usize>,
 }
 
 /// The result of running a `transact`.
@@ -118,6 +122,7 @@ impl Db {
             schema,
             schema_json,
             tables,
+            refs: HashMap::new(),
         }
     }
 
@@ -133,6 +138,8 @@ impl Db {
         let mut x = Txn {
             schema: &self.schema,
             base: &self.tables,
+            base_refs: &self.refs,
+            delta: HashMap::new(),
             work: self.tables.clone(),
             touched: BTreeMap::new(),
             symtab: HashMap::new(),
@@ -164,9 +171,17 @@ impl Db {
         }
         match x.precommit() {
             Ok(changes) => {
-                let Txn { work, .. } = x;
+                let Txn { work, delta, .. } = x;
                 if !changes.is_empty() {
                     self.tables = work;
+                    for (u, d) in delta {
+                        let n = self.refs.get(&u).copied().unwrap_or(0) as i64 + d;
+                        if n > 0 {
+                            self.refs.insert(u, n as usize);
+                        } else {
+                            self.refs.remove(&u);
+                        }
+                    }
                 }
                 Outcome::Done {
                     results: Json::Array(results),
@@ -203,6 +218,9 @@ impl From<OvsErr> for Fail {
 struct Txn<'a> {
     schema: &'a DatabaseSchema,
     base: &'a Tables,
+    /// Strong reference counts before the transaction, and the transaction's changes to them.
+    base_refs: &'a HashMap<Uuid, usize>,
+    delta: HashMap<Uuid, i64>,
     work: Tables,
     /// Rows inserted, modified or deleted by the operations (and later by garbage collection and weak
     /// reference removal).
@@ -638,6 +656,12 @@ impl Txn<'_> {
             .collect()
     }
 
+    /// The strong references to row `u` now.
+    fn refs(&self, u: Uuid) -> i64 {
+        self.base_refs.get(&u).copied().unwrap_or(0) as i64
+            + self.delta.get(&u).copied().unwrap_or(0)
+    }
+
     fn touch(&mut self, table: &str, u: Uuid) {
         self.touched.entry(table.to_owned()).or_default().insert(u);
     }
@@ -1004,15 +1028,14 @@ impl Txn<'_> {
             return Ok(Changes::new());
         }
         let schema = self.schema;
-        // Strong references added by changed rows must point at rows that exist (or that this transaction
-        // deleted, which the next check reports).
+        // Strong references of changed rows must point at rows that exist (or that this transaction deleted,
+        // which the next check reports).
         for (t, us) in &self.touched {
             let ts = &schema.tables[t];
             for u in us {
                 let Some(new) = self.work[t].get(u) else {
                     continue;
                 };
-                let old = self.base[t].get(u);
                 for c in ts.columns.values() {
                     for (bt, atoms) in ref_atoms(&c.ty, &new.cols[&c.name]) {
                         if !is_strong(bt) {
@@ -1021,7 +1044,7 @@ impl Txn<'_> {
                         let rt = bt.ref_table.as_deref().unwrap_or_default();
                         for a in atoms {
                             let Some(target) = a.as_uuid() else { continue };
-                            if target == *u || old.is_some_and(|o| had_ref(&o.cols[&c.name], a)) {
+                            if target == *u {
                                 continue;
                             }
                             let exists = self.work[rt].contains_key(&target)
@@ -1040,62 +1063,59 @@ impl Txn<'_> {
                 }
             }
         }
-        // Strong reference counts of the new contents.
-        let mut refs: HashMap<(String, Uuid), usize> = HashMap::new();
-        for (t, rows) in &self.work {
+        // Strong reference counts: the committed counts plus what the changed rows add and remove.
+        let touched: Vec<(String, Uuid)> = self
+            .touched
+            .iter()
+            .flat_map(|(t, us)| us.iter().map(move |u| (t.clone(), *u)))
+            .collect();
+        for (t, u) in &touched {
             let ts = &schema.tables[t];
-            if !ts
-                .columns
-                .values()
-                .any(|c| is_strong(&c.ty.key) || c.ty.value.as_ref().is_some_and(is_strong))
-            {
+            if let Some(o) = self.base[t].get(u) {
+                for (_, target) in strong_refs(ts, *u, &o.cols) {
+                    *self.delta.entry(target).or_default() -= 1;
+                }
+            }
+            if let Some(n) = self.work[t].get(u) {
+                for (_, target) in strong_refs(ts, *u, &n.cols) {
+                    *self.delta.entry(target).or_default() += 1;
+                }
+            }
+        }
+        for (t, u) in &touched {
+            if self.work[t].contains_key(u) {
                 continue;
             }
-            for (u, r) in rows.iter() {
-                for (rt, target) in strong_refs(ts, *u, &r.cols) {
-                    *refs.entry((rt.to_owned(), target)).or_default() += 1;
-                }
+            let n = self.refs(*u);
+            if n > 0 {
+                return Err(OvsErr::new(
+                    "referential integrity violation",
+                    format!("cannot delete {t} row {u} because of {n} remaining reference(s)"),
+                ));
             }
         }
-        for (t, us) in &self.touched {
-            for u in us {
-                if self.work[t].contains_key(u) {
-                    continue;
-                }
-                if let Some(n) = refs.get(&(t.clone(), *u)).filter(|n| **n > 0) {
-                    return Err(OvsErr::new(
-                        "referential integrity violation",
-                        format!("cannot delete {t} row {u} because of {n} remaining reference(s)"),
-                    ));
-                }
+        // Garbage: rows of non-root tables nothing refers to strongly, transitively. Only rows the
+        // transaction changed or stopped referring to can have become garbage.
+        let mut candidates: Vec<(String, Uuid)> = touched.clone();
+        for (t, u) in &touched {
+            if let Some(o) = self.base[t].get(u) {
+                candidates.extend(
+                    strong_refs(&schema.tables[t], *u, &o.cols).map(|(rt, x)| (rt.to_owned(), x)),
+                );
             }
         }
-        // Garbage: rows of non-root tables nothing refers to strongly, transitively.
-        loop {
-            let mut garbage = Vec::new();
-            for (t, rows) in &self.work {
-                if schema.tables[t].is_root {
-                    continue;
-                }
-                for u in rows.keys() {
-                    if refs.get(&(t.clone(), *u)).copied().unwrap_or(0) == 0 {
-                        garbage.push((t.clone(), *u));
-                    }
-                }
+        while let Some((t, u)) = candidates.pop() {
+            if schema.tables[&t].is_root || self.refs(u) > 0 {
+                continue;
             }
-            if garbage.is_empty() {
-                break;
+            let Some(r) = self.table_mut(&t).remove(&u) else {
+                continue;
+            };
+            for (rt, target) in strong_refs(&schema.tables[&t], u, &r.cols) {
+                *self.delta.entry(target).or_default() -= 1;
+                candidates.push((rt.to_owned(), target));
             }
-            for (t, u) in garbage {
-                if let Some(r) = self.table_mut(&t).remove(&u) {
-                    for (rt, target) in strong_refs(&schema.tables[&t], u, &r.cols) {
-                        if let Some(n) = refs.get_mut(&(rt.to_owned(), target)) {
-                            *n = n.saturating_sub(1);
-                        }
-                    }
-                }
-                self.touch(&t, u);
-            }
+            self.touch(&t, u);
         }
         for t in self.touched.keys() {
             let ts = &schema.tables[t];
@@ -1146,7 +1166,31 @@ impl Txn<'_> {
             if weak_cols.is_empty() {
                 continue;
             }
-            let uuids: Vec<Uuid> = self.work[t].keys().copied().collect();
+            // Rows the transaction changed, and every row when a table they refer to lost rows.
+            let lost = weak_cols.iter().any(|c| {
+                [Some(&c.ty.key), c.ty.value.as_ref()]
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|bt| bt.ref_table.as_deref())
+                    .any(|rt| {
+                        self.touched
+                            .get(rt)
+                            .is_some_and(|us| us.iter().any(|u| !self.work[rt].contains_key(u)))
+                    })
+            });
+            let uuids: Vec<Uuid> = if lost {
+                self.work[t].keys().copied().collect()
+            } else {
+                self.touched
+                    .get(t)
+                    .map(|us| {
+                        us.iter()
+                            .filter(|u| self.work[t].contains_key(u))
+                            .copied()
+                            .collect()
+                    })
+                    .unwrap_or_default()
+            };
             for u in uuids {
                 for c in &weak_cols {
                     let d = &self.work[t][&u].cols[&c.name];
@@ -1234,7 +1278,7 @@ impl Txn<'_> {
         for (t, us) in &self.touched {
             let ts = &self.schema.tables[t];
             for ix in &ts.indexes {
-                let mut seen: HashMap<Vec<Datum>, Uuid> = HashMap::new();
+                let mut seen: HashMap<Vec<Cow<'_, Datum>>, Uuid> = HashMap::new();
                 // Rows the transaction changed first, so that a clash names one of them.
                 let rows = &self.work[t];
                 let order = us
@@ -1305,12 +1349,16 @@ impl Txn<'_> {
     }
 }
 
-fn index_key(u: Uuid, r: &Rec, ix: &[String]) -> Vec<Datum> {
+fn index_key<'r>(u: Uuid, r: &'r Rec, ix: &[String]) -> Vec<Cow<'r, Datum>> {
     ix.iter()
         .map(|c| match c.as_str() {
-            "_uuid" => Datum::uuid(u),
-            "_version" => Datum::uuid(r.version),
-            c => r.cols.get(c).cloned().unwrap_or_else(Datum::empty),
+            "_uuid" => Cow::Owned(Datum::uuid(u)),
+            "_version" => Cow::Owned(Datum::uuid(r.version)),
+            c => r
+                .cols
+                .get(c)
+                .map(Cow::Borrowed)
+                .unwrap_or_else(|| Cow::Owned(Datum::empty())),
         })
         .collect()
 }
@@ -1328,14 +1376,6 @@ fn ref_atoms<'d>(ty: &'d ColumnType, d: &'d Datum) -> Vec<(&'d BaseType, Vec<&'d
         d => out.push((&ty.key, d.atoms().iter().collect())),
     }
     out
-}
-
-/// Whether the row's old value already held `a` (a reference already counted, not added).
-fn had_ref(d: &Datum, a: &Atom) -> bool {
-    match d {
-        Datum::Map(m) => m.iter().any(|(k, v)| k == a || v == a),
-        d => d.atoms().contains(a),
-    }
 }
 
 fn project(cols: &Cols, columns: &[String]) -> Vec<Datum> {
@@ -1572,10 +1612,13 @@ pub(crate) fn parse_conditions(
     j: &Json,
 ) -> Result<Vec<Clause>, OvsErr> {
     let tables = Tables::new();
+    let refs = HashMap::new();
     let mut gen = UuidGen::new(0);
     let mut x = Txn {
         schema,
         base: &tables,
+        base_refs: &refs,
+        delta: HashMap::new(),
         work: Tables::new(),
         touched: BTreeMap::new(),
         symtab: HashMap::new(),
@@ -1614,14 +1657,31 @@ pub(crate) fn diff(old: &Datum, new: &Datum, ty: &ColumnType) -> Datum {
             Datum::Map(out)
         }
         (o, n) => {
+            // Both sorted: the symmetric difference in one pass.
             let (o, n) = (elems(o), elems(n));
-            let mut out: Vec<Atom> = o
-                .iter()
-                .filter(|a| !n.contains(a))
-                .chain(n.iter().filter(|a| !o.contains(a)))
-                .cloned()
-                .collect();
-            out.sort();
+            let (mut i, mut j) = (0, 0);
+            let mut out = Vec::new();
+            while i < o.len() || j < n.len() {
+                match (o.get(i), n.get(j)) {
+                    (Some(a), Some(b)) if a == b => {
+                        i += 1;
+                        j += 1;
+                    }
+                    (Some(a), Some(b)) if a < b => {
+                        out.push(a.clone());
+                        i += 1;
+                    }
+                    (Some(_), Some(b)) | (None, Some(b)) => {
+                        out.push(b.clone());
+                        j += 1;
+                    }
+                    (Some(a), None) => {
+                        out.push(a.clone());
+                        i += 1;
+                    }
+                    (None, None) => break,
+                }
+            }
             Datum::Set(out)
         }
     }

@@ -33,6 +33,7 @@
 
 mod engine;
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -64,7 +65,7 @@ const SERVER_SCHEMA: &str = r#"{"name":"_Server","version":"1.2.0","tables":{"Da
 "schema":{"type":{"key":{"type":"string"},"min":0,"max":1}},
 "cid":{"type":{"key":{"type":"uuid"},"min":0,"max":1}},
 "sid":{"type":{"key":{"type":"uuid"},"min":0,"max":1}},
-"index":{"type":{"key":{"type":"integer"},"min":0,"max":1}}},"isRoot":true}}}"#;
+"index":{"type":{"key":{"type":"integer"},"min":0,"max":1}}}}}}"#;
 
 /// A parsed schema, its JSON and its text (for `_Server`), parsed once per process for the shipped schemas.
 type Parsed = (Arc<DatabaseSchema>, Arc<Json>, Arc<str>);
@@ -447,10 +448,10 @@ fn publish(core: &Core, db: &str, changes: &Changes) {
 }
 
 /// A monitored column's value: a declared column, or `_version`.
-fn col(r: &Rec, c: &str) -> Option<Datum> {
+fn col<'r>(r: &'r Rec, c: &str) -> Option<Cow<'r, Datum>> {
     match c {
-        "_version" => Some(Datum::uuid(r.version)),
-        c => r.cols.get(c).cloned(),
+        "_version" => Some(Cow::Owned(Datum::uuid(r.version))),
+        c => r.cols.get(c).map(Cow::Borrowed),
     }
 }
 
@@ -697,124 +698,9 @@ fn handle(
             Err(e) => Err(e),
         },
         "monitor" | "monitor_cond" | "monitor_cond_since" => {
-            let name = p(0);
-            let mid = p(1).to_string();
-            match name.as_str().and_then(|n| core.dbs.get(n)) {
-                None => Err(unknown_db(&name)),
-                Some(db) => {
-                    let conditional = method != "monitor";
-                    match parse_requests(db, &p(2), conditional) {
-                        Err(e) => Err(e),
-                        Ok(tables) => {
-                            let m = Monitor {
-                                db: db.schema.name.clone(),
-                                method: match method {
-                                    "monitor" => "update",
-                                    "monitor_cond" => "update2",
-                                    _ => "update3",
-                                },
-                                tables,
-                            };
-                            let init = Json::Object(initial(db, &m));
-                            let c = core.conns.get_mut(&conn);
-                            match c {
-                                Some(c) if c.monitors.contains_key(&mid) => {
-                                    Err(OvsErr::new("duplicate monitor ID", mid.clone()))
-                                }
-                                Some(c) => {
-                                    c.monitors.insert(mid, m);
-                                    Ok(if method == "monitor_cond_since" {
-                                        json!([false, Uuid::NIL.to_string(), init])
-                                    } else {
-                                        init
-                                    })
-                                }
-                                None => Err(OvsErr::new("unknown connection", "")),
-                            }
-                        }
-                    }
-                }
-            }
+            start_monitor(core, conn, method, &p(0), &p(1), &p(2))
         }
-        "monitor_cond_change" => {
-            let (old, new) = (p(0).to_string(), p(1).to_string());
-            let m = core
-                .conns
-                .get_mut(&conn)
-                .and_then(|c| c.monitors.remove(&old));
-            match m {
-                None => Err(OvsErr::new("unknown monitor", old)),
-                Some(mut m) => {
-                    let r = match core.dbs.get(&m.db) {
-                        None => Err(OvsErr::new("unknown database", m.db.clone())),
-                        Some(db) => {
-                            let before = Json::Object(initial(db, &m));
-                            match p(2).as_object() {
-                                None => Err(OvsErr::new(
-                                    "syntax error",
-                                    "monitor requests must be an object",
-                                )),
-                                Some(o) => {
-                                    let mut res = Ok(());
-                                    for (t, reqs) in o {
-                                        let (Some(ts), Some(mt)) =
-                                            (db.schema.table(t), m.tables.get_mut(t))
-                                        else {
-                                            res = Err(OvsErr::new(
-                                                "syntax error",
-                                                format!("no table named {t}"),
-                                            ));
-                                            break;
-                                        };
-                                        let r = reqs.get(0).unwrap_or(reqs);
-                                        match r
-                                            .get("where")
-                                            .map(|w| engine::parse_conditions(ts, &db.schema, w))
-                                        {
-                                            Some(Ok(c)) => mt.conditions = c,
-                                            Some(Err(e)) => {
-                                                res = Err(e);
-                                                break;
-                                            }
-                                            None => mt.conditions.clear(),
-                                        }
-                                    }
-                                    res.map(|()| {
-                                        let after = Json::Object(initial(db, &m));
-                                        (before, after)
-                                    })
-                                }
-                            }
-                        }
-                    };
-                    let out = r.map(|(before, after)| {
-                        let upd = membership_change(&before, &after);
-                        let empty = upd.as_object().is_none_or(Map::is_empty);
-                        if let (Some(c), false, false) =
-                            (core.conns.get(&conn), empty, m.method == "update")
-                        {
-                            let mon: Json = serde_json::from_str(&new).unwrap_or(Json::Null);
-                            let params = match m.method {
-                                "update3" => json!([mon, Uuid::NIL.to_string(), upd]),
-                                _ => json!([mon, upd]),
-                            };
-                            let mut b = Vec::new();
-                            Message::Notification {
-                                method: m.method.to_owned(),
-                                params,
-                            }
-                            .encode(&mut b);
-                            let _ = c.tx.send(Out::Bytes(b));
-                        }
-                        json!({})
-                    });
-                    if let Some(c) = core.conns.get_mut(&conn) {
-                        c.monitors.insert(new, m);
-                    }
-                    out
-                }
-            }
-        }
+        "monitor_cond_change" => cond_change(core, conn, &p(0), &p(1), &p(2)),
         "monitor_cancel" => {
             let mid = p(0).to_string();
             match core
@@ -828,18 +714,21 @@ fn handle(
         }
         "lock" | "steal" | "unlock" => {
             let name = p(0).as_str().unwrap_or("").to_owned();
+            let waiting = core.locks.get(&name).is_some_and(|q| q.contains(&conn));
             match method {
+                "lock" | "steal" if waiting => Err(OvsErr::new(
+                    "syntax error",
+                    format!("must issue \"unlock\" before new \"{method}\""),
+                )),
                 "lock" => {
-                    let q = core.locks.entry(name).or_default();
-                    if !q.contains(&conn) {
-                        q.push_back(conn);
-                    }
+                    let q = core.locks.entry(name.clone()).or_default();
+                    q.push_back(conn);
                     Ok(json!({"locked": q.front() == Some(&conn)}))
                 }
                 "steal" => {
+                    // The victim keeps waiting behind the thief.
                     let q = core.locks.entry(name.clone()).or_default();
-                    let prev = q.front().copied().filter(|o| *o != conn);
-                    q.retain(|c| *c != conn);
+                    let prev = q.front().copied();
                     q.push_front(conn);
                     if let Some(prev) = prev {
                         lock_notify(core, prev, "stolen", &name);
@@ -865,6 +754,112 @@ fn handle(
         let _ = c.tx.send(Out::Bytes(out));
     }
     Handled::Sent
+}
+
+/// `monitor`, `monitor_cond`, `monitor_cond_since`: registers the monitor, returns its initial contents.
+fn start_monitor(
+    core: &mut Core,
+    conn: u64,
+    method: &str,
+    name: &Json,
+    id: &Json,
+    requests: &Json,
+) -> Result<Json, OvsErr> {
+    let db = name.as_str().and_then(|n| core.dbs.get(n)).ok_or_else(|| {
+        OvsErr::new(
+            "unknown database",
+            format!("{method} request specifies unknown database {name}"),
+        )
+    })?;
+    let tables = parse_requests(db, requests, method != "monitor")?;
+    let m = Monitor {
+        db: db.schema.name.clone(),
+        method: match method {
+            "monitor" => "update",
+            "monitor_cond" => "update2",
+            _ => "update3",
+        },
+        tables,
+    };
+    let init = Json::Object(initial(db, &m));
+    let c = core
+        .conns
+        .get_mut(&conn)
+        .ok_or_else(|| OvsErr::new("unknown connection", ""))?;
+    let mid = id.to_string();
+    if c.monitors.contains_key(&mid) {
+        return Err(OvsErr::new("duplicate monitor ID", mid));
+    }
+    c.monitors.insert(mid, m);
+    Ok(if method == "monitor_cond_since" {
+        // A standalone server keeps no history: never found, the zero transaction id.
+        json!([false, Uuid::NIL.to_string(), init])
+    } else {
+        init
+    })
+}
+
+/// `monitor_cond_change`: new conditions for some tables of a monitor, which is renamed `new`; the rows that
+/// enter or leave its view are reported as inserts and deletes. On an error the monitor stays as it was.
+fn cond_change(
+    core: &mut Core,
+    conn: u64,
+    old: &Json,
+    new: &Json,
+    requests: &Json,
+) -> Result<Json, OvsErr> {
+    let (old, new) = (old.to_string(), new.to_string());
+    let m = core
+        .conns
+        .get(&conn)
+        .and_then(|c| c.monitors.get(&old))
+        .ok_or_else(|| OvsErr::new("unknown monitor", old.clone()))?;
+    let db = core
+        .dbs
+        .get(&m.db)
+        .ok_or_else(|| OvsErr::new("unknown database", m.db.clone()))?;
+    let o = requests
+        .as_object()
+        .ok_or_else(|| OvsErr::new("syntax error", "monitor requests must be an object"))?;
+    let mut tables = m.tables.clone();
+    for (t, reqs) in o {
+        let (Some(ts), Some(mt)) = (db.schema.table(t), tables.get_mut(t)) else {
+            return Err(OvsErr::new("syntax error", format!("no table named {t}")));
+        };
+        let r = reqs.get(0).unwrap_or(reqs);
+        mt.conditions = match r.get("where") {
+            Some(w) => engine::parse_conditions(ts, &db.schema, w)?,
+            None => Vec::new(),
+        };
+    }
+    let before = Json::Object(initial(db, m));
+    let changed = Monitor {
+        db: m.db.clone(),
+        method: m.method,
+        tables,
+    };
+    let after = Json::Object(initial(db, &changed));
+    let upd = membership_change(&before, &after);
+    let Some(c) = core.conns.get_mut(&conn) else {
+        return Err(OvsErr::new("unknown connection", ""));
+    };
+    c.monitors.remove(&old);
+    if upd.as_object().is_some_and(|o| !o.is_empty()) && changed.method != "update" {
+        let mon: Json = serde_json::from_str(&new).unwrap_or(Json::Null);
+        let params = match changed.method {
+            "update3" => json!([mon, Uuid::NIL.to_string(), upd]),
+            _ => json!([mon, upd]),
+        };
+        let mut b = Vec::new();
+        Message::Notification {
+            method: changed.method.to_owned(),
+            params,
+        }
+        .encode(&mut b);
+        let _ = c.tx.send(Out::Bytes(b));
+    }
+    c.monitors.insert(new, changed);
+    Ok(json!({}))
 }
 
 /// Rows that entered or left a monitor's view when its conditions changed, as update2 inserts and deletes.
@@ -905,13 +900,13 @@ fn release_lock(core: &mut Core, conn: u64, name: &str) {
     let Some(q) = core.locks.get_mut(name) else {
         return;
     };
-    let was_owner = q.front() == Some(&conn);
     q.retain(|c| *c != conn);
-    let next = if was_owner { q.front().copied() } else { None };
+    // As ovsdb-server: whoever owns the lock after any waiter leaves is told `locked` (again).
+    let owner = q.front().copied();
     if q.is_empty() {
         core.locks.remove(name);
     }
-    if let Some(n) = next {
+    if let Some(n) = owner {
         lock_notify(core, n, "locked", name);
     }
 }
@@ -936,7 +931,10 @@ where
     'conn: loop {
         let next_deadline = triggers
             .iter()
-            .filter_map(|t| t.timeout_ms.map(|ms| t.start + Duration::from_millis(ms)))
+            .filter_map(|t| {
+                t.timeout_ms
+                    .and_then(|ms| t.start.checked_add(Duration::from_millis(ms)))
+            })
             .min();
         tokio::select! {
             r = rd.read_buf(dec.read_buffer(64 * 1024)) => {
