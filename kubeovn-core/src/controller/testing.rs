@@ -217,3 +217,42 @@ impl Harness {
             .expect("get")
     }
 }
+
+/// Every row of every northbound table, by table (a snapshot to compare: equal means nothing was written).
+pub(crate) type NbRows =
+    std::collections::BTreeMap<String, Vec<(kubeovn_ovn::Uuid, kubeovn_ovn::ops::Row)>>;
+
+// Helpers of the subnet, ippool and node tests.
+#[allow(dead_code)]
+impl Harness {
+    /// Every row of every northbound table now.
+    pub fn nb_rows(&self) -> NbRows {
+        self.db
+            .schema()
+            .tables
+            .keys()
+            .map(|t| {
+                let mut rows = self.db.rows(t);
+                rows.sort_by_key(|(u, _)| *u);
+                (t.clone(), rows)
+            })
+            .collect()
+    }
+
+    /// The events with `reason`, as the API server holds them now.
+    pub async fn events(&self, reason: &str) -> Vec<k8s_openapi::api::events::v1::Event> {
+        let api: Api<k8s_openapi::api::events::v1::Event> = Api::all(self.client.clone());
+        api.list(&Default::default())
+            .await
+            .expect("list events")
+            .items
+            .into_iter()
+            .filter(|e| e.reason.as_deref() == Some(reason))
+            .collect()
+    }
+
+    /// Takes the keys of kind `K` queued so far (their queue is left empty).
+    pub async fn queued<K: 'static>(&self) -> Vec<Key<K>> {
+        self.ctx.kinds.take_queued::<K>().await
+    }
+}
