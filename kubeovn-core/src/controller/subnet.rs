@@ -145,24 +145,7 @@ fn info_from_spec(name: &str, spec: &SubnetSpec, config: &Config) -> Result<Subn
         .collect::<Vec<_>>()
         .join(",");
     let mut exclude_ips = spec.exclude_ips.clone();
-    for e in &exclude_ips {
-        let bad = || {
-            ControllerError::invalid(
-                &what,
-                format!("excludeIps entry {e:?} is not an address or a..b range"),
-            )
-        };
-        let list = IpRangeList::parse(std::slice::from_ref(e)).map_err(|_| bad())?;
-        if list.is_empty() {
-            return Err(bad());
-        }
-        if list.clip_to_cidr(&block)? != list {
-            return Err(ControllerError::invalid(
-                &what,
-                format!("excludeIps entry {e:?} is outside cidrBlock {block}"),
-            ));
-        }
-    }
+    check_inside(&what, "excludeIps", &exclude_ips, &block)?;
     exclude_ips.retain(|e| !gateways.iter().any(|g| g.to_string() == *e));
     Ok(SubnetInfo {
         cidrs,
@@ -177,6 +160,30 @@ fn info_from_spec(name: &str, spec: &SubnetSpec, config: &Config) -> Result<Subn
         join: name == config.join_subnet.name,
         name: name.to_owned(),
     })
+}
+
+/// Refuses an entry of `entries` (the list `field` of `what`) that does not parse (kubeovn-ipam's syntax:
+/// an address, a CIDR or an `a..b` range) or does not lie inside `block` (`10.16.0.0/16,fd00::/64`).
+pub(crate) fn check_inside(what: &str, field: &str, entries: &[String], block: &str) -> Result<()> {
+    for e in entries {
+        let bad = || {
+            ControllerError::invalid(
+                what,
+                format!("{field} entry {e:?} is not an address or a..b range"),
+            )
+        };
+        let list = IpRangeList::parse(std::slice::from_ref(e)).map_err(|_| bad())?;
+        if list.is_empty() {
+            return Err(bad());
+        }
+        if list.clip_to_cidr(block)? != list {
+            return Err(ControllerError::invalid(
+                what,
+                format!("{field} entry {e:?} is outside cidrBlock {block}"),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Kube-OVN's name of a gateway type (`distributed`, `centralized`).
@@ -856,7 +863,7 @@ mod behaviour {
     use crate::controller::vpc::Vpcs;
     use crate::crd::VpcSpec;
     use k8s_openapi::api::core::v1::{NodeAddress, NodeStatus};
-    use kube::api::{DeleteParams, DynamicObject};
+    use kube::api::DeleteParams;
     use kubeovn_ipam::AllocRequest;
     use kubeovn_ovn::memdb::MemDb;
     use kubeovn_ovn::models::nb::LogicalRouterPolicyAction;
@@ -887,21 +894,7 @@ mod behaviour {
     /// Creates the Subnet `name` with `spec` (JSON, so that a spec the types refuse gets in too) and waits
     /// until the controller's store holds it.
     async fn subnet(h: &Harness, name: &str, spec: serde_json::Value) {
-        let o: DynamicObject = serde_json::from_value(json!({
-            "apiVersion": "kubeovn.io/v1", "kind": "Subnet",
-            "metadata": { "name": name }, "spec": spec,
-        }))
-        .expect("object");
-        let api: Api<DynamicObject> = Api::all_with(
-            h.client.clone(),
-            &kube::discovery::ApiResource::erase::<Subnet>(&()),
-        );
-        let o = api
-            .create(&PostParams::default(), &o)
-            .await
-            .expect("create");
-        let v = serde_json::to_value(&o).expect("json");
-        h.stored(&Decoded::<Subnet>::from_value(v).expect("decoded"))
+        h.create_raw::<Subnet>(json!({ "metadata": { "name": name }, "spec": spec }))
             .await;
     }
 

@@ -251,6 +251,36 @@ impl Harness {
             .collect()
     }
 
+    /// Creates the cluster-scoped custom resource `K` from `v` as sent (a spec its type refuses gets in too,
+    /// as through a server that does not validate) and waits until the controller's store holds it.
+    pub async fn create_raw<K>(&self, v: serde_json::Value) -> crate::crd::Decoded<K>
+    where
+        K: Resource<DynamicType = ()>
+            + DeserializeOwned
+            + Serialize
+            + Default
+            + Clone
+            + Send
+            + Sync
+            + 'static,
+        crate::crd::Decoded<K>: framework::Object,
+    {
+        let ar = kube::discovery::ApiResource::erase::<K>(&());
+        let mut v = v;
+        v["apiVersion"] = ar.api_version.clone().into();
+        v["kind"] = ar.kind.clone().into();
+        let o: kube::api::DynamicObject = serde_json::from_value(v).expect("object");
+        let api: Api<kube::api::DynamicObject> = Api::all_with(self.client.clone(), &ar);
+        let o = api
+            .create(&PostParams::default(), &o)
+            .await
+            .expect("create");
+        let d = crate::crd::Decoded::<K>::from_value(serde_json::to_value(&o).expect("json"))
+            .expect("decoded");
+        self.stored(&d).await;
+        d
+    }
+
     /// Takes the keys of kind `K` queued so far (their queue is left empty).
     pub async fn queued<K: 'static>(&self) -> Vec<Key<K>> {
         self.ctx.kinds.take_queued::<K>().await
