@@ -8,11 +8,21 @@ use kubeovn_ipam::PoolSpec;
 
 use super::error::{ControllerError, Result};
 use super::framework::{Action, Key, Reconciler};
-use super::Ctx;
+use super::{Ctx, SubnetInfo};
 use crate::crd::{Decoded, IPPool};
 
 /// Loads an IPPool into the allocator.
 pub(crate) fn install_pool(ctx: &Ctx, p: &Decoded<IPPool>) -> Result<()> {
+    let subnet = ctx.subnet(&p.object.spec.subnet);
+    install_pool_in(ctx, p, subnet.as_deref())
+}
+
+/// Loads an IPPool into the allocator; `subnet` is its subnet when loaded (its addresses must lie inside).
+pub(crate) fn install_pool_in(
+    ctx: &Ctx,
+    p: &Decoded<IPPool>,
+    subnet: Option<&SubnetInfo>,
+) -> Result<()> {
     let name = p.name_any();
     if let Some(e) = &p.spec_error {
         return Err(ControllerError::invalid(
@@ -20,12 +30,12 @@ pub(crate) fn install_pool(ctx: &Ctx, p: &Decoded<IPPool>) -> Result<()> {
             e.clone(),
         ));
     }
-    let subnet = p.object.spec.subnet.clone();
     let ips = p.object.spec.ips.clone();
-    if let Some(s) = ctx.subnet(&subnet) {
+    if let Some(s) = subnet {
         // The allocator would clip them away in silence: a typo'd pool would reserve nothing.
         super::subnet::check_inside(&format!("ippool {name}"), "ips", &ips, &s.cidr_block())?;
     }
+    let subnet = p.object.spec.subnet.clone();
     ctx.ipam
         .add_or_update_pool(&subnet, &PoolSpec::new(&name, ips.iter().cloned()))?;
     ctx.pools
@@ -33,6 +43,20 @@ pub(crate) fn install_pool(ctx: &Ctx, p: &Decoded<IPPool>) -> Result<()> {
         .unwrap_or_else(|e| e.into_inner())
         .insert(name, (subnet, ips));
     Ok(())
+}
+
+/// Loads the pools of the subnet `info`, just loaded into the allocator (new, or back after a delete), before
+/// pods can find it; a pool refused here is reported by its own reconciler.
+pub(crate) fn install_pools_of(ctx: &Ctx, info: &SubnetInfo) {
+    for p in ctx.kinds.list::<Decoded<IPPool>>() {
+        if p.object.spec.subnet != info.name {
+            continue;
+        }
+        if let Err(e) = install_pool_in(ctx, &p, Some(info)) {
+            tracing::debug!(pool = %p.name_any(), error = %e, "ippool not loaded with its subnet");
+            ctx.enqueue(Key::<Decoded<IPPool>>::cluster(&p.name_any()));
+        }
+    }
 }
 
 /// The IPPool kind: each pool's addresses reserved in its subnet for the pods and namespaces naming it.
@@ -189,6 +213,43 @@ mod tests {
             .allocate("s1", &AllocRequest::new("b.ns", "b.ns").static_ips(&asked))
             .expect("free now");
         assert_eq!(b.ips().collect::<Vec<_>>(), asked);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_pool_comes_back_with_its_subnet() {
+        let h = with_subnet().await;
+        pool(
+            &h,
+            "p1",
+            json!({ "subnet": "s1", "ips": ["10.70.0.10..10.70.0.19"] }),
+        )
+        .await
+        .expect("pool");
+        let api: Api<Subnet> = Api::all(h.client.clone());
+        api.delete("s1", &DeleteParams::default())
+            .await
+            .expect("delete");
+        let key = Key::<Decoded<Subnet>>::cluster("s1");
+        h.gone(&key).await;
+        h.run::<Subnets>(key.clone()).await.expect("cleanup");
+        h.create_raw::<Subnet>(
+            json!({ "metadata": { "name": "s1" }, "spec": { "cidrBlock": "10.70.0.0/24" } }),
+        )
+        .await;
+        h.run::<Subnets>(key).await.expect("subnet again");
+        // The pool's addresses are reserved again as soon as the subnet is back, without the pool changing.
+        let a = h
+            .ctx
+            .ipam
+            .allocate("s1", &AllocRequest::new("a.ns", "a.ns").pool("p1"))
+            .expect("pool pod");
+        assert!(in_pool(a.ips().next().expect("ip")), "{a:?}");
+        let b = h
+            .ctx
+            .ipam
+            .allocate("s1", &AllocRequest::new("b.ns", "b.ns"))
+            .expect("other pod");
+        assert!(!in_pool(b.ips().next().expect("ip")), "{b:?}");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

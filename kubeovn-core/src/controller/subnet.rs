@@ -309,6 +309,10 @@ fn install_checked(ctx: &Ctx, info: SubnetInfo, check: bool) -> Result<()> {
     for d in dropped {
         tracing::warn!(subnet = %info.name, pod = %d.pod, "allocation outside the updated subnet dropped");
     }
+    if !subnets.contains_key(&info.name) {
+        // Its pools: those handled while it was missing were not loaded (or went with its delete).
+        super::ippool::install_pools_of(ctx, &info);
+    }
     let name = info.name.clone();
     // Its reservations first: pods find the subnet only once it is in the table.
     ctx.reservations().subnet_loaded(&ctx.ipam, &name);
