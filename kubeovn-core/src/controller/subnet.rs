@@ -416,6 +416,37 @@ pub(crate) async fn reconcile_info(ctx: &Ctx, info: &SubnetInfo) -> Result<()> {
         b.ops
             .extend(plan::gateway_batch(info, &node_join_ips(ctx)).ops);
     }
+    // The subnet's policies of a block (or node) it no longer has: a changed cidrBlock left the old
+    // block's allow policy behind.
+    let wanted: HashSet<&str> = b
+        .ops
+        .iter()
+        .filter_map(|op| match op {
+            kubeovn_ovn::northbound::Op::Policy(p) => Some(p.match_.as_str()),
+            _ => None,
+        })
+        .collect();
+    let ours = [
+        i64::from(naming::priority::SUBNET_ROUTER),
+        i64::from(naming::priority::GATEWAY_ROUTER),
+    ];
+    let stale: Vec<_> = ctx
+        .nb
+        .policies(&info.vpc)
+        .into_iter()
+        .filter(|p| ours.contains(&p.priority) && !wanted.contains(p.match_.as_str()))
+        .filter(|p| {
+            p.external_ids
+                .get(naming::external_ids::SUBNET)
+                .is_some_and(|s| *s == info.name)
+        })
+        .map(|p| kubeovn_ovn::northbound::Op::DeletePolicy {
+            router: info.vpc.clone(),
+            priority: p.priority,
+            match_: p.match_,
+        })
+        .collect();
+    b.ops.extend(stale);
     ctx.writer.commit(b).await
 }
 
@@ -1068,6 +1099,65 @@ mod behaviour {
         );
         // The built-in subnets are untouched.
         assert!(h.nb.switch("ovn-default").is_some() && h.nb.switch("join").is_some());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_wider_block_updates_the_switch_router_port_and_policies() {
+        let h = Harness::start().await;
+        let join_ip = with_node(&h, "n1", "172.18.0.2").await;
+        subnet(&h, "s1", json!({ "cidrBlock": "10.70.0.0/24" })).await;
+        run(&h, "s1").await.expect("run");
+        let api: Api<Subnet> = Api::all(h.client.clone());
+        let s = api
+            .patch(
+                "s1",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"cidrBlock": "10.70.0.0/23,fd00:70::/64"}})),
+            )
+            .await
+            .expect("patch");
+        h.stored(&Decoded::new(s)).await;
+        run(&h, "s1").await.expect("run");
+        let ls = h.nb.switch("s1").expect("switch");
+        assert_eq!(
+            ls.other_config.get("subnet").map(String::as_str),
+            Some("10.70.0.0/23")
+        );
+        assert_eq!(
+            ls.other_config.get("ipv6_prefix").map(String::as_str),
+            Some("fd00:70::")
+        );
+        let lrp = h.nb.router_port("ovn-cluster-s1").expect("router port");
+        assert_eq!(lrp.networks, ["10.70.0.1/23", "fd00:70::1/64"]);
+        let mine: Vec<String> =
+            h.nb.policies(VPC)
+                .into_iter()
+                .filter(|p| p.external_ids.get("subnet").map(String::as_str) == Some("s1"))
+                .map(|p| p.match_)
+                .collect::<std::collections::BTreeSet<_>>()
+                .into_iter()
+                .collect();
+        assert_eq!(
+            mine,
+            [
+                "ip4.dst == 10.70.0.0/23",
+                "ip4.src == $s1.n1_ip4",
+                "ip6.dst == fd00:70::/64"
+            ]
+        );
+        // The allocator serves the wider block.
+        let far = ["10.70.1.200".parse().expect("ip")];
+        h.ctx
+            .ipam
+            .allocate("s1", &AllocRequest::new("p.ns", "p.ns").static_ips(&far))
+            .expect("inside the wider block");
+        assert!(
+            policies(&h, VPC, naming::priority::GATEWAY_ROUTER).contains(&(
+                "ip4.src == $s1.n1_ip4".to_owned(),
+                LogicalRouterPolicyAction::Reroute,
+                vec![join_ip.to_string()]
+            ))
+        );
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
