@@ -586,6 +586,16 @@ async fn reconcile(ctx: &Ctx, obj: &Decoded<Subnet>) -> Result<()> {
     {
         requeue_refused(ctx);
     }
+    if let Some(old) = before.as_ref().filter(|b| b.vpc != info.vpc) {
+        // Moved to another VPC: its patch, policies and gateway port groups on the old router go (the
+        // switch stays).
+        let nodes: Vec<String> = ctx.nodes().iter().map(|n| n.name_any()).collect();
+        let mut b = plan::subnet_delete_batch(old, &nodes);
+        b.ops
+            .retain(|op| !matches!(op, kubeovn_ovn::northbound::Op::DeleteSwitch(_)));
+        ctx.writer.commit(b).await?;
+        ctx.enqueue(Key::<Vpc>::cluster(&old.vpc));
+    }
     if ctx.nb.router(&info.vpc).is_none() {
         // The Vpc's handler creates its router; retried until then.
         return Err(ControllerError::NotReady(format!("vpc {}", info.vpc)));
@@ -1157,6 +1167,47 @@ mod behaviour {
                 LogicalRouterPolicyAction::Reroute,
                 vec![join_ip.to_string()]
             ))
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_subnet_moved_to_another_vpc_leaves_the_old_router() {
+        let h = Harness::start().await;
+        with_node(&h, "n1", "172.18.0.2").await;
+        h.create_cluster(&Vpc::new("blue", VpcSpec::default()))
+            .await;
+        h.run::<Vpcs>(Key::cluster("blue")).await.expect("vpc");
+        subnet(&h, "s1", json!({ "cidrBlock": "10.70.0.0/24" })).await;
+        run(&h, "s1").await.expect("run");
+        assert!(h.nb.router_port("ovn-cluster-s1").is_some());
+        let api: Api<Subnet> = Api::all(h.client.clone());
+        let s = api
+            .patch(
+                "s1",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"vpc": "blue"}})),
+            )
+            .await
+            .expect("patch");
+        h.stored(&Decoded::new(s)).await;
+        run(&h, "s1").await.expect("run");
+        assert!(h.nb.router_port("blue-s1").is_some());
+        assert!(h.nb.switch_port("s1-blue").is_some());
+        assert!(h.nb.router_port("ovn-cluster-s1").is_none());
+        assert!(h.nb.switch_port("s1-ovn-cluster").is_none());
+        assert!(h.nb.port_group("s1.n1").is_none());
+        assert!(h.nb.policies(VPC).iter().all(|p| p
+            .external_ids
+            .get("subnet")
+            .map(String::as_str)
+            != Some("s1")));
+        assert_eq!(
+            policies(&h, "blue", naming::priority::SUBNET_ROUTER),
+            [(
+                "ip4.dst == 10.70.0.0/24".to_owned(),
+                LogicalRouterPolicyAction::Allow,
+                vec![]
+            )]
         );
     }
 
