@@ -503,6 +503,23 @@ impl Kinds {
     }
 }
 
+#[cfg(test)]
+impl Kinds {
+    /// Takes every key of kind `K` waiting in its queue, in order (tests: what a change queued).
+    pub(crate) async fn take_queued<K: 'static>(&self) -> Vec<Key<K>> {
+        let Some(q) = self.slot::<K>().and_then(|s| s.queue.clone()) else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        while !q.is_empty() {
+            let Some(k) = q.get().await else { break };
+            q.done(&k);
+            out.push(k);
+        }
+        out
+    }
+}
+
 type WorkerFn<C> = Box<dyn FnOnce(Arc<C>) -> BoxFuture + Send>;
 type InformerFn = Box<dyn FnOnce(Arc<Kinds>) -> BoxFuture + Send>;
 type Slots = HashMap<TypeId, Box<dyn Any + Send + Sync>>;

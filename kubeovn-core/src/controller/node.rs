@@ -90,15 +90,14 @@ async fn add(ctx: &Ctx, n: &Node) -> Result<()> {
     };
     let had = ctx.nb.switch_port(&port).is_some();
     let node_ips = internal_ips(n);
-    ctx.writer
-        .commit(plan::node_batch(
-            &name,
-            &join,
-            &addrs,
-            &node_ips,
-            &ctx.config.default_vpc,
-        ))
-        .await?;
+    let mut b = plan::node_batch(&name, &join, &addrs, &node_ips, &ctx.config.default_vpc);
+    // The policies of addresses the node no longer has (its InternalIP changed).
+    let keep: Vec<String> = node_ips
+        .iter()
+        .map(|ip| plan::node_policy_match(*ip))
+        .collect();
+    b.ops.extend(node_policy_deletes(ctx, &name, &keep));
+    ctx.writer.commit(b).await?;
     ip::ensure(
         ctx,
         &IpRecord {
@@ -147,10 +146,34 @@ async fn add(ctx: &Ctx, n: &Node) -> Result<()> {
     Ok(())
 }
 
+/// Deletes the node routing policies (30000) of node `name` in the default VPC, but those matching `keep`.
+fn node_policy_deletes(ctx: &Ctx, name: &str, keep: &[String]) -> Vec<Op> {
+    let vpc = &ctx.config.default_vpc;
+    let priority = i64::from(naming::priority::NODE_ROUTER);
+    ctx.nb
+        .policies(vpc)
+        .into_iter()
+        .filter(|p| p.priority == priority && !keep.contains(&p.match_))
+        .filter(|p| {
+            p.external_ids
+                .get(naming::external_ids::NODE)
+                .map(String::as_str)
+                == Some(name)
+        })
+        .map(|p| Op::DeletePolicy {
+            router: vpc.clone(),
+            priority,
+            match_: p.match_,
+        })
+        .collect()
+}
+
 async fn delete(ctx: &Ctx, name: &str, last: Option<&Node>) -> Result<()> {
     let port = naming::node_port(name);
     let node_ips = last.map(internal_ips).unwrap_or_default();
     let mut b = plan::node_delete_batch(name, &node_ips, &ctx.config.default_vpc);
+    // Also those of addresses its last state no longer showed.
+    b.ops.extend(node_policy_deletes(ctx, name, &[]));
     for s in ctx.subnet_list() {
         if !s.distributed(&ctx.config.default_vpc) {
             continue;
@@ -176,5 +199,233 @@ async fn delete(ctx: &Ctx, name: &str, last: Option<&Node>) -> Result<()> {
         }
         Ok(None) | Err(kubeovn_ipam::IpamError::NoSuchSubnet { .. }) => Ok(()),
         Err(e) => Err(e.into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::annotations::{ALLOCATED, IP_ADDRESS, LOGICAL_SWITCH, MAC_ADDRESS};
+    use crate::controller::subnet::Subnets;
+    use crate::controller::testing::Harness;
+    use crate::crd::IP;
+    use k8s_openapi::api::core::v1::{NodeAddress, NodeStatus};
+    use kube::api::DeleteParams;
+    use kubeovn_ovn::models::nb::LogicalRouterPolicyAction;
+    use kubeovn_ovn::northbound::Northbound;
+    use serde_json::json;
+
+    const VPC: &str = "ovn-cluster";
+
+    fn node(name: &str, ip: &str, annotations: &[(&str, &str)]) -> Node {
+        let mut n = Node::default();
+        n.metadata.name = Some(name.to_owned());
+        n.metadata.annotations = Some(
+            annotations
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+        );
+        n.status = Some(NodeStatus {
+            addresses: Some(vec![NodeAddress {
+                type_: "InternalIP".into(),
+                address: ip.into(),
+            }]),
+            ..NodeStatus::default()
+        });
+        n
+    }
+
+    /// Creates `n` (with its status) and runs it.
+    async fn add(h: &Harness, n: &Node) -> NodeAnnotations {
+        let api: Api<Node> = Api::all(h.client.clone());
+        let name = n.name_any();
+        api.create(&Default::default(), n).await.expect("create");
+        let n = api
+            .patch_status(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({ "status": n.status })),
+            )
+            .await
+            .expect("status");
+        h.stored(&n).await;
+        assert_eq!(
+            h.run::<Nodes>(Key::cluster(&name)).await.expect("run"),
+            Action::Done
+        );
+        annotations(h, &name).await
+    }
+
+    async fn annotations(h: &Harness, name: &str) -> NodeAnnotations {
+        let n: Node = h.get(name).await.expect("node");
+        NodeAnnotations::parse(n.annotations()).expect("annotations")
+    }
+
+    /// The 30000 policies of the default VPC: (match, action, nexthops).
+    fn node_policies(h: &Harness) -> Vec<(String, LogicalRouterPolicyAction, Vec<String>)> {
+        let mut v: Vec<_> =
+            h.nb.policies(VPC)
+                .into_iter()
+                .filter(|p| p.priority == i64::from(naming::priority::NODE_ROUTER))
+                .map(|p| (p.match_, p.action, p.nexthops))
+                .collect();
+        v.sort_by(|a, b| a.0.cmp(&b.0));
+        v
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_node_gets_its_join_port_group_and_policies_and_loses_them_with_it() {
+        let h = Harness::start().await;
+        h.queued::<Decoded<Subnet>>().await;
+        let a = add(&h, &node("n1", "172.18.0.2", &[])).await;
+        let join: ipnetwork::IpNetwork = "100.64.0.0/16".parse().expect("cidr");
+        let [ip] = a.ip_addresses[..] else {
+            panic!("one join address: {a:?}")
+        };
+        assert!(join.contains(ip) && ip.to_string() != "100.64.0.1", "{ip}");
+        let mac = a.mac_address.expect("mac");
+        assert_eq!(a.cidrs, [join]);
+        assert_eq!(a.gateways, ["100.64.0.1".parse::<IpAddr>().expect("gw")]);
+        assert_eq!(a.logical_switch.as_deref(), Some("join"));
+        assert!(a.allocated);
+        assert_eq!(a.port_name.as_deref(), Some("node-n1"));
+
+        let lsp = h.nb.switch_port("node-n1").expect("port");
+        assert_eq!(lsp.addresses, [format!("{mac} {ip}")]);
+        assert!(h
+            .nb
+            .switch_port_names("join")
+            .contains(&"node-n1".to_owned()));
+        let pg = h.nb.port_group("node.n1").expect("port group");
+        assert_eq!(pg.ports, [lsp.uuid]);
+        assert_eq!(
+            node_policies(&h),
+            [(
+                "ip4.dst == 172.18.0.2".to_owned(),
+                LogicalRouterPolicyAction::Reroute,
+                vec![ip.to_string()]
+            )]
+        );
+        let rec: IP = h.get("node-n1").await.expect("ip record");
+        assert_eq!(rec.spec.ip_address, ip.to_string());
+        assert_eq!(rec.spec.subnet, "join");
+        assert_eq!(rec.spec.node_name, "n1");
+        // A new node queues the subnets (their gateway policies for it).
+        let queued = h.queued::<Decoded<Subnet>>().await;
+        assert!(
+            queued.iter().any(|k| k.name() == "ovn-default"),
+            "{queued:?}"
+        );
+        h.run::<Subnets>(Key::cluster("ovn-default"))
+            .await
+            .expect("default subnet");
+        assert!(h.nb.port_group("ovn.default.n1").is_some());
+
+        // Run again unchanged: nothing written.
+        let n: Node = h.get("n1").await.expect("node");
+        h.stored(&n).await;
+        let rows = h.nb_rows();
+        h.run::<Nodes>(Key::cluster("n1")).await.expect("again");
+        assert_eq!(h.nb_rows(), rows);
+        let again: Node = h.get("n1").await.expect("node");
+        assert_eq!(n.metadata.resource_version, again.metadata.resource_version);
+
+        // A new InternalIP: its policy replaces the old one; the join address stays.
+        let api: Api<Node> = Api::all(h.client.clone());
+        let moved = api
+            .patch_status(
+                "n1",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": {"addresses": [{"type": "InternalIP", "address": "172.18.0.3"}]}})),
+            )
+            .await
+            .expect("move");
+        h.stored(&moved).await;
+        h.run::<Nodes>(Key::cluster("n1")).await.expect("moved");
+        assert_eq!(
+            node_policies(&h),
+            [(
+                "ip4.dst == 172.18.0.3".to_owned(),
+                LogicalRouterPolicyAction::Reroute,
+                vec![ip.to_string()]
+            )]
+        );
+        assert_eq!(annotations(&h, "n1").await.ip_addresses, [ip]);
+
+        api.delete("n1", &DeleteParams::default())
+            .await
+            .expect("delete");
+        let key = Key::<Node>::cluster("n1");
+        h.gone(&key).await;
+        assert_eq!(h.run::<Nodes>(key).await.expect("cleanup"), Action::Done);
+        assert!(h.nb.switch_port("node-n1").is_none());
+        assert!(h.nb.port_group("node.n1").is_none());
+        assert!(h.nb.port_group("ovn.default.n1").is_none());
+        assert!(node_policies(&h).is_empty());
+        assert!(h
+            .nb
+            .policies(VPC)
+            .iter()
+            .all(|p| !p.match_.contains("ovn.default.n1")));
+        assert!(h.get::<IP>("node-n1").await.is_none());
+        assert_eq!(
+            h.ctx.ipam.get("join", "node-n1", "node-n1").expect("join"),
+            None
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_recorded_join_address_is_kept_unless_taken() {
+        let h = Harness::start().await;
+        let recorded = [
+            (IP_ADDRESS, "100.64.0.77"),
+            (MAC_ADDRESS, "00:00:00:aa:bb:cc"),
+            (LOGICAL_SWITCH, "join"),
+            (ALLOCATED, "true"),
+        ];
+        let a = add(&h, &node("n2", "172.18.0.4", &recorded)).await;
+        assert_eq!(
+            a.ip_addresses,
+            ["100.64.0.77".parse::<IpAddr>().expect("ip")]
+        );
+        assert_eq!(
+            a.mac_address.map(|m| m.to_string()).as_deref(),
+            Some("00:00:00:aa:bb:cc")
+        );
+        assert_eq!(
+            h.nb.switch_port("node-n2").expect("port").addresses,
+            ["00:00:00:aa:bb:cc 100.64.0.77"]
+        );
+        // Another node recording the same address gets a new one.
+        let b = add(&h, &node("n3", "172.18.0.5", &recorded)).await;
+        assert_eq!(b.ip_addresses.len(), 1);
+        assert_ne!(b.ip_addresses, a.ip_addresses);
+        assert_eq!(annotations(&h, "n2").await.ip_addresses, a.ip_addresses);
+
+        // Deleted in a state that no longer shows its address: its policy goes all the same.
+        let api: Api<Node> = Api::all(h.client.clone());
+        let bare = api
+            .patch_status(
+                "n2",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": {"addresses": []}})),
+            )
+            .await
+            .expect("status");
+        h.stored(&bare).await;
+        api.delete("n2", &DeleteParams::default())
+            .await
+            .expect("delete");
+        let key = Key::<Node>::cluster("n2");
+        h.gone(&key).await;
+        h.run::<Nodes>(key).await.expect("cleanup");
+        assert_eq!(
+            node_policies(&h)
+                .into_iter()
+                .map(|p| p.0)
+                .collect::<Vec<_>>(),
+            ["ip4.dst == 172.18.0.5"]
+        );
     }
 }

@@ -145,24 +145,7 @@ fn info_from_spec(name: &str, spec: &SubnetSpec, config: &Config) -> Result<Subn
         .collect::<Vec<_>>()
         .join(",");
     let mut exclude_ips = spec.exclude_ips.clone();
-    for e in &exclude_ips {
-        let bad = || {
-            ControllerError::invalid(
-                &what,
-                format!("excludeIps entry {e:?} is not an address or a..b range"),
-            )
-        };
-        let list = IpRangeList::parse(std::slice::from_ref(e)).map_err(|_| bad())?;
-        if list.is_empty() {
-            return Err(bad());
-        }
-        if list.clip_to_cidr(&block)? != list {
-            return Err(ControllerError::invalid(
-                &what,
-                format!("excludeIps entry {e:?} is outside cidrBlock {block}"),
-            ));
-        }
-    }
+    check_inside(&what, "excludeIps", &exclude_ips, &block)?;
     exclude_ips.retain(|e| !gateways.iter().any(|g| g.to_string() == *e));
     Ok(SubnetInfo {
         cidrs,
@@ -177,6 +160,30 @@ fn info_from_spec(name: &str, spec: &SubnetSpec, config: &Config) -> Result<Subn
         join: name == config.join_subnet.name,
         name: name.to_owned(),
     })
+}
+
+/// Refuses an entry of `entries` (the list `field` of `what`) that does not parse (kubeovn-ipam's syntax:
+/// an address, a CIDR or an `a..b` range) or does not lie inside `block` (`10.16.0.0/16,fd00::/64`).
+pub(crate) fn check_inside(what: &str, field: &str, entries: &[String], block: &str) -> Result<()> {
+    for e in entries {
+        let bad = || {
+            ControllerError::invalid(
+                what,
+                format!("{field} entry {e:?} is not an address or a..b range"),
+            )
+        };
+        let list = IpRangeList::parse(std::slice::from_ref(e)).map_err(|_| bad())?;
+        if list.is_empty() {
+            return Err(bad());
+        }
+        if list.clip_to_cidr(block)? != list {
+            return Err(ControllerError::invalid(
+                what,
+                format!("{field} entry {e:?} is outside cidrBlock {block}"),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Kube-OVN's name of a gateway type (`distributed`, `centralized`).
@@ -302,6 +309,10 @@ fn install_checked(ctx: &Ctx, info: SubnetInfo, check: bool) -> Result<()> {
     for d in dropped {
         tracing::warn!(subnet = %info.name, pod = %d.pod, "allocation outside the updated subnet dropped");
     }
+    if !subnets.contains_key(&info.name) {
+        // Its pools: those handled while it was missing were not loaded (or went with its delete).
+        super::ippool::install_pools_of(ctx, &info);
+    }
     let name = info.name.clone();
     // Its reservations first: pods find the subnet only once it is in the table.
     ctx.reservations().subnet_loaded(&ctx.ipam, &name);
@@ -405,6 +416,37 @@ pub(crate) async fn reconcile_info(ctx: &Ctx, info: &SubnetInfo) -> Result<()> {
         b.ops
             .extend(plan::gateway_batch(info, &node_join_ips(ctx)).ops);
     }
+    // The subnet's policies of a block (or node) it no longer has: a changed cidrBlock left the old
+    // block's allow policy behind.
+    let wanted: HashSet<&str> = b
+        .ops
+        .iter()
+        .filter_map(|op| match op {
+            kubeovn_ovn::northbound::Op::Policy(p) => Some(p.match_.as_str()),
+            _ => None,
+        })
+        .collect();
+    let ours = [
+        i64::from(naming::priority::SUBNET_ROUTER),
+        i64::from(naming::priority::GATEWAY_ROUTER),
+    ];
+    let stale: Vec<_> = ctx
+        .nb
+        .policies(&info.vpc)
+        .into_iter()
+        .filter(|p| ours.contains(&p.priority) && !wanted.contains(p.match_.as_str()))
+        .filter(|p| {
+            p.external_ids
+                .get(naming::external_ids::SUBNET)
+                .is_some_and(|s| *s == info.name)
+        })
+        .map(|p| kubeovn_ovn::northbound::Op::DeletePolicy {
+            router: info.vpc.clone(),
+            priority: p.priority,
+            match_: p.match_,
+        })
+        .collect();
+    b.ops.extend(stale);
     ctx.writer.commit(b).await
 }
 
@@ -434,7 +476,8 @@ async fn patch_status<T: Serialize + std::fmt::Debug>(
     name: &str,
     status: &StatusPatch<T>,
 ) -> Result<()> {
-    let api: Api<Subnet> = Api::all(ctx.client.clone());
+    // The reply is read as a Decoded: a Subnet whose spec does not decode gets its refusal written too.
+    let api: Api<Decoded<Subnet>> = Api::all(ctx.client.clone());
     match api
         .patch_status(name, &PatchParams::default(), &Patch::Merge(status))
         .await
@@ -542,6 +585,16 @@ async fn reconcile(ctx: &Ctx, obj: &Decoded<Subnet>) -> Result<()> {
         .is_some_and(|b| b.cidrs != info.cidrs || b.vpc != info.vpc)
     {
         requeue_refused(ctx);
+    }
+    if let Some(old) = before.as_ref().filter(|b| b.vpc != info.vpc) {
+        // Moved to another VPC: its patch, policies and gateway port groups on the old router go (the
+        // switch stays).
+        let nodes: Vec<String> = ctx.nodes().iter().map(|n| n.name_any()).collect();
+        let mut b = plan::subnet_delete_batch(old, &nodes);
+        b.ops
+            .retain(|op| !matches!(op, kubeovn_ovn::northbound::Op::DeleteSwitch(_)));
+        ctx.writer.commit(b).await?;
+        ctx.enqueue(Key::<Vpc>::cluster(&old.vpc));
     }
     if ctx.nb.router(&info.vpc).is_none() {
         // The Vpc's handler creates its router; retried until then.
@@ -842,5 +895,666 @@ mod tests {
         assert_eq!(ok.exclude_ips, ["10.66.0.2..10.66.0.9", "fd00:66::5"]);
         assert_eq!(ok.gateway(), "10.66.0.254,fd00:66::1");
         assert_eq!(ok.vpc, VPC);
+    }
+}
+
+/// Behaviour of the subnet reconciler on the test API server and an in-memory northbound.
+#[cfg(test)]
+mod behaviour {
+    use super::*;
+    use crate::controller::framework::{Failure, ReconcileError};
+    use crate::controller::node::Nodes;
+    use crate::controller::testing::{config, Harness};
+    use crate::controller::vpc::Vpcs;
+    use crate::crd::VpcSpec;
+    use k8s_openapi::api::core::v1::{NodeAddress, NodeStatus};
+    use kube::api::DeleteParams;
+    use kubeovn_ipam::AllocRequest;
+    use kubeovn_ovn::memdb::MemDb;
+    use kubeovn_ovn::models::nb::LogicalRouterPolicyAction;
+    use kubeovn_ovn::northbound::Northbound;
+    use serde_json::json;
+
+    const VPC: &str = "ovn-cluster";
+
+    fn node(name: &str, ip: &str) -> Node {
+        let mut n = Node::default();
+        n.metadata.name = Some(name.to_owned());
+        n.status = Some(NodeStatus {
+            addresses: Some(vec![NodeAddress {
+                type_: "InternalIP".into(),
+                address: ip.into(),
+            }]),
+            ..NodeStatus::default()
+        });
+        n
+    }
+
+    fn ns(name: &str) -> Namespace {
+        let mut n = Namespace::default();
+        n.metadata.name = Some(name.to_owned());
+        n
+    }
+
+    /// Creates the Subnet `name` with `spec` (JSON, so that a spec the types refuse gets in too) and waits
+    /// until the controller's store holds it.
+    async fn subnet(h: &Harness, name: &str, spec: serde_json::Value) {
+        h.create_raw::<Subnet>(json!({ "metadata": { "name": name }, "spec": spec }))
+            .await;
+    }
+
+    async fn run(h: &Harness, name: &str) -> Result<Action> {
+        h.run::<Subnets>(Key::cluster(name)).await
+    }
+
+    async fn delete_subnet(h: &Harness, name: &str) {
+        let api: Api<Subnet> = Api::all(h.client.clone());
+        api.delete(name, &DeleteParams::default())
+            .await
+            .expect("delete");
+        h.gone(&Key::<Decoded<Subnet>>::cluster(name)).await;
+    }
+
+    /// A condition of the Subnet `name` as the API server holds it: (status, reason).
+    async fn condition(h: &Harness, name: &str, type_: &str) -> Option<(String, String)> {
+        let s: Decoded<Subnet> = h.get(name).await?;
+        let st = s.object.status?;
+        st.conditions
+            .iter()
+            .find(|c| c.type_ == type_)
+            .map(|c| (c.status.clone(), c.reason.clone()))
+    }
+
+    fn is(status: &str, reason: &str) -> Option<(String, String)> {
+        Some((status.to_owned(), reason.to_owned()))
+    }
+
+    /// The policies of `router` at `priority`: (match, action, nexthops).
+    fn policies(
+        h: &Harness,
+        router: &str,
+        priority: u16,
+    ) -> Vec<(String, LogicalRouterPolicyAction, Vec<String>)> {
+        let mut v: Vec<_> =
+            h.nb.policies(router)
+                .into_iter()
+                .filter(|p| p.priority == i64::from(priority))
+                .map(|p| (p.match_, p.action, p.nexthops))
+                .collect();
+        v.sort_by(|a, b| a.0.cmp(&b.0));
+        v
+    }
+
+    async fn with_node(h: &Harness, name: &str, ip: &str) -> IpAddr {
+        h.create_cluster(&node(name, ip)).await;
+        h.run::<Nodes>(Key::cluster(name)).await.expect("node");
+        let port = naming::node_port(name);
+        let a = h
+            .ctx
+            .ipam
+            .get("join", &port, &port)
+            .expect("join")
+            .expect("join address");
+        a.ips().next().expect("ip")
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_subnet_gets_its_switch_patch_and_gateway_policies_and_loses_them_with_it() {
+        let h = Harness::start().await;
+        let join_ip = with_node(&h, "n1", "172.18.0.2").await;
+        subnet(
+            &h,
+            "s1",
+            json!({ "cidrBlock": "10.70.0.0/24", "excludeIps": ["10.70.0.5", "10.70.0.10..10.70.0.12"] }),
+        )
+        .await;
+        assert_eq!(run(&h, "s1").await.expect("run"), Action::Done);
+
+        let ls = h.nb.switch("s1").expect("switch");
+        assert_eq!(
+            ls.other_config.get("subnet").map(String::as_str),
+            Some("10.70.0.0/24")
+        );
+        let excl = ls.other_config.get("exclude_ips").expect("exclude_ips");
+        for e in ["10.70.0.1", "10.70.0.5", "10.70.0.10..10.70.0.12"] {
+            assert!(
+                excl.split_whitespace().any(|x| x == e),
+                "{excl:?} lacks {e}"
+            );
+        }
+        assert_eq!(
+            ls.external_ids
+                .get("logical_router")
+                .or(ls.external_ids.get("lr"))
+                .map(String::as_str),
+            Some(VPC)
+        );
+        let lrp = h.nb.router_port("ovn-cluster-s1").expect("router port");
+        assert_eq!(lrp.networks, ["10.70.0.1/24"]);
+        let lsp = h.nb.switch_port("s1-ovn-cluster").expect("switch port");
+        assert_eq!(lsp.type_, "router");
+        assert_eq!(
+            lsp.options.get("router-port").map(String::as_str),
+            Some("ovn-cluster-s1")
+        );
+        assert!(h
+            .nb
+            .switch_port_names("s1")
+            .contains(&"s1-ovn-cluster".to_owned()));
+        assert_eq!(
+            policies(&h, VPC, naming::priority::SUBNET_ROUTER)
+                .into_iter()
+                .filter(|p| p.0.contains("10.70.0.0/24"))
+                .collect::<Vec<_>>(),
+            [(
+                "ip4.dst == 10.70.0.0/24".to_owned(),
+                LogicalRouterPolicyAction::Allow,
+                vec![]
+            )]
+        );
+        // The default VPC's subnets are distributed: a port group and a reroute to the join address per node.
+        assert!(h.nb.port_group("s1.n1").is_some());
+        assert!(
+            policies(&h, VPC, naming::priority::GATEWAY_ROUTER).contains(&(
+                "ip4.src == $s1.n1_ip4".to_owned(),
+                LogicalRouterPolicyAction::Reroute,
+                vec![join_ip.to_string()]
+            ))
+        );
+        assert_eq!(
+            condition(&h, "s1", condition_types::VALIDATED).await,
+            is("True", reasons::VALIDATE_SUCCESS)
+        );
+        assert_eq!(
+            condition(&h, "s1", condition_types::READY).await,
+            is("True", reasons::SET_PRIVATE_SWITCH_SUCCESS)
+        );
+        // The allocator has it, with the gateway and excluded addresses held back.
+        let given: Vec<String> = (0..12)
+            .map(|i| {
+                let p = format!("p{i}.ns");
+                let a = h
+                    .ctx
+                    .ipam
+                    .allocate("s1", &AllocRequest::new(&p, &p))
+                    .expect("allocate");
+                a.ips().next().expect("ip").to_string()
+            })
+            .collect();
+        for x in [
+            "10.70.0.1",
+            "10.70.0.5",
+            "10.70.0.10",
+            "10.70.0.11",
+            "10.70.0.12",
+        ] {
+            assert!(!given.iter().any(|g| g == x), "{x} given: {given:?}");
+        }
+
+        delete_subnet(&h, "s1").await;
+        assert_eq!(run(&h, "s1").await.expect("cleanup"), Action::Done);
+        assert!(h.nb.switch("s1").is_none());
+        assert!(h.nb.switch_port("s1-ovn-cluster").is_none());
+        assert!(h.nb.router_port("ovn-cluster-s1").is_none());
+        assert!(h.nb.port_group("s1.n1").is_none());
+        assert!(h
+            .nb
+            .policies(VPC)
+            .iter()
+            .all(|p| !p.match_.contains("10.70.0.0/24") && !p.match_.contains("s1.n1")));
+        assert!(h.ctx.subnet("s1").is_none());
+        assert!(
+            h.ctx.ipam.stats("s1").is_err(),
+            "the allocator's subnet is freed"
+        );
+        // The built-in subnets are untouched.
+        assert!(h.nb.switch("ovn-default").is_some() && h.nb.switch("join").is_some());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_wider_block_updates_the_switch_router_port_and_policies() {
+        let h = Harness::start().await;
+        let join_ip = with_node(&h, "n1", "172.18.0.2").await;
+        subnet(&h, "s1", json!({ "cidrBlock": "10.70.0.0/24" })).await;
+        run(&h, "s1").await.expect("run");
+        let api: Api<Subnet> = Api::all(h.client.clone());
+        let s = api
+            .patch(
+                "s1",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"cidrBlock": "10.70.0.0/23,fd00:70::/64"}})),
+            )
+            .await
+            .expect("patch");
+        h.stored(&Decoded::new(s)).await;
+        run(&h, "s1").await.expect("run");
+        let ls = h.nb.switch("s1").expect("switch");
+        assert_eq!(
+            ls.other_config.get("subnet").map(String::as_str),
+            Some("10.70.0.0/23")
+        );
+        assert_eq!(
+            ls.other_config.get("ipv6_prefix").map(String::as_str),
+            Some("fd00:70::")
+        );
+        let lrp = h.nb.router_port("ovn-cluster-s1").expect("router port");
+        assert_eq!(lrp.networks, ["10.70.0.1/23", "fd00:70::1/64"]);
+        let mine: Vec<String> =
+            h.nb.policies(VPC)
+                .into_iter()
+                .filter(|p| p.external_ids.get("subnet").map(String::as_str) == Some("s1"))
+                .map(|p| p.match_)
+                .collect::<std::collections::BTreeSet<_>>()
+                .into_iter()
+                .collect();
+        assert_eq!(
+            mine,
+            [
+                "ip4.dst == 10.70.0.0/23",
+                "ip4.src == $s1.n1_ip4",
+                "ip6.dst == fd00:70::/64"
+            ]
+        );
+        // The allocator serves the wider block.
+        let far = ["10.70.1.200".parse().expect("ip")];
+        h.ctx
+            .ipam
+            .allocate("s1", &AllocRequest::new("p.ns", "p.ns").static_ips(&far))
+            .expect("inside the wider block");
+        assert!(
+            policies(&h, VPC, naming::priority::GATEWAY_ROUTER).contains(&(
+                "ip4.src == $s1.n1_ip4".to_owned(),
+                LogicalRouterPolicyAction::Reroute,
+                vec![join_ip.to_string()]
+            ))
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_subnet_moved_to_another_vpc_leaves_the_old_router() {
+        let h = Harness::start().await;
+        with_node(&h, "n1", "172.18.0.2").await;
+        h.create_cluster(&Vpc::new("blue", VpcSpec::default()))
+            .await;
+        h.run::<Vpcs>(Key::cluster("blue")).await.expect("vpc");
+        subnet(&h, "s1", json!({ "cidrBlock": "10.70.0.0/24" })).await;
+        run(&h, "s1").await.expect("run");
+        assert!(h.nb.router_port("ovn-cluster-s1").is_some());
+        let api: Api<Subnet> = Api::all(h.client.clone());
+        let s = api
+            .patch(
+                "s1",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"vpc": "blue"}})),
+            )
+            .await
+            .expect("patch");
+        h.stored(&Decoded::new(s)).await;
+        run(&h, "s1").await.expect("run");
+        assert!(h.nb.router_port("blue-s1").is_some());
+        assert!(h.nb.switch_port("s1-blue").is_some());
+        assert!(h.nb.router_port("ovn-cluster-s1").is_none());
+        assert!(h.nb.switch_port("s1-ovn-cluster").is_none());
+        assert!(h.nb.port_group("s1.n1").is_none());
+        assert!(h.nb.policies(VPC).iter().all(|p| p
+            .external_ids
+            .get("subnet")
+            .map(String::as_str)
+            != Some("s1")));
+        assert_eq!(
+            policies(&h, "blue", naming::priority::SUBNET_ROUTER),
+            [(
+                "ip4.dst == 10.70.0.0/24".to_owned(),
+                LogicalRouterPolicyAction::Allow,
+                vec![]
+            )]
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_subnet_of_a_custom_vpc_waits_for_its_router_then_patches_to_it() {
+        let h = Harness::start().await;
+        with_node(&h, "n1", "172.18.0.2").await;
+        subnet(
+            &h,
+            "s2",
+            json!({ "cidrBlock": "10.96.0.0/24", "vpc": "blue" }),
+        )
+        .await;
+        let e = run(&h, "s2").await.expect_err("no router yet");
+        assert!(matches!(e, ControllerError::NotReady(_)), "{e}");
+        assert!(!e.is_permanent(), "retried until the router exists");
+        assert!(h.nb.switch("s2").is_none());
+
+        h.create_cluster(&Vpc::new("blue", VpcSpec::default()))
+            .await;
+        h.run::<Vpcs>(Key::cluster("blue")).await.expect("vpc");
+        assert_eq!(run(&h, "s2").await.expect("run"), Action::Done);
+        assert!(h.nb.switch("s2").is_some());
+        let lrp = h.nb.router_port("blue-s2").expect("router port on blue");
+        assert_eq!(lrp.networks, ["10.96.0.1/24"]);
+        assert!(h.nb.router_port("ovn-cluster-s2").is_none());
+        assert_eq!(
+            policies(&h, "blue", naming::priority::SUBNET_ROUTER),
+            [(
+                "ip4.dst == 10.96.0.0/24".to_owned(),
+                LogicalRouterPolicyAction::Allow,
+                vec![]
+            )]
+        );
+        // No distributed gateway outside the default VPC.
+        assert!(h.nb.port_group("s2.n1").is_none());
+        assert!(policies(&h, "blue", naming::priority::GATEWAY_ROUTER).is_empty());
+        assert_eq!(
+            condition(&h, "s2", condition_types::READY).await,
+            is("True", reasons::SET_PRIVATE_SWITCH_SUCCESS)
+        );
+    }
+
+    /// Asserts `name` was refused: a permanent error naming `words`, Validated False, Error True, no switch,
+    /// no allocator subnet.
+    async fn refused(h: &Harness, name: &str, words: &[&str]) {
+        let e = run(h, name).await.expect_err("refused");
+        assert!(e.is_permanent(), "{e}");
+        assert_eq!(e.failure(), Failure::Permanent);
+        let msg = e.to_string();
+        for w in words {
+            assert!(msg.contains(w), "{msg:?} lacks {w:?}");
+        }
+        assert_eq!(
+            condition(h, name, condition_types::VALIDATED).await,
+            is("False", reasons::VALIDATE_FAILED)
+        );
+        assert_eq!(
+            condition(h, name, condition_types::ERROR).await,
+            is("True", reasons::VALIDATE_FAILED)
+        );
+        assert!(h.nb.switch(name).is_none());
+        assert!(h.ctx.subnet(name).is_none());
+        assert!(h.ctx.ipam.stats(name).is_err());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn conflicting_and_bad_subnets_are_refused_until_what_they_overlap_goes() {
+        let h = Harness::start().await;
+        with_node(&h, "n1", "172.18.0.2").await;
+        subnet(&h, "old", json!({ "cidrBlock": "10.70.0.0/24" })).await;
+        run(&h, "old").await.expect("old");
+        subnet(&h, "clash", json!({ "cidrBlock": "10.70.0.128/25" })).await;
+        subnet(&h, "svc", json!({ "cidrBlock": "10.96.0.0/16" })).await;
+        subnet(&h, "onnode", json!({ "cidrBlock": "172.18.0.0/24" })).await;
+        subnet(&h, "bad", json!({ "cidrBlock": 5 })).await;
+        subnet(
+            &h,
+            "badgw",
+            json!({ "cidrBlock": "10.71.0.0/24", "gateway": "10.72.0.1" }),
+        )
+        .await;
+        refused(&h, "clash", &["overlaps subnet old"]).await;
+        refused(&h, "svc", &["service cidr"]).await;
+        refused(&h, "onnode", &["172.18.0.2", "node n1"]).await;
+        refused(&h, "bad", &["spec.cidrBlock"]).await;
+        refused(&h, "badgw", &["gateway 10.72.0.1 is outside"]).await;
+        let warned: Vec<String> = h
+            .events(reasons::VALIDATE_FAILED)
+            .await
+            .into_iter()
+            .filter(|e| e.type_.as_deref() == Some("Warning"))
+            .filter_map(|e| e.regarding.and_then(|r| r.name))
+            .collect();
+        for n in ["clash", "svc", "onnode", "bad", "badgw"] {
+            assert!(
+                warned.iter().any(|w| w == n),
+                "no Warning event on {n}: {warned:?}"
+            );
+        }
+        // Refused again as it is: no second event.
+        refused(&h, "clash", &["old"]).await;
+        assert_eq!(
+            h.events(reasons::VALIDATE_FAILED)
+                .await
+                .iter()
+                .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("clash"))
+                .map(|e| e.series.as_ref().map_or(1, |s| s.count))
+                .sum::<i32>(),
+            1
+        );
+
+        // The old subnet's delete queues the refused ones; the overlapping one is accepted now.
+        h.queued::<Decoded<Subnet>>().await;
+        delete_subnet(&h, "old").await;
+        h.queued::<Decoded<Subnet>>().await;
+        run(&h, "old").await.expect("cleanup");
+        let mut queued: Vec<String> = h
+            .queued::<Decoded<Subnet>>()
+            .await
+            .iter()
+            .map(|k| k.name().to_owned())
+            .collect();
+        queued.sort();
+        assert_eq!(queued, ["bad", "badgw", "clash", "onnode", "svc"]);
+        assert_eq!(run(&h, "clash").await.expect("accepted"), Action::Done);
+        assert!(h.nb.switch("clash").is_some());
+        assert_eq!(
+            condition(&h, "clash", condition_types::VALIDATED).await,
+            is("True", reasons::VALIDATE_SUCCESS)
+        );
+        assert_eq!(
+            condition(&h, "clash", condition_types::ERROR)
+                .await
+                .map(|c| c.0),
+            Some("False".to_owned())
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_node_address_change_requeues_only_refused_subnets() {
+        let h = Harness::start().await;
+        with_node(&h, "n1", "172.18.0.2").await;
+        subnet(&h, "onnode", json!({ "cidrBlock": "172.18.0.0/24" })).await;
+        subnet(&h, "fine", json!({ "cidrBlock": "10.70.0.0/24" })).await;
+        refused(&h, "onnode", &["node n1"]).await;
+        run(&h, "fine").await.expect("fine");
+        // The refusal's status reaches the store before the relation reads it.
+        let st: Subnet = h.get("onnode").await.expect("subnet");
+        h.stored(&Decoded::new(st)).await;
+        h.queued::<Decoded<Subnet>>().await;
+
+        // A change that leaves the addresses alone queues nothing.
+        let before: Node = h.get("n1").await.expect("node");
+        let mut labelled = before.clone();
+        labelled.labels_mut().insert("x".into(), "y".into());
+        h.ctx.kinds.related(Some(&before), Some(&labelled));
+        assert!(h.ctx.kinds.is_idle::<Decoded<Subnet>>());
+
+        // A new InternalIP (through the watch) queues the refused subnet, not the accepted one.
+        let api: Api<Node> = Api::all(h.client.clone());
+        let moved = api
+            .patch_status(
+                "n1",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": {"addresses": [{"type": "InternalIP", "address": "172.19.0.2"}]}})),
+            )
+            .await
+            .expect("move");
+        h.stored(&moved).await;
+        h.until("a subnet queued", || {
+            !h.ctx.kinds.is_idle::<Decoded<Subnet>>()
+        })
+        .await;
+        let queued: Vec<String> = h
+            .queued::<Decoded<Subnet>>()
+            .await
+            .iter()
+            .map(|k| k.name().to_owned())
+            .collect();
+        assert_eq!(queued, ["onnode"]);
+        assert_eq!(run(&h, "onnode").await.expect("accepted"), Action::Done);
+        assert!(h.nb.switch("onnode").is_some());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_subnet_queues_the_namespaces_it_names_and_the_default_subnet_all() {
+        let h = Harness::start().await;
+        for n in ["a", "b", "c"] {
+            h.create_cluster(&ns(n)).await;
+        }
+        h.queued::<Namespace>().await;
+        subnet(
+            &h,
+            "team",
+            json!({ "cidrBlock": "10.70.0.0/24", "namespaces": ["a"] }),
+        )
+        .await;
+        run(&h, "team").await.expect("run");
+        let names = |v: Vec<Key<Namespace>>| {
+            let mut v: Vec<String> = v.iter().map(|k| k.name().to_owned()).collect();
+            v.sort();
+            v
+        };
+        assert_eq!(names(h.queued::<Namespace>().await), ["a"]);
+
+        // Moving to another namespace queues the old and the new one.
+        let api: Api<Subnet> = Api::all(h.client.clone());
+        let s = api
+            .patch(
+                "team",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"namespaces": ["b"]}})),
+            )
+            .await
+            .expect("patch");
+        h.stored(&Decoded::new(s)).await;
+        h.queued::<Namespace>().await;
+        run(&h, "team").await.expect("run");
+        assert_eq!(names(h.queued::<Namespace>().await), ["a", "b"]);
+        delete_subnet(&h, "team").await;
+        run(&h, "team").await.expect("cleanup");
+        assert_eq!(names(h.queued::<Namespace>().await), ["b"]);
+
+        run(&h, "ovn-default").await.expect("default");
+        let all = names(h.queued::<Namespace>().await);
+        for n in ["a", "b", "c"] {
+            assert!(all.iter().any(|x| x == n), "{all:?}");
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_restart_with_unchanged_subnets_writes_nothing() {
+        let h = Harness::start().await;
+        with_node(&h, "n1", "172.18.0.2").await;
+        subnet(
+            &h,
+            "s1",
+            json!({ "cidrBlock": "10.70.0.0/24,fd00:70::/64" }),
+        )
+        .await;
+        run(&h, "s1").await.expect("s1");
+        for s in ["ovn-default", "join"] {
+            run(&h, s).await.expect("builtin");
+        }
+        let before = h.nb_rows();
+        let subnets: Vec<Subnet> = Api::<Subnet>::all(h.client.clone())
+            .list(&Default::default())
+            .await
+            .expect("subnets")
+            .items;
+        let n1: Node = h.get("n1").await.expect("node");
+
+        let db: MemDb = h.db.clone();
+        drop(h);
+        let h = Harness::start_with(config(), db, |client| async move {
+            let api: Api<Subnet> = Api::all(client.clone());
+            for mut s in subnets {
+                s.metadata.resource_version = None;
+                let status = s.status.take();
+                let c = api
+                    .create(&PostParams::default(), &s)
+                    .await
+                    .expect("subnet");
+                if let Some(status) = status {
+                    let _ = api
+                        .patch_status(
+                            &c.name_any(),
+                            &PatchParams::default(),
+                            &Patch::Merge(StatusPatch { status }),
+                        )
+                        .await;
+                }
+            }
+            let mut n = n1;
+            n.metadata.resource_version = None;
+            let status = n.status.take();
+            let nodes: Api<Node> = Api::all(client);
+            nodes
+                .create(&PostParams::default(), &n)
+                .await
+                .expect("node");
+            nodes
+                .patch_status(
+                    "n1",
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({ "status": status })),
+                )
+                .await
+                .expect("node status");
+        })
+        .await;
+        assert_eq!(h.nb_rows(), before, "the start rewrote the northbound");
+        let s1: Subnet = h.get("s1").await.expect("s1");
+        for s in ["s1", "ovn-default", "join"] {
+            run(&h, s).await.expect("run");
+        }
+        h.run::<Nodes>(Key::cluster("n1")).await.expect("node");
+        assert_eq!(h.nb_rows(), before, "a reconcile rewrote the northbound");
+        let again: Subnet = h.get("s1").await.expect("s1");
+        assert_eq!(
+            s1.metadata.resource_version, again.metadata.resource_version,
+            "unchanged conditions are not patched again"
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_status_loop_publishes_the_counters_when_they_change() {
+        let c = Config {
+            status_interval: std::time::Duration::from_millis(5),
+            ..config()
+        };
+        let h = Harness::start_with(c, MemDb::new_nb(), |_| async {}).await;
+        subnet(
+            &h,
+            "s1",
+            json!({ "cidrBlock": "10.70.0.0/24", "excludeIps": ["10.70.0.2..10.70.0.11"] }),
+        )
+        .await;
+        run(&h, "s1").await.expect("s1");
+        let task = tokio::spawn(status_loop(h.ctx.clone()));
+        let usage = |want_using: u128| {
+            let h = &h;
+            async move {
+                let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+                loop {
+                    let s: Subnet = h.get("s1").await.expect("s1");
+                    let u = s.status.unwrap_or_default();
+                    if u.v4_using_ips == IpCount(want_using) && u.v4_available_ips != IpCount(0) {
+                        return u;
+                    }
+                    assert!(std::time::Instant::now() < deadline, "status: {u:?}");
+                    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+                }
+            }
+        };
+        let u = usage(0).await;
+        // 254 hosts less the gateway and 10 excluded.
+        assert_eq!(u.v4_available_ips, IpCount(243));
+        let a = h
+            .ctx
+            .ipam
+            .allocate("s1", &AllocRequest::new("p.ns", "p.ns"))
+            .expect("allocate");
+        let u = usage(1).await;
+        assert_eq!(u.v4_available_ips, IpCount(242));
+        assert_eq!(u.v4_using_ip_range, a.ips().next().expect("ip").to_string());
+        task.abort();
     }
 }

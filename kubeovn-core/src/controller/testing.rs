@@ -217,3 +217,72 @@ impl Harness {
             .expect("get")
     }
 }
+
+/// Every row of every northbound table, by table (a snapshot to compare: equal means nothing was written).
+pub(crate) type NbRows =
+    std::collections::BTreeMap<String, Vec<(kubeovn_ovn::Uuid, kubeovn_ovn::ops::Row)>>;
+
+// Helpers of the subnet, ippool and node tests.
+#[allow(dead_code)]
+impl Harness {
+    /// Every row of every northbound table now.
+    pub fn nb_rows(&self) -> NbRows {
+        self.db
+            .schema()
+            .tables
+            .keys()
+            .map(|t| {
+                let mut rows = self.db.rows(t);
+                rows.sort_by_key(|(u, _)| *u);
+                (t.clone(), rows)
+            })
+            .collect()
+    }
+
+    /// The events with `reason`, as the API server holds them now.
+    pub async fn events(&self, reason: &str) -> Vec<k8s_openapi::api::events::v1::Event> {
+        let api: Api<k8s_openapi::api::events::v1::Event> = Api::all(self.client.clone());
+        api.list(&Default::default())
+            .await
+            .expect("list events")
+            .items
+            .into_iter()
+            .filter(|e| e.reason.as_deref() == Some(reason))
+            .collect()
+    }
+
+    /// Creates the cluster-scoped custom resource `K` from `v` as sent (a spec its type refuses gets in too,
+    /// as through a server that does not validate) and waits until the controller's store holds it.
+    pub async fn create_raw<K>(&self, v: serde_json::Value) -> crate::crd::Decoded<K>
+    where
+        K: Resource<DynamicType = ()>
+            + DeserializeOwned
+            + Serialize
+            + Default
+            + Clone
+            + Send
+            + Sync
+            + 'static,
+        crate::crd::Decoded<K>: framework::Object,
+    {
+        let ar = kube::discovery::ApiResource::erase::<K>(&());
+        let mut v = v;
+        v["apiVersion"] = ar.api_version.clone().into();
+        v["kind"] = ar.kind.clone().into();
+        let o: kube::api::DynamicObject = serde_json::from_value(v).expect("object");
+        let api: Api<kube::api::DynamicObject> = Api::all_with(self.client.clone(), &ar);
+        let o = api
+            .create(&PostParams::default(), &o)
+            .await
+            .expect("create");
+        let d = crate::crd::Decoded::<K>::from_value(serde_json::to_value(&o).expect("json"))
+            .expect("decoded");
+        self.stored(&d).await;
+        d
+    }
+
+    /// Takes the keys of kind `K` queued so far (their queue is left empty).
+    pub async fn queued<K: 'static>(&self) -> Vec<Key<K>> {
+        self.ctx.kinds.take_queued::<K>().await
+    }
+}
