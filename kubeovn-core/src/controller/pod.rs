@@ -52,7 +52,7 @@ impl Waiting {
 
     /// The waiters of `subnet`. They stay registered until served or deleted, so a waiter that fails again
     /// is not warned about again.
-    fn of(&self, subnet: &str) -> Vec<String> {
+    pub(crate) fn of(&self, subnet: &str) -> Vec<String> {
         self.lock()
             .get(subnet)
             .map(|k| k.iter().cloned().collect())
@@ -257,9 +257,10 @@ async fn add(ctx: &Ctx, pod: &Pod) -> Result<()> {
         req = req.pool(p);
     }
     let mut allocated = ctx.ipam.allocate(&subnet.name, &req);
-    if let Err(IpamError::NoAvailable { .. }) = allocated {
-        // Wait for a release in this subnet; one that came between the failure and the registration
-        // woke nobody, hence the second try.
+    if let Err(IpamError::NoAvailable { .. } | IpamError::Conflict { .. }) = allocated {
+        // Wait for a release in this subnet: a full subnet, or the address (or MAC) asked for held by
+        // another pod or a reservation (a fixed address moving to a replacement pod). One that came between
+        // the failure and the registration woke nobody, hence the second try.
         let first = ctx.waiting.add(&subnet.name, &owner);
         allocated = ctx.ipam.allocate(&subnet.name, &req);
         match &allocated {
@@ -269,7 +270,8 @@ async fn add(ctx: &Ctx, pod: &Pod) -> Result<()> {
                 if first {
                     warn(ctx, pod, "AcquireAddressFailed", &e).await;
                 }
-                // Transient: the queue retries it with backoff as well.
+                // Exhaustion is transient (the queue retries it with backoff as well); a conflict is not
+                // retried blindly, the release of the address wakes it.
                 return Err(e);
             }
         }
@@ -697,6 +699,37 @@ mod tests {
         assert!(h.ctx.waiting.of("small").is_empty());
         let p = h.api_pod("default", "b").await;
         assert_eq!(ann(&p, IP_ADDRESS).as_deref(), Some("10.71.0.2"));
+    }
+
+    /// A pod asking for an address another pod holds (a fixed address moving from a terminating pod to its
+    /// replacement) is served once the holder goes, with the workers running.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_pod_asking_for_a_used_address_gets_it_when_released() {
+        let mut h = Harness::start().await;
+        let asks = [(IP_ADDRESS, "10.16.0.88")];
+        h.create_pod(&pod("default", "old", &asks, None)).await;
+        h.run::<Pods>(key("default", "old")).await.expect("run old");
+        h.serve();
+        h.create_pod(&pod("default", "new", &asks, None)).await;
+        h.until("new handled", || h.ctx.kinds.is_idle::<Pod>())
+            .await;
+        assert_eq!(
+            h.warnings("default", "new").await,
+            vec!["AcquireAddressFailed"]
+        );
+        assert_eq!(h.holder("10.16.0.88").as_deref(), Some("old.default"));
+
+        delete_pod(&h, "default", "old").await;
+        h.until("new served", || {
+            h.ctx
+                .pods
+                .get("default", "new")
+                .is_some_and(|p| ann(&p, ALLOCATED).as_deref() == Some("true"))
+        })
+        .await;
+        assert_eq!(h.holder("10.16.0.88").as_deref(), Some("new.default"));
+        assert!(h.nb.switch_port("new.default").is_some());
+        assert_eq!(h.warnings("default", "new").await.len(), 1, "warned once");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
