@@ -305,6 +305,19 @@ impl Harness {
             .push(tokio::spawn(f));
     }
 
+    /// Stops this controller and starts a new one on the same northbound (a restart), with a new API server
+    /// that `setup` fills.
+    pub async fn restart_with<F, Fut>(self, setup: F) -> Harness
+    where
+        F: FnOnce(kube::Client) -> Fut,
+        Fut: Future<Output = ()>,
+    {
+        let db = self.db.clone();
+        let config = self.ctx.config.clone();
+        drop(self);
+        Self::start_with(config, db, setup).await
+    }
+
     /// Who holds `ip` in the allocator: its record (port) name.
     pub fn holder(&self, ip: &str) -> Option<String> {
         self.ctx.ipam.owner(ip.parse().expect("ip")).map(|a| a.nic)
