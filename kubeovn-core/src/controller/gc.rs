@@ -235,17 +235,40 @@ mod tests {
             .await
             .expect("reservation");
 
+        // The port of a node that is gone (on the join switch, its address taken there).
+        let node_port = naming::node_port("gone");
+        h.ctx
+            .ipam
+            .allocate(
+                "join",
+                &AllocRequest::new(&node_port, &node_port)
+                    .static_ips(&["100.64.0.9".parse().expect("ip")]),
+            )
+            .expect("allocate");
+        let mut b = Batch::new();
+        b.add(
+            kubeovn_ovn::northbound::SwitchPort::new("join", &node_port)
+                .external_id(ext::VENDOR, naming::VENDOR)
+                .external_id(ext::LS, "join")
+                .external_id(ext::NODE, "gone"),
+        );
+        h.nb.commit(b).await.expect("node port");
+
         // First pass: found, only marked.
         let first = scan(&h.ctx).await.expect("scan");
         let ports: HashSet<&str> = first.ports.iter().map(|(n, _, _)| n.as_str()).collect();
         let ips: HashSet<&str> = first.ips.iter().map(|(n, _, _)| n.as_str()).collect();
-        assert_eq!(ports, HashSet::from(["ghost.default", "late.default"]));
+        assert_eq!(
+            ports,
+            HashSet::from(["ghost.default", "late.default", "node-gone"])
+        );
         assert_eq!(ips, HashSet::from(["ghost.default", "late.default"]));
         let marked = sweep(&h.ctx, &Orphans::default(), first.clone())
             .await
             .expect("sweep");
         assert_eq!(marked, first);
         assert!(h.nb.switch_port("ghost.default").is_some());
+        assert!(h.nb.switch_port("node-gone").is_some());
         assert!(h.get::<IP>("ghost.default").await.is_some());
         assert_eq!(h.holder("10.16.0.60").as_deref(), Some("ghost.default"));
 
@@ -259,6 +282,8 @@ mod tests {
         assert!(h.nb.switch_port("ghost.default").is_none());
         assert!(h.get::<IP>("ghost.default").await.is_none());
         assert_eq!(h.holder("10.16.0.60"), None);
+        assert!(h.nb.switch_port("node-gone").is_none());
+        assert_eq!(h.holder("100.64.0.9"), None);
         assert!(h.nb.switch_port("late.default").is_some());
         assert!(h.get::<IP>("late.default").await.is_some());
         assert_eq!(h.holder("10.16.0.61").as_deref(), Some("late.default"));
