@@ -278,7 +278,7 @@ impl Harness {
         self.get_in(namespace, name).await.expect("pod")
     }
 
-    /// The reasons of the Warning events on the object `namespace/name`, oldest first.
+    /// The reasons of the Warning events on the object `namespace/name`, oldest first, one per occurrence.
     pub async fn warnings(&self, namespace: &str, name: &str) -> Vec<String> {
         use k8s_openapi::api::events::v1::Event;
         let api: Api<Event> = Api::namespaced(self.client.clone(), namespace);
@@ -293,7 +293,13 @@ impl Harness {
                 .as_deref()
                 .and_then(|v| v.parse::<u64>().ok())
         });
-        evs.into_iter().filter_map(|e| e.reason).collect()
+        // The recorder patches a repeated event's series instead of creating another: one per occurrence.
+        evs.into_iter()
+            .flat_map(|e| {
+                let n = e.series.as_ref().map_or(1, |s| s.count.max(1)) as usize;
+                std::iter::repeat_n(e.reason.unwrap_or_default(), n)
+            })
+            .collect()
     }
 
     /// Runs `f` beside the controller (stopped with the harness), as its start spawns its side tasks.
