@@ -230,20 +230,34 @@ async fn add(ctx: &Ctx, pod: &Pod) -> Result<()> {
         Some(IpPoolRequest::Pool(p)) if statics.is_empty() => pool = Some(p),
         Some(IpPoolRequest::Addresses(entries)) if statics.is_empty() => {
             let held = ctx.ipam.get(&subnet.name, &owner, &port).ok().flatten();
-            let free = entries.iter().find(|e| {
-                e.iter().all(|ip| match ctx.ipam.owner(*ip) {
-                    None => true,
-                    Some(o) => o.pod == owner,
+            let free = || {
+                entries.iter().find(|e| {
+                    e.iter().all(|ip| match ctx.ipam.owner(*ip) {
+                        None => true,
+                        Some(o) => o.pod == owner,
+                    })
                 })
-            });
-            match (held, free) {
+            };
+            match (held, free()) {
                 (Some(h), _) => statics = h.ips().collect(),
                 (None, Some(e)) => statics = e.clone(),
                 (None, None) => {
-                    let e =
-                        ControllerError::invalid(&what, "every address of its ip_pool is in use");
-                    warn(ctx, pod, "AcquireAddressFailed", &e).await;
-                    return Err(e);
+                    // Waits for an entry's release (a rolling update: the old pods hold them yet), warned
+                    // once; registered first, then looked again, so a release in between is not missed.
+                    let first = ctx.waiting.add(&subnet.name, &owner);
+                    match free() {
+                        Some(e) => statics = e.clone(),
+                        None => {
+                            let e = ControllerError::invalid(
+                                &what,
+                                "every address of its ip_pool is in use",
+                            );
+                            if first {
+                                warn(ctx, pod, "AcquireAddressFailed", &e).await;
+                            }
+                            return Err(e);
+                        }
+                    }
                 }
             }
         }
@@ -391,7 +405,8 @@ async fn delete(ctx: &Ctx, ns: &str, name: &str, last: Option<&Pod>) -> Result<(
 mod tests {
     use super::*;
     use crate::annotations::{
-        ALLOCATED, CIDR, GATEWAY, IP_ADDRESS, LOGICAL_SWITCH, MAC_ADDRESS, PORT_SECURITY, ROUTED,
+        ALLOCATED, CIDR, GATEWAY, IP_ADDRESS, IP_POOL, LOGICAL_SWITCH, MAC_ADDRESS, PORT_SECURITY,
+        ROUTED,
     };
     use crate::controller::subnet::Subnets;
     use crate::controller::testing::{pod, Harness};
@@ -730,6 +745,45 @@ mod tests {
         assert_eq!(h.holder("10.16.0.88").as_deref(), Some("new.default"));
         assert!(h.nb.switch_port("new.default").is_some());
         assert_eq!(h.warnings("default", "new").await.len(), 1, "warned once");
+    }
+
+    /// Pods sharing an address-list `ip_pool` (a workload's pods) each take a free entry; one more waits
+    /// until an entry is released (a rolling update), with the workers running.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_pod_of_a_used_up_address_list_gets_an_entry_when_one_is_released() {
+        let mut h = Harness::start().await;
+        let pool = [(IP_POOL, "10.16.0.90,10.16.0.91")];
+        for n in ["a", "b"] {
+            h.create_pod(&pod("default", n, &pool, None)).await;
+            h.run::<Pods>(key("default", n)).await.expect("run");
+        }
+        let mut got: Vec<String> = Vec::new();
+        for n in ["a", "b"] {
+            got.push(ann(&h.api_pod("default", n).await, IP_ADDRESS).expect("ip"));
+        }
+        got.sort();
+        assert_eq!(got, ["10.16.0.90", "10.16.0.91"]);
+
+        h.serve();
+        h.create_pod(&pod("default", "c", &pool, None)).await;
+        h.until("c handled", || h.ctx.kinds.is_idle::<Pod>()).await;
+        assert_eq!(
+            h.warnings("default", "c").await,
+            vec!["AcquireAddressFailed"]
+        );
+        assert!(h.nb.switch_port("c.default").is_none());
+
+        let freed = ann(&h.api_pod("default", "a").await, IP_ADDRESS).expect("ip");
+        delete_pod(&h, "default", "a").await;
+        h.until("c served", || {
+            h.ctx
+                .pods
+                .get("default", "c")
+                .is_some_and(|p| ann(&p, ALLOCATED).as_deref() == Some("true"))
+        })
+        .await;
+        assert_eq!(h.holder(&freed).as_deref(), Some("c.default"));
+        assert_eq!(h.warnings("default", "c").await.len(), 1, "warned once");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
