@@ -497,6 +497,14 @@ mod tests {
         assert_eq!(ext("pod"), Some("default/a"));
         let ls = h.nb.switch("ovn-default").expect("switch");
         assert!(ls.ports.contains(&lsp.uuid));
+        // Scheduled on n1: in n1's port group and (a distributed subnet) in the subnet's group of n1.
+        for pg in [
+            naming::node_port_group("n1"),
+            naming::subnet_node_port_group("ovn-default", "n1"),
+        ] {
+            let g = h.nb.port_group(&pg).expect("port group");
+            assert_eq!(g.ports, vec![lsp.uuid], "{pg}");
+        }
 
         // The record: the controller's (not a reservation), saying what the annotations say.
         let rec: IP = h.get("a.default").await.expect("ip record");
@@ -703,6 +711,13 @@ mod tests {
         assert_eq!(h.ctx.waiting.of("small"), vec!["default/b".to_owned()]);
         assert!(h.nb.switch_port("b.default").is_none());
 
+        // A waiter deleted is no longer served.
+        h.create_pod(&pod("default", "c", &on_small, None)).await;
+        h.run::<Pods>(key("default", "c")).await.expect_err("full");
+        delete_pod(&h, "default", "c").await;
+        h.gone(&key("default", "c")).await;
+        h.run::<Pods>(key("default", "c")).await.expect("cleanup c");
+
         delete_pod(&h, "default", "a").await;
         h.gone(&key("default", "a")).await;
         h.run::<Pods>(key("default", "a")).await.expect("cleanup a");
@@ -784,6 +799,30 @@ mod tests {
         .await;
         assert_eq!(h.holder(&freed).as_deref(), Some("c.default"));
         assert_eq!(h.warnings("default", "c").await.len(), 1, "warned once");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_pod_naming_a_missing_subnet_waits_for_it() {
+        let h = Harness::start().await;
+        h.create_pod(&pod("default", "a", &[(LOGICAL_SWITCH, "later")], None))
+            .await;
+        for _ in 0..2 {
+            let e = h
+                .run::<Pods>(key("default", "a"))
+                .await
+                .expect_err("no subnet");
+            assert!(!e.is_permanent(), "retried: {e}");
+        }
+        assert_eq!(h.warnings("default", "a").await, vec!["SubnetNotFound"]);
+        assert!(h.nb.switch_port("a.default").is_none());
+        assert_eq!(h.ctx.waiting.of("later"), vec!["default/a".to_owned()]);
+
+        subnet(&h, "later", "10.73.0.0/24", &[], &[]).await;
+        h.run::<Pods>(key("default", "a")).await.expect("served");
+        let p = h.api_pod("default", "a").await;
+        assert_eq!(ann(&p, LOGICAL_SWITCH).as_deref(), Some("later"));
+        assert!(ann(&p, IP_ADDRESS).is_some_and(|ip| ip.starts_with("10.73.0.")));
+        assert!(h.ctx.waiting.of("later").is_empty());
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
