@@ -569,6 +569,64 @@ mod tests {
         assert_eq!(h.holder("10.16.0.51").as_deref(), Some("keep-too"));
     }
 
+    /// Kube-OVN's way to fix a pod's address ahead: a record named like the pod's port, naming the pod. The
+    /// pod gets that address; the controller then owns the record, and the address goes with the pod.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_reservation_named_like_a_pods_port_gives_the_pod_its_address() {
+        use crate::annotations::IP_ADDRESS;
+        use crate::controller::framework::Key;
+        use crate::controller::pod::Pods;
+        use crate::controller::testing::{pod, Harness};
+
+        let h = Harness::start().await;
+        h.spawn(watch_reservations(h.ctx.clone()));
+        let ips: Api<IP> = Api::all(h.client.clone());
+        let mut r = user_record("a.default", "ovn-default", "10.16.0.120", None);
+        r.spec.namespace = "default".into();
+        r.spec.pod_name = "a".into();
+        ips.create(&PostParams::default(), &r)
+            .await
+            .expect("create ip");
+        h.until("reserved", || {
+            h.holder("10.16.0.120").as_deref() == Some("a.default")
+        })
+        .await;
+
+        let key = Key::namespaced("default", "a");
+        h.create_pod(&pod("default", "a", &[], None)).await;
+        h.run::<Pods>(key.clone()).await.expect("run");
+        let p: crate::controller::PodInfo = h.get_in("default", "a").await.expect("pod");
+        assert_eq!(
+            p.annotation_map().get(IP_ADDRESS).map(String::as_str),
+            Some("10.16.0.120")
+        );
+        // The record is the controller's now (the watch drops it as a reservation, the pod keeps it).
+        let rec = ips.get("a.default").await.expect("record");
+        assert!(is_ours(rec.metadata.labels.as_ref()));
+        // A later record, seen after the take-over, shows the watch handled it.
+        ips.create(
+            &PostParams::default(),
+            &user_record("probe", "ovn-default", "10.16.0.121", None),
+        )
+        .await
+        .expect("probe");
+        h.until("probe", || {
+            h.holder("10.16.0.121").as_deref() == Some("probe")
+        })
+        .await;
+        assert_eq!(h.holder("10.16.0.120").as_deref(), Some("a.default"));
+
+        // The pod goes: its record and address with it.
+        Api::<crate::controller::PodInfo>::namespaced(h.client.clone(), "default")
+            .delete("a", &DeleteParams::default())
+            .await
+            .expect("delete pod");
+        h.gone(&key).await;
+        h.run::<Pods>(key).await.expect("cleanup");
+        assert!(ips.get_opt("a.default").await.expect("get").is_none());
+        assert_eq!(h.holder("10.16.0.120"), None);
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_reservation_moved_or_dropped_frees_its_address_for_waiting_pods() {
         use crate::annotations::LOGICAL_SWITCH;
