@@ -673,7 +673,7 @@ mod tests {
         assert!(!e.is_permanent(), "{e}");
         assert_eq!(h.ctx.waiting.of("small"), vec!["default/p".to_owned()]);
 
-        // Moved to an excluded-free address of the default subnet: the old one is freed, the pod served.
+        // Moved to the default subnet: its old address is freed and serves the pod.
         let mut moved = ips.get("r").await.expect("get");
         moved.spec.subnet = "ovn-default".into();
         moved.spec.ip_address = "10.16.0.99".into();
