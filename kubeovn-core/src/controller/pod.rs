@@ -741,8 +741,12 @@ mod tests {
         h.run::<Pods>(key("default", "old")).await.expect("run old");
         h.serve();
         h.create_pod(&pod("default", "new", &asks, None)).await;
-        h.until("new handled", || h.ctx.kinds.is_idle::<Pod>())
-            .await;
+        // Registered as waiting (so it ran), and its run over (its event sent).
+        h.until("new handled", || {
+            h.ctx.waiting.of("ovn-default") == vec!["default/new".to_owned()]
+                && h.ctx.kinds.is_idle::<Pod>()
+        })
+        .await;
         assert_eq!(
             h.warnings("default", "new").await,
             vec!["AcquireAddressFailed"]
@@ -781,7 +785,12 @@ mod tests {
 
         h.serve();
         h.create_pod(&pod("default", "c", &pool, None)).await;
-        h.until("c handled", || h.ctx.kinds.is_idle::<Pod>()).await;
+        // Registered as waiting (so it ran), and its run over (its event sent).
+        h.until("c handled", || {
+            h.ctx.waiting.of("ovn-default") == vec!["default/c".to_owned()]
+                && h.ctx.kinds.is_idle::<Pod>()
+        })
+        .await;
         assert_eq!(
             h.warnings("default", "c").await,
             vec!["AcquireAddressFailed"]
