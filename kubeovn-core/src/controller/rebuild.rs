@@ -283,4 +283,69 @@ mod tests {
         );
         assert!(![ip_a, ip_b].contains(&ip_of(&d)), "{}", ip_of(&d));
     }
+
+    /// Addresses only annotations record (no port, no record yet: a cluster handed over from Kube-OVN, or
+    /// ports lost) are restored too: a new pod is not given the first address a pod's annotation names.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_start_restores_what_pod_and_node_annotations_record() {
+        use crate::annotations::{LOGICAL_SWITCH, MAC_ADDRESS};
+        use k8s_openapi::api::core::v1::Node;
+
+        let h = Harness::start_with(
+            crate::controller::testing::config(),
+            kubeovn_ovn::memdb::MemDb::new_nb(),
+            |client| async move {
+                let pp = PostParams::default();
+                let mut n = Node::default();
+                n.metadata.name = Some("n1".into());
+                n.metadata.annotations = Some(
+                    [
+                        (IP_ADDRESS, "100.64.0.7"),
+                        (MAC_ADDRESS, "0a:00:00:00:00:07"),
+                        (LOGICAL_SWITCH, "join"),
+                        (ALLOCATED, "true"),
+                    ]
+                    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                    .into(),
+                );
+                Api::<Node>::all(client.clone())
+                    .create(&pp, &n)
+                    .await
+                    .expect("node");
+                let x = pod(
+                    "default",
+                    "x",
+                    &[
+                        (IP_ADDRESS, "10.16.0.2"),
+                        (MAC_ADDRESS, "0a:00:00:00:00:02"),
+                        (LOGICAL_SWITCH, "ovn-default"),
+                        (ALLOCATED, "true"),
+                    ],
+                    None,
+                );
+                Api::<PodInfo>::namespaced(client, "default")
+                    .create(&pp, &x)
+                    .await
+                    .expect("pod");
+            },
+        )
+        .await;
+        assert_eq!(h.holder("100.64.0.7").as_deref(), Some("node-n1"));
+        assert_eq!(h.holder("10.16.0.2").as_deref(), Some("x.default"));
+        h.create_pod(&pod("default", "y", &[], None)).await;
+        h.run::<Pods>(Key::namespaced("default", "y"))
+            .await
+            .expect("y");
+        let y = h.api_pod("default", "y").await;
+        assert_ne!(ip_of(&y), "10.16.0.2");
+        // `x` gets its port with its own address and MAC.
+        h.run::<Pods>(Key::namespaced("default", "x"))
+            .await
+            .expect("x");
+        let lsp = h.nb.switch_port("x.default").expect("port");
+        assert_eq!(
+            lsp.addresses,
+            vec!["0a:00:00:00:00:02 10.16.0.2".to_owned()]
+        );
+    }
 }
