@@ -165,3 +165,130 @@ pub(crate) async fn run(ctx: Arc<Ctx>) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controller::ip::IpRecord;
+    use crate::controller::plan::{self, PodPort};
+    use crate::controller::testing::{pod, Harness};
+    use crate::crd::{IPSpec, IP};
+    use kube::api::{Api, PostParams};
+    use kubeovn_ipam::AllocRequest;
+    use kubeovn_ovn::northbound::Northbound;
+
+    /// What a pod `default/name` handled by a controller leaves: its address taken, its port and its record.
+    async fn leftovers(h: &Harness, name: &str, ip: &str) {
+        let owner = naming::pod_key("default", name);
+        let port = naming::pod_port(name, "default", crate::annotations::DEFAULT_PROVIDER);
+        let addrs = h
+            .ctx
+            .ipam
+            .allocate(
+                "ovn-default",
+                &AllocRequest::new(&owner, &port).static_ips(&[ip.parse().expect("ip")]),
+            )
+            .expect("allocate");
+        let b = plan::pod_batch(
+            &PodPort {
+                namespace: "default",
+                name,
+                subnet: "ovn-default",
+                addrs: &addrs,
+                port_security: false,
+                node: None,
+            },
+            &port,
+        );
+        h.nb.commit(b).await.expect("port");
+        let rec = IpRecord {
+            name: port,
+            subnet: "ovn-default".into(),
+            namespace: "default".into(),
+            pod: name.into(),
+            node: String::new(),
+            addrs,
+            pod_type: String::new(),
+        };
+        ip::ensure(&h.ctx, &rec).await.expect("record");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_orphan_is_removed_on_the_second_pass_only_and_a_reservation_never() {
+        let h = Harness::start().await;
+        leftovers(&h, "ghost", "10.16.0.60").await;
+        leftovers(&h, "late", "10.16.0.61").await;
+        // A user's reservation naming a pod that does not exist.
+        let mut r = IP::new(
+            "user",
+            IPSpec {
+                subnet: "ovn-default".into(),
+                namespace: "default".into(),
+                pod_name: "nobody".into(),
+                ip_address: "10.16.0.62".into(),
+                ..IPSpec::default()
+            },
+        );
+        r.metadata.labels = Some([(ip::RESERVED_LABEL.to_owned(), "true".to_owned())].into());
+        Api::<IP>::all(h.client.clone())
+            .create(&PostParams::default(), &r)
+            .await
+            .expect("reservation");
+
+        // The port of a node that is gone (on the join switch, its address taken there).
+        let node_port = naming::node_port("gone");
+        h.ctx
+            .ipam
+            .allocate(
+                "join",
+                &AllocRequest::new(&node_port, &node_port)
+                    .static_ips(&["100.64.0.9".parse().expect("ip")]),
+            )
+            .expect("allocate");
+        let mut b = Batch::new();
+        b.add(
+            kubeovn_ovn::northbound::SwitchPort::new("join", &node_port)
+                .external_id(ext::VENDOR, naming::VENDOR)
+                .external_id(ext::LS, "join")
+                .external_id(ext::NODE, "gone"),
+        );
+        h.nb.commit(b).await.expect("node port");
+
+        // First pass: found, only marked.
+        let first = scan(&h.ctx).await.expect("scan");
+        let ports: HashSet<&str> = first.ports.iter().map(|(n, _, _)| n.as_str()).collect();
+        let ips: HashSet<&str> = first.ips.iter().map(|(n, _, _)| n.as_str()).collect();
+        assert_eq!(
+            ports,
+            HashSet::from(["ghost.default", "late.default", "node-gone"])
+        );
+        assert_eq!(ips, HashSet::from(["ghost.default", "late.default"]));
+        let marked = sweep(&h.ctx, &Orphans::default(), first.clone())
+            .await
+            .expect("sweep");
+        assert_eq!(marked, first);
+        assert!(h.nb.switch_port("ghost.default").is_some());
+        assert!(h.nb.switch_port("node-gone").is_some());
+        assert!(h.get::<IP>("ghost.default").await.is_some());
+        assert_eq!(h.holder("10.16.0.60").as_deref(), Some("ghost.default"));
+
+        // The pod of `late` shows up between the passes: it is no orphan any more.
+        h.create_pod(&pod("default", "late", &[], None)).await;
+
+        // Second pass: what still is an orphan goes, with its record and address.
+        let second = scan(&h.ctx).await.expect("scan");
+        let next = sweep(&h.ctx, &marked, second).await.expect("sweep");
+        assert!(next.is_empty(), "{next:?}");
+        assert!(h.nb.switch_port("ghost.default").is_none());
+        assert!(h.get::<IP>("ghost.default").await.is_none());
+        assert_eq!(h.holder("10.16.0.60"), None);
+        assert!(h.nb.switch_port("node-gone").is_none());
+        assert_eq!(h.holder("100.64.0.9"), None);
+        assert!(h.nb.switch_port("late.default").is_some());
+        assert!(h.get::<IP>("late.default").await.is_some());
+        assert_eq!(h.holder("10.16.0.61").as_deref(), Some("late.default"));
+        assert!(h.get::<IP>("user").await.is_some());
+        // Nothing left to find.
+        assert!(scan(&h.ctx).await.expect("scan").is_empty());
+    }
+}

@@ -147,3 +147,205 @@ pub(crate) fn rebuild(
     );
     Ok((report, orphans))
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::annotations::{ALLOCATED, IP_ADDRESS};
+    use crate::controller::framework::Key;
+    use crate::controller::pod::Pods;
+    use crate::controller::testing::{pod, Harness};
+    use crate::controller::PodInfo;
+    use crate::crd::{IPSpec, IP};
+    use kube::api::{Api, PostParams};
+    use kubeovn_ovn::northbound::Northbound;
+
+    /// Pods `default/<name>` handled by `h`: their annotations and IP records, as the API server holds them.
+    async fn handled(h: &Harness, names: &[&str]) -> Vec<(PodInfo, IP)> {
+        let mut out = Vec::new();
+        for n in names {
+            h.create_pod(&pod("default", n, &[], Some("n1"))).await;
+            h.run::<Pods>(Key::namespaced("default", n))
+                .await
+                .expect("run");
+            let p: PodInfo = h.get_in("default", n).await.expect("pod");
+            let r: IP = h.get(&format!("{n}.default")).await.expect("record");
+            out.push((p, r));
+        }
+        out
+    }
+
+    /// The object as a new API server takes it: no server-set metadata.
+    fn fresh<K: kube::Resource>(mut o: K) -> K {
+        let m = o.meta_mut();
+        m.resource_version = None;
+        m.uid = None;
+        m.creation_timestamp = None;
+        m.managed_fields = None;
+        o
+    }
+
+    fn ip_of(p: &PodInfo) -> String {
+        p.annotation_map().get(IP_ADDRESS).cloned().expect("ip")
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_restart_keeps_every_address_in_use_and_frees_what_went_away() {
+        let h = Harness::start().await;
+        let objs = handled(&h, &["a", "b", "c"]).await;
+        let [(a, ra), (b, _), (c, rc)] = <[_; 3]>::try_from(objs).expect("three");
+        let (ip_a, ip_b, ip_c) = (ip_of(&a), ip_of(&b), ip_of(&c));
+        let using = h.ctx.ipam.stats("ovn-default").expect("stats").v4.using;
+
+        // Down meanwhile: `c` was deleted (port and record left behind); `b`'s annotations were lost (only
+        // its port says its address, Kube-OVN #4304); a user reserved `a`'s address.
+        let clashing = ip_a.clone();
+        let h = h
+            .restart_with(|client| async move {
+                let pods: Api<PodInfo> = Api::namespaced(client.clone(), "default");
+                let ips: Api<IP> = Api::all(client);
+                let pp = PostParams::default();
+                pods.create(&pp, &fresh(a)).await.expect("a");
+                pods.create(&pp, &pod("default", "b", &[], Some("n1")))
+                    .await
+                    .expect("b");
+                ips.create(&pp, &fresh(ra)).await.expect("record a");
+                ips.create(&pp, &fresh(rc)).await.expect("record c");
+                let clash = IP::new(
+                    "clash",
+                    IPSpec {
+                        subnet: "ovn-default".into(),
+                        ip_address: clashing,
+                        ..IPSpec::default()
+                    },
+                );
+                ips.create(&pp, &clash).await.expect("clash");
+            })
+            .await;
+
+        // Kept: `a` (annotations, record) and `b` (its port), each once; the conflicting reservation was
+        // not applied on top.
+        assert_eq!(h.holder(&ip_a).as_deref(), Some("a.default"));
+        assert_eq!(h.holder(&ip_b).as_deref(), Some("b.default"));
+        // Freed at start: `c`'s port, record and address.
+        assert!(h.nb.switch_port("c.default").is_none());
+        assert!(h.get::<IP>("c.default").await.is_none());
+        assert_eq!(h.holder(&ip_c), None);
+        assert_eq!(
+            h.ctx.ipam.stats("ovn-default").expect("stats").v4.using,
+            using - 1
+        );
+        // The reservation stays a user's record; deleting it frees nothing of `a`'s (a later record, seen
+        // by the same watch, shows the delete was handled).
+        assert!(h.get::<IP>("clash").await.is_some());
+        h.spawn(crate::controller::ip::watch_reservations(h.ctx.clone()));
+        let ips: Api<IP> = Api::all(h.client.clone());
+        ips.delete("clash", &Default::default())
+            .await
+            .expect("delete clash");
+        let probe = IP::new(
+            "probe",
+            IPSpec {
+                subnet: "ovn-default".into(),
+                ip_address: "10.16.0.200".into(),
+                ..IPSpec::default()
+            },
+        );
+        ips.create(&PostParams::default(), &probe)
+            .await
+            .expect("probe");
+        h.until("probe reserved", || {
+            h.holder("10.16.0.200").as_deref() == Some("probe")
+        })
+        .await;
+        assert_eq!(h.holder(&ip_a).as_deref(), Some("a.default"));
+
+        // `a` has nothing to redo; `b` is given its own address back; a new pod takes neither.
+        let before = h.api_pod("default", "a").await;
+        h.run::<Pods>(Key::namespaced("default", "a"))
+            .await
+            .expect("a");
+        assert_eq!(
+            h.api_pod("default", "a").await.metadata.resource_version,
+            before.metadata.resource_version
+        );
+        h.run::<Pods>(Key::namespaced("default", "b"))
+            .await
+            .expect("b");
+        assert_eq!(ip_of(&h.api_pod("default", "b").await), ip_b);
+        h.create_pod(&pod("default", "d", &[], None)).await;
+        h.run::<Pods>(Key::namespaced("default", "d"))
+            .await
+            .expect("d");
+        let d = h.api_pod("default", "d").await;
+        assert_eq!(
+            d.annotation_map().get(ALLOCATED).map(String::as_str),
+            Some("true")
+        );
+        assert!(![ip_a, ip_b].contains(&ip_of(&d)), "{}", ip_of(&d));
+    }
+
+    /// Addresses only annotations record (no port, no record yet: a cluster handed over from Kube-OVN, or
+    /// ports lost) are restored too: a new pod is not given the first address a pod's annotation names.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_start_restores_what_pod_and_node_annotations_record() {
+        use crate::annotations::{LOGICAL_SWITCH, MAC_ADDRESS};
+        use k8s_openapi::api::core::v1::Node;
+
+        let h = Harness::start_with(
+            crate::controller::testing::config(),
+            kubeovn_ovn::memdb::MemDb::new_nb(),
+            |client| async move {
+                let pp = PostParams::default();
+                let mut n = Node::default();
+                n.metadata.name = Some("n1".into());
+                n.metadata.annotations = Some(
+                    [
+                        (IP_ADDRESS, "100.64.0.7"),
+                        (MAC_ADDRESS, "0a:00:00:00:00:07"),
+                        (LOGICAL_SWITCH, "join"),
+                        (ALLOCATED, "true"),
+                    ]
+                    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                    .into(),
+                );
+                Api::<Node>::all(client.clone())
+                    .create(&pp, &n)
+                    .await
+                    .expect("node");
+                let x = pod(
+                    "default",
+                    "x",
+                    &[
+                        (IP_ADDRESS, "10.16.0.2"),
+                        (MAC_ADDRESS, "0a:00:00:00:00:02"),
+                        (LOGICAL_SWITCH, "ovn-default"),
+                        (ALLOCATED, "true"),
+                    ],
+                    None,
+                );
+                Api::<PodInfo>::namespaced(client, "default")
+                    .create(&pp, &x)
+                    .await
+                    .expect("pod");
+            },
+        )
+        .await;
+        assert_eq!(h.holder("100.64.0.7").as_deref(), Some("node-n1"));
+        assert_eq!(h.holder("10.16.0.2").as_deref(), Some("x.default"));
+        h.create_pod(&pod("default", "y", &[], None)).await;
+        h.run::<Pods>(Key::namespaced("default", "y"))
+            .await
+            .expect("y");
+        let y = h.api_pod("default", "y").await;
+        assert_ne!(ip_of(&y), "10.16.0.2");
+        // `x` gets its port with its own address and MAC.
+        h.run::<Pods>(Key::namespaced("default", "x"))
+            .await
+            .expect("x");
+        let lsp = h.nb.switch_port("x.default").expect("port");
+        assert_eq!(
+            lsp.addresses,
+            vec!["0a:00:00:00:00:02 10.16.0.2".to_owned()]
+        );
+    }
+}

@@ -286,3 +286,115 @@ impl Harness {
         self.ctx.kinds.take_queued::<K>().await
     }
 }
+
+/// A pod `namespace/name` with `annotations`, scheduled to `node` if given (no containers: the controller
+/// reads none, and the test API server asks for none).
+pub(crate) fn pod(
+    namespace: &str,
+    name: &str,
+    annotations: &[(&str, &str)],
+    node: Option<&str>,
+) -> super::PodInfo {
+    let mut p = super::PodInfo::default();
+    p.metadata.namespace = Some(namespace.to_owned());
+    p.metadata.name = Some(name.to_owned());
+    p.metadata.annotations = Some(
+        annotations
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+    );
+    p.spec.node_name = node.map(str::to_owned);
+    p
+}
+
+// Helpers of the pod, IP record, gc and rebuild tests.
+#[allow(dead_code)] // Not each test module uses all.
+impl Harness {
+    /// Creates the pod `p` and waits until the pod store holds it (the store trims the resource version, so
+    /// [`Harness::create`] cannot wait for it).
+    pub async fn create_pod(&self, p: &super::PodInfo) -> super::PodInfo {
+        let ns = p.metadata.namespace.as_deref().unwrap_or("default");
+        let api: Api<super::PodInfo> = Api::namespaced(self.client.clone(), ns);
+        let created = api
+            .create(&PostParams::default(), p)
+            .await
+            .expect("create pod");
+        self.pod_stored(&created).await;
+        created
+    }
+
+    /// Waits until the pod store holds `p` as given: same uid, annotations and deletion timestamp.
+    pub async fn pod_stored(&self, p: &super::PodInfo) {
+        let (ns, name) = (
+            p.metadata.namespace.clone().unwrap_or_default(),
+            p.metadata.name.clone().unwrap_or_default(),
+        );
+        let mut want = p.clone();
+        super::podinfo::trim(&mut want);
+        self.until(&format!("pod {ns}/{name} stored"), || {
+            self.ctx.pods.get(&ns, &name).is_some_and(|s| {
+                s.metadata.uid == want.metadata.uid
+                    && s.metadata.deletion_timestamp == want.metadata.deletion_timestamp
+                    && s.annotation_map() == want.annotation_map()
+            })
+        })
+        .await;
+    }
+
+    /// The pod `namespace/name` as the API server holds it now.
+    pub async fn api_pod(&self, namespace: &str, name: &str) -> super::PodInfo {
+        self.get_in(namespace, name).await.expect("pod")
+    }
+
+    /// The reasons of the Warning events on the object `namespace/name`, oldest first, one per occurrence.
+    pub async fn warnings(&self, namespace: &str, name: &str) -> Vec<String> {
+        use k8s_openapi::api::events::v1::Event;
+        let api: Api<Event> = Api::namespaced(self.client.clone(), namespace);
+        let mut evs = api.list(&Default::default()).await.expect("events").items;
+        evs.retain(|e| {
+            e.type_.as_deref() == Some("Warning")
+                && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
+        });
+        evs.sort_by_key(|e| {
+            e.metadata
+                .resource_version
+                .as_deref()
+                .and_then(|v| v.parse::<u64>().ok())
+        });
+        // The recorder patches a repeated event's series instead of creating another: one per occurrence.
+        evs.into_iter()
+            .flat_map(|e| {
+                let n = e.series.as_ref().map_or(1, |s| s.count.max(1)) as usize;
+                std::iter::repeat_n(e.reason.unwrap_or_default(), n)
+            })
+            .collect()
+    }
+
+    /// Runs `f` beside the controller (stopped with the harness), as its start spawns its side tasks.
+    pub fn spawn(&self, f: impl Future<Output = ()> + Send + 'static) {
+        self._tasks
+            .0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(tokio::spawn(f));
+    }
+
+    /// Stops this controller and starts a new one on the same northbound (a restart), with a new API server
+    /// that `setup` fills.
+    pub async fn restart_with<F, Fut>(self, setup: F) -> Harness
+    where
+        F: FnOnce(kube::Client) -> Fut,
+        Fut: Future<Output = ()>,
+    {
+        let db = self.db.clone();
+        let config = self.ctx.config.clone();
+        drop(self);
+        Self::start_with(config, db, setup).await
+    }
+
+    /// Who holds `ip` in the allocator: its record (port) name.
+    pub fn holder(&self, ip: &str) -> Option<String> {
+        self.ctx.ipam.owner(ip.parse().expect("ip")).map(|a| a.nic)
+    }
+}

@@ -291,25 +291,39 @@ mod tests {
         assert_eq!(calls.load(Ordering::SeqCst), 1);
     }
 
+    /// A batch the server refuses (a port on a switch that does not exist) fails alone: the merged
+    /// transaction is retried one batch at a time, the others are committed.
     #[tokio::test]
     async fn a_bad_batch_fails_alone() {
-        let mut nb = MockNorthbound::new();
-        nb.expect_commit().returning(|b| {
-            let bad = b
-                .ops
-                .iter()
-                .any(|o| matches!(o, Op::DeleteSwitchPort(n) if n == "bad"));
-            if bad {
-                Err(kubeovn_ovn::Error::Protocol {
-                    method: "test",
-                    what: "refused".into(),
-                })
-            } else {
-                Ok(())
-            }
-        });
-        let [a, b, c] = three(nb, ["a", "bad", "c"]).await;
-        assert!(a.is_ok() && c.is_ok());
-        assert!(b.is_err());
+        let db = kubeovn_ovn::memdb::MemDb::new_nb();
+        let nb = db.northbound().await.expect("memdb northbound");
+        kubeovn_ovn::northbound::LogicalSwitch::new("ls")
+            .execute(&nb)
+            .await
+            .expect("switch");
+        let nb = Arc::new(nb);
+        let w = NbWriter::spawn(
+            nb.clone(),
+            WriterConfig {
+                window: Duration::from_millis(100),
+                max_ops: 3,
+                queue: 10,
+            },
+            None,
+        );
+        let add = |switch: &str, name: &str| {
+            let mut b = Batch::new();
+            b.add(SwitchPort::new(switch, name));
+            b
+        };
+        let (a, bad, c) = tokio::join!(
+            w.commit(add("ls", "a")),
+            w.commit(add("missing", "bad")),
+            w.commit(add("ls", "c"))
+        );
+        assert!(a.is_ok() && c.is_ok(), "{a:?} {c:?}");
+        assert!(bad.is_err());
+        assert!(nb.switch_port("a").is_some() && nb.switch_port("c").is_some());
+        assert!(nb.switch_port("bad").is_none());
     }
 }
