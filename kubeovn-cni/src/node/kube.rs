@@ -13,15 +13,13 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Api, Client};
-use kubeovn_cni::daemon::PodRef;
-use kubeovn_cni::node::{PodNetwork, PodNetworkSource, PodRoute, SourceError};
 use kubeovn_core::annotations::{NodeAnnotations, PodNetworkAnnotations};
 use kubeovn_netdev::MacAddr;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::node::JoinNetwork;
-use crate::DaemonError;
+use super::{DaemonError, JoinNetwork, PodNetwork, PodNetworkSource, PodRoute, SourceError};
+use crate::daemon::PodRef;
 
 fn default_dst(gw: Option<IpAddr>) -> IpNetwork {
     let ip = match gw {

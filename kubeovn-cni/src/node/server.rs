@@ -14,15 +14,14 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Method, StatusCode};
 use hyper_util::rt::TokioIo;
-use kubeovn_cni::daemon::{command_of_path, Request, Response};
-use kubeovn_cni::node::CniHandler;
-use kubeovn_cni::spec::{CniError, ErrorCode};
 use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::metrics::Metrics;
-use crate::DaemonError;
+use super::metrics::Metrics;
+use super::{CniHandler, DaemonError};
+use crate::daemon::{command_of_path, Request, Response};
+use crate::spec::{CniError, ErrorCode};
 
 /// The largest request body accepted (a netconf with a prevResult is a few KiB).
 pub const MAX_REQUEST: usize = 4 << 20;
