@@ -57,7 +57,7 @@ mod source;
 mod start;
 
 pub use daemon::{Daemon, DaemonConfig, DaemonError, RunningDaemon};
-pub use handler::{iface_id, CniHandler, HandlerConfig, EXT_CONTAINER_ID, EXT_IFNAME, EXT_NETWORK};
+pub use handler::{CniHandler, HandlerConfig, EXT_CONTAINER_ID, EXT_IFNAME, EXT_NETWORK};
 pub use join::{routed_cidrs, subnet_is_routed, AfterJoin, NodeSync, RESYNC};
 pub use kube::{
     join_from_node_annotations, node_join_network, pod_network_from_annotations, KubePodNetworks,
