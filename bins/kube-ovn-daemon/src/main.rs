@@ -224,7 +224,10 @@ fn load_static(path: &str) -> Result<StaticPodNetworks, Error> {
                 .map(|x| x.parse().map_err(|_| parse_err("gateway", x)))
                 .collect::<Result<_, _>>()?,
             logical_switch: s("logical_switch"),
-            provider: p["provider"].as_str().unwrap_or("ovn").to_owned(),
+            provider: p["provider"]
+                .as_str()
+                .unwrap_or(kubeovn_core::annotations::DEFAULT_PROVIDER)
+                .to_owned(),
             routes: p["routes"]
                 .as_array()
                 .map(|a| a.as_slice())

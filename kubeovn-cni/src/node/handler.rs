@@ -10,7 +10,7 @@ use ipnetwork::IpNetwork;
 use kubeovn_core::annotations::provider_or_default;
 use kubeovn_core::naming::pod_port;
 use kubeovn_netdev::{
-    host_nic_name, MacAddr, Namespaces, NetOp, Netdev, RouteSpec, VethPair, VethSpec,
+    host_nic_name, Mac, Namespaces, NetOp, Netdev, RouteSpec, VethPair, VethSpec,
 };
 use kubeovn_ovn::vswitch::{OpenVSwitch, OvsBatch, PortSpec, QosSpec, QueueSpec};
 
@@ -443,8 +443,8 @@ impl CniHandler {
         netns: &str,
         net: &PodNetwork,
         mtu: u32,
-        host_mac: Option<MacAddr>,
-        pod_mac: Option<MacAddr>,
+        host_mac: Option<Mac>,
+        pod_mac: Option<Mac>,
     ) -> CniResult {
         let mut r = CniResult::new(Version::LATEST);
         r.interfaces.push(Interface {

@@ -14,7 +14,6 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Api, Client};
 use kubeovn_core::annotations::{NodeAnnotations, PodNetworkAnnotations};
-use kubeovn_netdev::MacAddr;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -50,7 +49,7 @@ pub fn pod_network_from_annotations(
     }
     Ok(Some(PodNetwork {
         ips,
-        mac: a.mac_address.map(|m| MacAddr(m.0)),
+        mac: a.mac_address,
         gateways: a.gateways.clone(),
         logical_switch: a.logical_switch.clone().unwrap_or_default(),
         provider: provider.to_owned(),
@@ -92,7 +91,7 @@ pub fn join_from_node_annotations(
     }
     Ok(Some(JoinNetwork {
         ips,
-        mac: MacAddr(mac.0),
+        mac,
         gateways: a.gateways,
         pod_cidrs,
     }))

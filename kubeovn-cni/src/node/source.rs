@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use ipnetwork::IpNetwork;
-use kubeovn_netdev::MacAddr;
+use kubeovn_netdev::Mac;
 use tokio::sync::watch;
 
 use crate::daemon::PodRef;
@@ -28,7 +28,7 @@ pub struct PodNetwork {
     /// The pod's addresses with the subnet's prefix length (`10.16.0.5/16`), one per family.
     pub ips: Vec<IpNetwork>,
     /// The pod interface's MAC (OVN's port security expects it); random when `None`.
-    pub mac: Option<MacAddr>,
+    pub mac: Option<Mac>,
     /// Default gateways, at most one per family.
     pub gateways: Vec<IpAddr>,
     /// The logical switch the port is on (informational: OVN binds by `iface-id`).

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use ipnetwork::IpNetwork;
 use kubeovn_core::naming;
-use kubeovn_netdev::{MacAddr, Netdev, RouteSpec};
+use kubeovn_netdev::{Mac, Netdev, RouteSpec};
 use kubeovn_ovn::vswitch::{BridgeSpec, GlobalSpec, OpenVSwitch, OvsBatch, PortSpec};
 
 use super::DaemonError;
@@ -17,7 +17,7 @@ pub struct JoinNetwork {
     /// The node's join addresses with the join subnet's prefix.
     pub ips: Vec<IpNetwork>,
     /// The MAC of the node's port (the logical switch port `node-<node>` expects it).
-    pub mac: MacAddr,
+    pub mac: Mac,
     /// The join subnet's gateways (the cluster router's port).
     pub gateways: Vec<IpAddr>,
     /// Pod subnets reached through the join gateway.
