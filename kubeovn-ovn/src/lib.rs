@@ -65,6 +65,7 @@ pub mod datum;
 pub mod decode;
 pub mod error;
 pub mod framing;
+pub mod metrics_http;
 pub mod model;
 pub mod models;
 pub mod monitor;
