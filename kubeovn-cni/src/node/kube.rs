@@ -28,6 +28,23 @@ fn default_dst(gw: Option<IpAddr>) -> IpNetwork {
     IpNetwork::new(ip, 0).unwrap_or_else(|_| IpNetwork::from(ip))
 }
 
+/// Each address with the prefix of the CIDR of its family (`ip_address` and `cidr` annotations).
+fn with_prefixes(
+    ips: &[IpAddr],
+    cidrs: &[IpNetwork],
+    what: &str,
+) -> Result<Vec<IpNetwork>, String> {
+    ips.iter()
+        .map(|ip| {
+            let cidr = cidrs
+                .iter()
+                .find(|c| c.is_ipv4() == ip.is_ipv4())
+                .ok_or_else(|| format!("no {what} of the family of {ip}"))?;
+            IpNetwork::new(*ip, cidr.prefix()).map_err(|e| e.to_string())
+        })
+        .collect()
+}
+
 /// The pod's network for `provider` from its annotations: `Ok(None)` while the controller has not set
 /// `allocated` and `routed`, `Err` when the annotations do not parse or do not fit together.
 pub fn pod_network_from_annotations(
@@ -38,17 +55,8 @@ pub fn pod_network_from_annotations(
     if !a.allocated || !a.routed {
         return Ok(None);
     }
-    let mut ips = Vec::new();
-    for ip in &a.ip_addresses {
-        let cidr = a
-            .cidrs
-            .iter()
-            .find(|c| c.is_ipv4() == ip.is_ipv4())
-            .ok_or_else(|| format!("no cidr of the family of {ip}"))?;
-        ips.push(IpNetwork::new(*ip, cidr.prefix()).map_err(|e| e.to_string())?);
-    }
     Ok(Some(PodNetwork {
-        ips,
+        ips: with_prefixes(&a.ip_addresses, &a.cidrs, "cidr")?,
         mac: a.mac_address,
         gateways: a.gateways.clone(),
         logical_switch: a.logical_switch.clone().unwrap_or_default(),
@@ -80,17 +88,8 @@ pub fn join_from_node_annotations(
     let Some(mac) = a.mac_address else {
         return Ok(None);
     };
-    let mut ips = Vec::new();
-    for ip in &a.ip_addresses {
-        let cidr = a
-            .cidrs
-            .iter()
-            .find(|c| c.is_ipv4() == ip.is_ipv4())
-            .ok_or_else(|| format!("no join cidr of the family of {ip}"))?;
-        ips.push(IpNetwork::new(*ip, cidr.prefix()).map_err(|e| e.to_string())?);
-    }
     Ok(Some(JoinNetwork {
-        ips,
+        ips: with_prefixes(&a.ip_addresses, &a.cidrs, "join cidr")?,
         mac,
         gateways: a.gateways,
         pod_cidrs,
