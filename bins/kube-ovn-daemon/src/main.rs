@@ -7,12 +7,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kubeovn_cni::node::{
-    Daemon, DaemonConfig, DaemonError, HandlerConfig, KubePodNetworks, NodeConfig, PodNetwork,
-    PodNetworkSource, PodRoute, StaticPodNetworks,
+    Daemon, DaemonConfig, DaemonError, HandlerConfig, KubePodNetworks, NodeConfig,
+    PodNetworkSource, StaticPodNetworks,
 };
 use kubeovn_netdev::NetlinkNetdev;
 use kubeovn_ovn::vswitch::OvsdbOpenVSwitch;
-use serde_json::Value;
 
 const USAGE: &str = "usage: kube-ovn-daemon --node-name NAME [options]
   --socket PATH                  CNI socket (default /run/openvswitch/kube-ovn-daemon.sock)
@@ -185,74 +184,14 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Opts, Error> {
     Ok(o)
 }
 
-/// Loads a static pod table: a JSON array of `{"namespace", "name", "provider"?, "ips": ["10.0.0.2/24"],
-/// "mac"?, "gateways"?, "logical_switch"?, "routes"?: [{"dst", "gw"?}], "mtu"?, "ingress_rate"?,
-/// "egress_rate"?}`.
+/// Loads the static pod table at `path` ([`StaticPodNetworks::from_json`]).
 fn load_static(path: &str) -> Result<StaticPodNetworks, Error> {
-    let bad = |m: String| Error::Args(format!("{path}: {m}"));
     let text = std::fs::read_to_string(path).map_err(|e| DaemonError::Io {
         what: "read pod table",
         path: path.into(),
         source: e,
     })?;
-    let v: Value = serde_json::from_str(&text).map_err(|e| bad(e.to_string()))?;
-    let table = StaticPodNetworks::new();
-    let strs = |p: &Value, k: &str| -> Vec<String> {
-        p[k].as_array()
-            .map(|a| {
-                a.iter()
-                    .filter_map(|s| s.as_str().map(str::to_owned))
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
-    for p in v.as_array().ok_or_else(|| bad("not a JSON array".into()))? {
-        let s = |k: &str| p[k].as_str().unwrap_or_default().to_owned();
-        let parse_err =
-            |k: &str, x: &str| bad(format!("pod {}/{}: bad {k} {x}", s("namespace"), s("name")));
-        let net = PodNetwork {
-            ips: strs(p, "ips")
-                .iter()
-                .map(|x| x.parse().map_err(|_| parse_err("ip", x)))
-                .collect::<Result<_, _>>()?,
-            mac: match p["mac"].as_str() {
-                Some(m) => Some(m.parse().map_err(|_| parse_err("mac", m))?),
-                None => None,
-            },
-            gateways: strs(p, "gateways")
-                .iter()
-                .map(|x| x.parse().map_err(|_| parse_err("gateway", x)))
-                .collect::<Result<_, _>>()?,
-            logical_switch: s("logical_switch"),
-            provider: p["provider"]
-                .as_str()
-                .unwrap_or(kubeovn_core::annotations::DEFAULT_PROVIDER)
-                .to_owned(),
-            routes: p["routes"]
-                .as_array()
-                .map(|a| a.as_slice())
-                .unwrap_or_default()
-                .iter()
-                .map(|r| {
-                    let dst = r["dst"].as_str().unwrap_or_default();
-                    Ok(PodRoute {
-                        dst: dst.parse().map_err(|_| parse_err("route", dst))?,
-                        gw: match r["gw"].as_str() {
-                            Some(g) => Some(g.parse().map_err(|_| parse_err("route gw", g))?),
-                            None => None,
-                        },
-                    })
-                })
-                .collect::<Result<_, Error>>()?,
-            mtu: p["mtu"].as_u64().and_then(|m| u32::try_from(m).ok()),
-            ingress_rate_mbps: p["ingress_rate"].as_u64(),
-            egress_rate_mbps: p["egress_rate"].as_u64(),
-        };
-        net.validate()
-            .map_err(|e| bad(format!("pod {}/{}: {e}", s("namespace"), s("name"))))?;
-        table.insert(&s("namespace"), &s("name"), net);
-    }
-    Ok(table)
+    StaticPodNetworks::from_json(&text).map_err(|e| Error::Args(format!("{path}: {e}")))
 }
 
 async fn kube_client(o: &Opts) -> Result<kube::Client, DaemonError> {

@@ -65,7 +65,9 @@ pub use kube::{
 pub use metrics::Metrics;
 pub use probe::{GatewayProbe, IcmpGatewayProbe, NoGatewayProbe};
 pub use server::{bind_socket, Server, MAX_REQUEST};
-pub use source::{PodNetwork, PodNetworkSource, PodRoute, SourceError, StaticPodNetworks};
+pub use source::{
+    PodNetwork, PodNetworkSource, PodRoute, PodTableError, SourceError, StaticPodNetworks,
+};
 pub use start::{
     init_node, join_routes, node_batch, sync_join_routes, JoinNetwork, NodeConfig, RouteChanges,
 };
