@@ -152,6 +152,22 @@ impl Server {
         handler: Arc<CniHandler>,
         metrics: Arc<Metrics>,
     ) -> Result<Server, DaemonError> {
+        // The metrics address first: when it is taken, no socket task is left behind.
+        let metrics_endpoint =
+            match metrics_addr {
+                Some(addr) => {
+                    let m = metrics.clone();
+                    let render: Render = Arc::new(move || m.encode());
+                    Some(MetricsEndpoint::bind(addr, render).await.map_err(|e| {
+                        DaemonError::Io {
+                            what: "bind metrics address",
+                            path: PathBuf::from(addr.to_string()),
+                            source: e,
+                        }
+                    })?)
+                }
+                None => None,
+            };
         let listener = bind_socket(socket)?;
         let (stop, rx) = watch::channel(false);
         let mut tasks = Vec::new();
@@ -178,21 +194,6 @@ impl Server {
                 });
             }
         }));
-        let metrics_endpoint =
-            match metrics_addr {
-                Some(addr) => {
-                    let m = metrics.clone();
-                    let render: Render = Arc::new(move || m.encode());
-                    Some(MetricsEndpoint::bind(addr, render).await.map_err(|e| {
-                        DaemonError::Io {
-                            what: "bind metrics address",
-                            path: PathBuf::from(addr.to_string()),
-                            source: e,
-                        }
-                    })?)
-                }
-                None => None,
-            };
         Ok(Server {
             socket: socket.to_owned(),
             metrics: metrics_endpoint,
@@ -219,5 +220,43 @@ impl Server {
             let _ = t.await;
         }
         let _ = std::fs::remove_file(&self.socket);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::node::{HandlerConfig, NoGatewayProbe, StaticPodNetworks};
+    use kubeovn_netdev::{MockNamespaces, MockNetdev};
+    use kubeovn_ovn::vswitch::MockOpenVSwitch;
+
+    #[tokio::test]
+    async fn a_taken_metrics_address_leaves_no_socket_behind() {
+        let handler = Arc::new(CniHandler::new(
+            HandlerConfig::default(),
+            Arc::new(StaticPodNetworks::new()),
+            Arc::new(MockOpenVSwitch::new()),
+            Arc::new(MockNetdev::new()),
+            Arc::new(MockNamespaces::new()),
+            Arc::new(NoGatewayProbe),
+        ));
+        let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let dir = std::env::temp_dir().join(format!("kubeovn-cni-server-{}", std::process::id()));
+        let socket = dir.join("daemon.sock");
+        let e = Server::start(
+            &socket,
+            Some(taken.local_addr().expect("addr")),
+            handler,
+            Arc::new(Metrics::new()),
+        )
+        .await
+        .unwrap_err();
+        assert!(
+            matches!(&e, DaemonError::Io { what, .. } if *what == "bind metrics address"),
+            "{e}"
+        );
+        // Nothing serves the CNI socket of a daemon that did not start.
+        assert!(!socket.exists(), "{} left behind", socket.display());
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
