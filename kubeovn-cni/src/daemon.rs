@@ -28,7 +28,7 @@
 //! ```json
 //! {"protocol": 1, "command": "ADD", "cniVersion": "1.0.0", "containerID": "abc", "netns": "/var/run/netns/x",
 //!  "ifname": "eth0", "pod": {"name": "web-0", "namespace": "default", "uid": "...", "infraContainerID": "abc"},
-//!  "provider": "ovn", "network": "kube-ovn", "args": {"K8S_POD_NAME": "web-0", ...},
+//!  "provider": "net1.default.ovn", "network": "kube-ovn", "args": {"K8S_POD_NAME": "web-0", ...},
 //!  "config": { the network configuration as the runtime gave it, without prevResult },
 //!  "runtimeConfig": {...}, "prevResult": { a 1.1.0 result }, "validAttachments": [...]}
 //! ```
@@ -73,9 +73,6 @@ pub const PROTOCOL_VERSION: u32 = 1;
 
 /// The daemon's socket when the configuration has no `server_socket`.
 pub const DEFAULT_SOCKET: &str = "/run/openvswitch/kube-ovn-daemon.sock";
-
-/// The provider of the default (non-attachment) network.
-pub const DEFAULT_PROVIDER: &str = "ovn";
 
 /// Default connect timeout.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -184,7 +181,9 @@ pub struct Request {
     /// The pod, when `CNI_ARGS` names it (required for `ADD` and `CHECK`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod: Option<PodRef>,
-    /// The Kube-OVN provider: netconf `provider`, else `ipam.provider`, else [`DEFAULT_PROVIDER`].
+    /// The Kube-OVN provider: netconf `provider`, else `ipam.provider`, else empty (omitted on the wire):
+    /// the default network, which the daemon names with kubeovn-core's `annotations::DEFAULT_PROVIDER`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub provider: String,
     /// The network's name (netconf `name`).
     #[serde(default)]
@@ -294,7 +293,7 @@ impl Request {
             .map(str::to_owned);
         let provider = extra_str(conf, "provider")?
             .or(ipam_provider)
-            .unwrap_or_else(|| DEFAULT_PROVIDER.to_owned());
+            .unwrap_or_default();
         let prev_result = conf
             .prev_result()?
             .map(|r| r.convert_to(crate::spec::Version::LATEST));
@@ -736,7 +735,7 @@ mod tests {
         assert_eq!(e.code().0, 4);
         // DEL does not need the pod.
         let r = Request::from_cni(&env("DEL", "IgnoreUnknown=1"), &conf).unwrap();
-        assert_eq!(r.provider, DEFAULT_PROVIDER);
+        assert_eq!(r.provider, "");
         assert!(r.pod.is_none());
         let bad = NetConf::from_slice(
             br#"{"cniVersion":"1.1.0","name":"n","type":"kube-ovn","request_timeout":"x"}"#,

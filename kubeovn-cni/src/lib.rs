@@ -9,8 +9,11 @@
 //! request and response types, their HTTP paths over the daemon's unix socket, and a small blocking
 //! client with bounded timeouts.
 //!
-//! [`node`] (feature `node`) holds the daemon's handlers: `ADD`, `DEL`, `CHECK`, `STATUS` and `GC` on a
-//! node, composed from the Open_vSwitch database, netlink and pod-network-source traits.
+//! [`node`] (feature `node`) is the node daemon as a library: `node::Daemon` composes node start, the join
+//! port and its routes (watches on the Node and the Subnets), the Kubernetes pod source, the server half of
+//! the protocol with its metrics, and the handlers (`ADD`, `DEL`, `CHECK`, `STATUS` and `GC`) over the
+//! Open_vSwitch database, netlink and pod-network-source traits. Like a library should, it leaves the
+//! Kubernetes API version (k8s-openapi's `v1_*` feature) to the binary that embeds it.
 //!
 //! ```
 //! use kubeovn_cni::spec::{CniResult, NetConf};

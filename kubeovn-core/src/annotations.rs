@@ -112,8 +112,18 @@ impl std::error::Error for AnnotationError {
     }
 }
 
-/// The default provider: the pod's primary network managed by Kube-OVN.
+/// The default provider: the pod's primary network managed by Kube-OVN. The one definition: the node daemon
+/// (kubeovn-cni's `node` module) uses it too, and the CNI shim sends an empty provider for it.
 pub const DEFAULT_PROVIDER: &str = "ovn";
+
+/// `provider`, or [`DEFAULT_PROVIDER`] when it is empty: an empty provider names the default network.
+pub fn provider_or_default(provider: &str) -> &str {
+    if provider.is_empty() {
+        DEFAULT_PROVIDER
+    } else {
+        provider
+    }
+}
 /// The domain every provider prefix is followed by: `<provider>.kubernetes.io/<suffix>`.
 pub const DOMAIN: &str = "kubernetes.io";
 

@@ -3,7 +3,7 @@
 //! These names are the contract with an existing Kube-OVN deployment (and with `kubectl ko`): a port created
 //! under another name would be garbage-collected or duplicated, so they follow Kube-OVN exactly.
 
-use crate::annotations::DEFAULT_PROVIDER;
+use crate::annotations::{provider_or_default, DEFAULT_PROVIDER};
 
 /// The default VPC and its logical router.
 pub const DEFAULT_VPC: &str = "ovn-cluster";
@@ -68,9 +68,11 @@ pub mod priority {
     pub const GATEWAY_ROUTER: u16 = 29000;
 }
 
-/// The logical switch port of a pod network: `<pod>.<namespace>`, or `<pod>.<namespace>.<provider>` for an
-/// attachment network.
+/// The logical switch port of a pod network: `<pod>.<namespace>` for the default provider (also named by an
+/// empty one), or `<pod>.<namespace>.<provider>` for an attachment network. The one rule: the controller
+/// names the port with it and the node daemon sets it as the interface's `external_ids:iface-id`.
 pub fn pod_port(pod: &str, namespace: &str, provider: &str) -> String {
+    let provider = provider_or_default(provider);
     if provider == DEFAULT_PROVIDER {
         format!("{pod}.{namespace}")
     } else {
@@ -169,6 +171,8 @@ mod tests {
     #[test]
     fn kube_ovn_names() {
         assert_eq!(pod_port("web-0", "default", "ovn"), "web-0.default");
+        // An empty provider is the default network (the CNI shim sends one when the netconf names none).
+        assert_eq!(pod_port("web-0", "default", ""), "web-0.default");
         assert_eq!(
             pod_port("web-0", "default", "net1.default.ovn"),
             "web-0.default.net1.default.ovn"

@@ -7,7 +7,7 @@
 
 use std::time::{Duration, Instant};
 
-use kubeovn_netdev::{MacAddr, NamedNetns, Namespaces, Netdev, NetlinkNetdev, RouteSpec, VethSpec};
+use kubeovn_netdev::{Mac, NamedNetns, Namespaces, Netdev, NetlinkNetdev, RouteSpec, VethSpec};
 
 fn percentile(sorted: &[Duration], p: f64) -> f64 {
     if sorted.is_empty() {
@@ -62,7 +62,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             let ns = format!("{tag}-p{i}");
             let host = format!("{tag}h{i}");
             let ip = format!("10.85.{}.{}/16", (i + 2) / 256, (i + 2) % 256).parse()?;
-            let mac: MacAddr =
+            let mac: Mac =
                 format!("0a:58:0a:55:{:02x}:{:02x}", (i + 2) / 256, (i + 2) % 256).parse()?;
 
             let t0 = Instant::now();

@@ -12,7 +12,7 @@
 use std::time::{Duration, Instant};
 
 use kubeovn_netdev::{
-    MacAddr, NamedNetns, Namespaces, NetOp, Netdev, NetlinkNetdev, RouteSpec, VethSpec,
+    Mac, NamedNetns, Namespaces, NetOp, Netdev, NetlinkNetdev, RouteSpec, VethSpec,
 };
 
 fn ms(v: &[Duration], p: f64) -> f64 {
@@ -53,7 +53,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         for i in 0..n {
             let path = names.create(&format!("{tag}-{i}"))?;
             let host = format!("{tag}h{i}");
-            let mac: MacAddr = format!("0a:58:0a:56:{:02x}:{:02x}", i / 256, i % 256).parse()?;
+            let mac: Mac = format!("0a:58:0a:56:{:02x}:{:02x}", i / 256, i % 256).parse()?;
             let ip = format!("10.86.{}.{}/16", (i + 2) / 256, (i + 2) % 256).parse()?;
             let fixed = [
                 NetOp::SetMac {

@@ -15,12 +15,6 @@ pub enum Error {
         /// Why it was refused.
         reason: &'static str,
     },
-    /// A MAC address is not six `:`-separated hex octets.
-    #[error("invalid MAC address {input:?}")]
-    InvalidMac {
-        /// The text as given.
-        input: String,
-    },
     /// A container id is too short to derive Kube-OVN's interface names from.
     #[error("invalid container id {id:?}: {reason}")]
     InvalidContainerId {

@@ -60,7 +60,7 @@ pub use netdev::{MockNamespaces, MockNetdev};
 pub use netdev::{NamedNetns, Namespaces, Netdev, NetlinkNetdev};
 pub use netns::{create_named_netns, delete_named_netns, validate_netns_name, NETNS_RUN_DIR};
 pub use types::{
-    host_nic_name, sysctl_path, validate_ifname, Address, Link, MacAddr, NetOp, OperState, Route,
+    host_nic_name, sysctl_path, validate_ifname, Address, Link, Mac, NetOp, OperState, Route,
     RouteSpec, VethPair, VethSpec, MAX_IFNAME_LEN,
 };
 

@@ -24,8 +24,8 @@ use crate::error::{nl_errno, Error, Result};
 use crate::ethtool;
 use crate::netns::{create_named_netns, delete_named_netns, in_netns, Ctx, Worker, NETNS_RUN_DIR};
 use crate::types::{
-    sysctl_path, validate_ifname, Address, Link, MacAddr, NetOp, OperState, Route, RouteSpec,
-    VethPair, VethSpec,
+    sysctl_path, validate_ifname, Address, Link, Mac, NetOp, OperState, Route, RouteSpec, VethPair,
+    VethSpec,
 };
 
 const ENOENT: i32 = 2;
@@ -70,7 +70,7 @@ pub trait Netdev: Send + Sync {
     async fn set_link_mtu(&self, name: &str, mtu: u32) -> Result<()>;
 
     /// Sets the hardware address of `name`.
-    async fn set_link_mac(&self, name: &str, mac: MacAddr) -> Result<()>;
+    async fn set_link_mac(&self, name: &str, mac: Mac) -> Result<()>;
 
     /// Deletes link `name` (for a veth, both ends go). Absent is success.
     async fn delete_link(&self, name: &str) -> Result<()>;
@@ -331,7 +331,7 @@ fn to_link(m: &LinkMessage) -> Link {
     for a in &m.attributes {
         match a {
             LinkAttribute::IfName(n) => link.name = n.clone(),
-            LinkAttribute::Address(b) => link.mac = MacAddr::from_slice(b),
+            LinkAttribute::Address(b) => link.mac = crate::types::mac_from_slice(b),
             LinkAttribute::Mtu(v) => link.mtu = *v,
             LinkAttribute::OperState(s) => {
                 link.oper_state = match s {
@@ -571,7 +571,7 @@ impl Netdev for NetlinkNetdev {
         .await
     }
 
-    async fn set_link_mac(&self, name: &str, mac: MacAddr) -> Result<()> {
+    async fn set_link_mac(&self, name: &str, mac: Mac) -> Result<()> {
         self.apply(&[NetOp::SetMac {
             link: name.to_string(),
             mac,
@@ -969,8 +969,8 @@ mod tests {
 
     #[test]
     fn steps_the_create_request_did_are_recognised() {
-        let mac: MacAddr = "0a:00:00:00:00:01".parse().unwrap();
-        let other: MacAddr = "0a:00:00:00:00:02".parse().unwrap();
+        let mac: Mac = "0a:00:00:00:00:01".parse().unwrap();
+        let other: Mac = "0a:00:00:00:00:02".parse().unwrap();
         let spec = VethSpec::new("h0", "eth0", "/x")
             .mtu(1400)
             .peer_mac(mac)

@@ -1,11 +1,12 @@
-//! Plain values: names, MAC addresses, link/address/route descriptions and requests.
+//! Plain values: names, link/address/route descriptions and requests. MAC addresses are [`Mac`], the one
+//! MAC type of the workspace, from kubeovn-ipam (pure, below netdev: IPAM allocates them, netlink sets them).
 
 use std::fmt;
 use std::net::IpAddr;
 use std::path::PathBuf;
-use std::str::FromStr;
 
 use ipnetwork::IpNetwork;
+pub use kubeovn_ipam::Mac;
 
 use crate::error::{Error, Result};
 
@@ -82,55 +83,9 @@ pub fn host_nic_name(container_id: &str, ifname: &str) -> Result<(String, String
     checked(format!("{id}_{short}_h"), format!("{id}_{short}_c"))
 }
 
-/// A 48-bit Ethernet address. Parses from and prints as `aa:bb:cc:dd:ee:ff`.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
-pub struct MacAddr(pub [u8; 6]);
-
-impl MacAddr {
-    /// The six octets.
-    pub fn octets(&self) -> [u8; 6] {
-        self.0
-    }
-
-    pub(crate) fn from_slice(b: &[u8]) -> Option<Self> {
-        <[u8; 6]>::try_from(b).ok().map(MacAddr)
-    }
-}
-
-impl FromStr for MacAddr {
-    type Err = Error;
-
-    fn from_str(s: &str) -> Result<Self> {
-        let bad = || Error::InvalidMac {
-            input: s.to_string(),
-        };
-        let mut out = [0u8; 6];
-        let mut parts = s.split([':', '-']);
-        for o in out.iter_mut() {
-            let p = parts.next().ok_or_else(bad)?;
-            if p.len() != 2 {
-                return Err(bad());
-            }
-            *o = u8::from_str_radix(p, 16).map_err(|_| bad())?;
-        }
-        if parts.next().is_some() {
-            return Err(bad());
-        }
-        Ok(MacAddr(out))
-    }
-}
-
-impl fmt::Display for MacAddr {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let [a, b, c, d, e, g] = self.0;
-        write!(f, "{a:02x}:{b:02x}:{c:02x}:{d:02x}:{e:02x}:{g:02x}")
-    }
-}
-
-impl fmt::Debug for MacAddr {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(self, f)
-    }
+/// Reads a link's 6-byte hardware address attribute.
+pub(crate) fn mac_from_slice(b: &[u8]) -> Option<Mac> {
+    <[u8; 6]>::try_from(b).ok().map(Mac)
 }
 
 /// RFC 2863 operational state, as `ip link` prints it (`operstate`).
@@ -175,7 +130,7 @@ pub struct Link {
     /// Interface name.
     pub name: String,
     /// Hardware address, when the link has a 6-byte one.
-    pub mac: Option<MacAddr>,
+    pub mac: Option<Mac>,
     /// MTU.
     pub mtu: u32,
     /// Administratively up (`IFF_UP`).
@@ -326,7 +281,7 @@ pub enum NetOp {
         /// The link.
         link: String,
         /// The MAC.
-        mac: MacAddr,
+        mac: Mac,
     },
     /// Adds an address to a link (present is success).
     AddAddress {
@@ -445,9 +400,9 @@ pub struct VethSpec {
     /// MTU of both ends; the kernel default (1500) when `None`.
     pub mtu: Option<u32>,
     /// MAC of the host end; random when `None`.
-    pub host_mac: Option<MacAddr>,
+    pub host_mac: Option<Mac>,
     /// MAC of the pod end; random when `None`.
-    pub peer_mac: Option<MacAddr>,
+    pub peer_mac: Option<Mac>,
     /// Create the host end up (in the request that creates the pair; a found one is set up). It has no
     /// carrier until the pod end is up too, so steps that must come before the carrier still do.
     pub host_up: bool,
@@ -485,13 +440,13 @@ impl VethSpec {
     }
 
     /// Sets the pod end's MAC.
-    pub fn peer_mac(mut self, mac: MacAddr) -> Self {
+    pub fn peer_mac(mut self, mac: Mac) -> Self {
         self.peer_mac = Some(mac);
         self
     }
 
     /// Sets the host end's MAC.
-    pub fn host_mac(mut self, mac: MacAddr) -> Self {
+    pub fn host_mac(mut self, mac: Mac) -> Self {
         self.host_mac = Some(mac);
         self
     }
@@ -603,25 +558,6 @@ mod tests {
         }
         for ifname in ["eth0", "net1", "eth12"] {
             assert!(host_nic_name(id, ifname).unwrap().0.len() <= MAX_IFNAME_LEN);
-        }
-    }
-
-    #[test]
-    fn mac_parse_print() {
-        let m: MacAddr = "0A:1b:2c:3d:4e:5f".parse().unwrap();
-        assert_eq!(m.0, [0x0a, 0x1b, 0x2c, 0x3d, 0x4e, 0x5f]);
-        assert_eq!(m.to_string(), "0a:1b:2c:3d:4e:5f");
-        for bad in [
-            "",
-            "0a:1b:2c:3d:4e",
-            "0a:1b:2c:3d:4e:5f:00",
-            "0a:1b:2c:3d:4e:zz",
-            "a:1b:2c:3d:4e:5f",
-        ] {
-            assert!(
-                matches!(bad.parse::<MacAddr>(), Err(Error::InvalidMac { .. })),
-                "{bad}"
-            );
         }
     }
 

@@ -10,7 +10,7 @@ use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use kubeovn_netdev::{
-    delete_named_netns, Error, MacAddr, NamedNetns, Namespaces, NetOp, Netdev, NetlinkNetdev,
+    delete_named_netns, Error, Mac, NamedNetns, Namespaces, NetOp, Netdev, NetlinkNetdev,
     OperState, RouteSpec, VethSpec, NETNS_RUN_DIR,
 };
 use serde_json::Value;
@@ -126,7 +126,7 @@ async fn wire_pod(
     host_if: &str,
     pod_ns: &TestNs,
     subnet: u8,
-    mac: MacAddr,
+    mac: Mac,
 ) -> NetlinkNetdev {
     node.create_veth(
         &VethSpec::new(host_if, "eth0", &pod_ns.path)
@@ -166,7 +166,7 @@ async fn root_two_pods_through_a_node_ping_each_other() {
     let b_ns = TestNs::new("b");
     let sfx = suffix();
     let (ha, hb) = (format!("ha{sfx}"), format!("hb{sfx}"));
-    let mac_a: MacAddr = "0a:58:0a:4d:01:02".parse().expect("mac");
+    let mac_a: Mac = "0a:58:0a:4d:01:02".parse().expect("mac");
 
     let node = NetlinkNetdev::open(&node_ns.path).expect("open node netns");
     node.set_sysctl("net.ipv4.ip_forward", "1")
@@ -367,7 +367,7 @@ async fn root_operations_are_idempotent_and_typed() {
     .expect("dev route again");
 
     node.set_link_mtu("h0", 1400).await.expect("mtu");
-    let mac: MacAddr = "0a:58:0a:4f:00:01".parse().expect("mac");
+    let mac: Mac = "0a:58:0a:4f:00:01".parse().expect("mac");
     node.set_link_mac("h0", mac).await.expect("mac");
     let l = node.link("h0").await.expect("query").expect("h0");
     assert_eq!((l.mtu, l.mac), (1400, Some(mac)));
@@ -397,10 +397,7 @@ async fn root_operations_are_idempotent_and_typed() {
         Err(Error::InvalidName { .. })
     ));
     assert!(node.link("nope0").await.expect("query").is_none());
-    assert!(matches!(
-        "zz:00:00:00:00:00".parse::<MacAddr>(),
-        Err(Error::InvalidMac { .. })
-    ));
+    assert!("zz:00:00:00:00:00".parse::<Mac>().is_err());
 
     // Delete: the host end takes the pod end with it; deleting again is success.
     node.delete_link("h0").await.expect("delete");
@@ -527,7 +524,7 @@ async fn root_apply_runs_steps_in_order_and_stops_at_the_first_failure() {
     // if IPv6 were still on then.
     node.set_link_up("a0", true).await.expect("a0 up");
     let pod = NetlinkNetdev::open(&pod_ns.path).expect("open pod");
-    let mac: MacAddr = "0a:00:00:00:aa:01".parse().expect("mac");
+    let mac: Mac = "0a:00:00:00:aa:01".parse().expect("mac");
     let steps = [
         NetOp::SetMac {
             link: "eth0".into(),
@@ -622,7 +619,7 @@ async fn root_create_veth_then_runs_host_steps_and_undoes_a_new_pair_on_failure(
     let pod_ns = TestNs::new("vp");
     let node_ns = TestNs::new("vq");
     let node = NetlinkNetdev::open(&node_ns.path).expect("open node");
-    let host_mac: MacAddr = "0a:00:00:00:bb:01".parse().expect("mac");
+    let host_mac: Mac = "0a:00:00:00:bb:01".parse().expect("mac");
     let spec = VethSpec::new("t0", "eth0", &pod_ns.path)
         .mtu(1400)
         .host_mac(host_mac)
@@ -643,7 +640,7 @@ async fn root_create_veth_then_runs_host_steps_and_undoes_a_new_pair_on_failure(
 
     // The pod end configured in the same call, from the node's thread (a socket opened in the pod's
     // namespace); sysctls first, so IPv6 is off before eth0 comes up.
-    let pod_mac: MacAddr = "0a:00:00:00:bb:02".parse().expect("mac");
+    let pod_mac: Mac = "0a:00:00:00:bb:02".parse().expect("mac");
     let spec3 = VethSpec::new("t3", "eth3", &pod_ns.path)
         .mtu(1400)
         .peer_mac(pod_mac)
@@ -738,7 +735,7 @@ async fn root_create_veth_as_the_daemon_does_host_up_no_ipv6_addresses_no_dad() 
     let pod_ns = TestNs::new("va");
     let node_ns = TestNs::new("vn");
     let node = NetlinkNetdev::open(&node_ns.path).expect("open node");
-    let mac: MacAddr = "0a:00:00:00:cc:01".parse().expect("mac");
+    let mac: Mac = "0a:00:00:00:cc:01".parse().expect("mac");
     // IPv4 pod: no IPv6 address generated on either end, host end up from its create request.
     let spec = VethSpec::new("a0", "eth0", &pod_ns.path)
         .mtu(1400)

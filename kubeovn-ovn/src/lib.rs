@@ -68,6 +68,7 @@ pub mod error;
 pub mod framing;
 #[cfg(feature = "mock")]
 pub mod memdb;
+pub mod metrics_http;
 pub mod model;
 pub mod models;
 pub mod monitor;

@@ -242,7 +242,8 @@ fn add_converted_to_each_version() {
         req["pod"],
         json!({"name": "pod-1", "namespace": "bench", "uid": "uid-1", "infraContainerID": "ctr1"})
     );
-    assert_eq!(req["provider"], "ovn");
+    // No provider in the netconf: none on the wire, the daemon takes the default network.
+    assert!(req.get("provider").is_none(), "{req}");
     assert_eq!(req["network"], "kube-ovn");
     assert_eq!(req["config"]["ipam"]["type"], "kube-ovn");
 }

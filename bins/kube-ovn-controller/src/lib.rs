@@ -14,10 +14,9 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use kubeovn_core::controller::{Config, LeaseConfig, Metrics};
+use kubeovn_core::controller::{Config, LeaseConfig};
 use kubeovn_ovn::northbound::{OvsdbNorthbound, NB_DB};
 use kubeovn_ovn::session::{Backoff, Session};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// Usage text.
 pub const USAGE: &str = "usage: kube-ovn-controller [crd] [--kubeconfig FILE] [--ovn-nb-addr REMOTE[,REMOTE...]]
@@ -212,28 +211,6 @@ impl tracing::Subscriber for StderrLog {
     fn exit(&self, _: &tracing::span::Id) {}
 }
 
-/// Serves `metrics` in the Prometheus text format on `addr` (any path) until the task is dropped.
-pub async fn serve_metrics(addr: SocketAddr, metrics: Metrics) -> std::io::Result<()> {
-    let l = tokio::net::TcpListener::bind(addr).await?;
-    loop {
-        let (mut s, _) = l.accept().await?;
-        let m = metrics.clone();
-        tokio::spawn(async move {
-            let mut buf = [0u8; 4096];
-            // One request per connection; the request itself does not matter.
-            let _ = s.read(&mut buf).await;
-            let body = m.encode();
-            let head = format!(
-                "HTTP/1.1 200 OK\r\ncontent-type: text/plain; version=0.0.4\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
-                body.len()
-            );
-            let _ = s.write_all(head.as_bytes()).await;
-            let _ = s.write_all(body.as_bytes()).await;
-            let _ = s.shutdown().await;
-        });
-    }
-}
-
 /// Why the binary stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -297,18 +274,21 @@ pub async fn run(
         Ok(std::sync::Arc::new(nb) as std::sync::Arc<dyn kubeovn_ovn::northbound::Northbound>)
     };
     let controller = kubeovn_core::controller::Controller::connecting(client, nb, args.config);
-    let metrics = args.metrics_addr.map(|addr| {
+    // Kept until the controller stops: dropping it stops the endpoint.
+    let mut _metrics = None;
+    if let Some(addr) = args.metrics_addr {
         let m = controller.metrics();
-        tokio::spawn(async move {
-            if let Err(e) = serve_metrics(addr, m).await {
-                tracing::error!(%addr, error = %e, "metrics server");
-            }
-        })
-    });
-    let r = controller.run(shutdown).await;
-    if let Some(m) = metrics {
-        m.abort();
+        match kubeovn_ovn::metrics_http::MetricsEndpoint::bind(
+            addr,
+            std::sync::Arc::new(move || m.encode()),
+        )
+        .await
+        {
+            Ok(e) => _metrics = Some(e),
+            Err(e) => tracing::error!(%addr, error = %e, "metrics server"),
+        }
     }
+    let r = controller.run(shutdown).await;
     Ok(r?)
 }
 

@@ -34,13 +34,11 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use kube_ovn_daemon::metrics::Metrics;
-use kube_ovn_daemon::node::{init_node, NodeConfig};
-use kube_ovn_daemon::server::Server;
 use kube_ovn_sandbox::cgroup::CpuGroup;
 use kube_ovn_sandbox::ovn::{OvnOptions, OvnStack};
 use kubeovn_cni::node::{
-    CniHandler, HandlerConfig, IcmpGatewayProbe, PodNetwork, StaticPodNetworks,
+    init_node, CniHandler, HandlerConfig, IcmpGatewayProbe, Metrics, NodeConfig, PodNetwork,
+    Server, StaticPodNetworks,
 };
 use kubeovn_netdev::{NamedNetns, Namespaces, NetlinkNetdev};
 use kubeovn_ovn::northbound::{

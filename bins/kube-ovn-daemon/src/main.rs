@@ -6,19 +6,12 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kube_ovn_daemon::kube_source::KubePodNetworks;
-use kube_ovn_daemon::metrics::Metrics;
-use kube_ovn_daemon::node::{init_node, NodeConfig};
-use kube_ovn_daemon::node_sync::{AfterJoin, NodeSync};
-use kube_ovn_daemon::server::Server;
-use kube_ovn_daemon::DaemonError;
 use kubeovn_cni::node::{
-    CniHandler, GatewayProbe, HandlerConfig, IcmpGatewayProbe, NoGatewayProbe, PodNetwork,
-    PodNetworkSource, PodRoute, StaticPodNetworks,
+    Daemon, DaemonConfig, DaemonError, HandlerConfig, KubePodNetworks, NodeConfig,
+    PodNetworkSource, StaticPodNetworks,
 };
-use kubeovn_netdev::{NamedNetns, NetlinkNetdev};
+use kubeovn_netdev::NetlinkNetdev;
 use kubeovn_ovn::vswitch::OvsdbOpenVSwitch;
-use serde_json::Value;
 
 const USAGE: &str = "usage: kube-ovn-daemon --node-name NAME [options]
   --socket PATH                  CNI socket (default /run/openvswitch/kube-ovn-daemon.sock)
@@ -41,6 +34,17 @@ const USAGE: &str = "usage: kube-ovn-daemon --node-name NAME [options]
   --ipv6-on-ipv4-pods            keep IPv6 (link-local) on the interfaces of IPv4-only pods
   --keep-pod-tx-checksum         leave TX checksum offload on on pod interfaces (TCP and UDP then fail on
                                  the userspace datapath, which forwards a veth's partial checksums)";
+
+/// Why the binary stopped: a bad flag, or the daemon.
+#[derive(Debug, thiserror::Error)]
+enum Error {
+    /// A command-line argument is wrong.
+    #[error("invalid argument: {0}")]
+    Args(String),
+    /// The daemon failed.
+    #[error(transparent)]
+    Daemon(#[from] DaemonError),
+}
 
 struct Opts {
     node: String,
@@ -65,8 +69,8 @@ struct Opts {
     pod_tx_checksum_off: bool,
 }
 
-fn parse_args(args: impl Iterator<Item = String>) -> Result<Opts, DaemonError> {
-    let bad = |m: String| DaemonError::Args(m);
+fn parse_args(args: impl Iterator<Item = String>) -> Result<Opts, Error> {
+    let bad = |m: String| Error::Args(m);
     let mut o = Opts {
         node: std::env::var("KUBE_NODE_NAME")
             .or_else(|_| std::env::var("NODE_NAME"))
@@ -80,7 +84,7 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Opts, DaemonError> {
         encap_type: "geneve".into(),
         encap_ip: "127.0.0.1".into(),
         mtu: 1400,
-        nic: kube_ovn_daemon::node::DEFAULT_NODE_NIC.into(),
+        nic: kubeovn_core::naming::NODE_NIC.into(),
         pod_cidrs: Vec::new(),
         pod_source: "kube".into(),
         kubeconfig: None,
@@ -111,7 +115,7 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Opts, DaemonError> {
         let v = it
             .next()
             .ok_or_else(|| bad(format!("{flag} needs a value")))?;
-        let secs = |v: &str| -> Result<Option<Duration>, DaemonError> {
+        let secs = |v: &str| -> Result<Option<Duration>, Error> {
             let s: f64 = v
                 .parse()
                 .map_err(|_| bad(format!("{flag}: not a number of seconds: {v}")))?;
@@ -180,71 +184,14 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Opts, DaemonError> {
     Ok(o)
 }
 
-/// Loads a static pod table: a JSON array of `{"namespace", "name", "provider"?, "ips": ["10.0.0.2/24"],
-/// "mac"?, "gateways"?, "logical_switch"?, "routes"?: [{"dst", "gw"?}], "mtu"?, "ingress_rate"?,
-/// "egress_rate"?}`.
-fn load_static(path: &str) -> Result<StaticPodNetworks, DaemonError> {
-    let bad = |m: String| DaemonError::Args(format!("{path}: {m}"));
+/// Loads the static pod table at `path` ([`StaticPodNetworks::from_json`]).
+fn load_static(path: &str) -> Result<StaticPodNetworks, Error> {
     let text = std::fs::read_to_string(path).map_err(|e| DaemonError::Io {
         what: "read pod table",
         path: path.into(),
         source: e,
     })?;
-    let v: Value = serde_json::from_str(&text).map_err(|e| bad(e.to_string()))?;
-    let table = StaticPodNetworks::new();
-    let strs = |p: &Value, k: &str| -> Vec<String> {
-        p[k].as_array()
-            .map(|a| {
-                a.iter()
-                    .filter_map(|s| s.as_str().map(str::to_owned))
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
-    for p in v.as_array().ok_or_else(|| bad("not a JSON array".into()))? {
-        let s = |k: &str| p[k].as_str().unwrap_or_default().to_owned();
-        let parse_err =
-            |k: &str, x: &str| bad(format!("pod {}/{}: bad {k} {x}", s("namespace"), s("name")));
-        let net = PodNetwork {
-            ips: strs(p, "ips")
-                .iter()
-                .map(|x| x.parse().map_err(|_| parse_err("ip", x)))
-                .collect::<Result<_, _>>()?,
-            mac: match p["mac"].as_str() {
-                Some(m) => Some(m.parse().map_err(|_| parse_err("mac", m))?),
-                None => None,
-            },
-            gateways: strs(p, "gateways")
-                .iter()
-                .map(|x| x.parse().map_err(|_| parse_err("gateway", x)))
-                .collect::<Result<_, _>>()?,
-            logical_switch: s("logical_switch"),
-            provider: p["provider"].as_str().unwrap_or("ovn").to_owned(),
-            routes: p["routes"]
-                .as_array()
-                .map(|a| a.as_slice())
-                .unwrap_or_default()
-                .iter()
-                .map(|r| {
-                    let dst = r["dst"].as_str().unwrap_or_default();
-                    Ok(PodRoute {
-                        dst: dst.parse().map_err(|_| parse_err("route", dst))?,
-                        gw: match r["gw"].as_str() {
-                            Some(g) => Some(g.parse().map_err(|_| parse_err("route gw", g))?),
-                            None => None,
-                        },
-                    })
-                })
-                .collect::<Result<_, DaemonError>>()?,
-            mtu: p["mtu"].as_u64().and_then(|m| u32::try_from(m).ok()),
-            ingress_rate_mbps: p["ingress_rate"].as_u64(),
-            egress_rate_mbps: p["egress_rate"].as_u64(),
-        };
-        net.validate()
-            .map_err(|e| bad(format!("pod {}/{}: {e}", s("namespace"), s("name"))))?;
-        table.insert(&s("namespace"), &s("name"), net);
-    }
-    Ok(table)
+    StaticPodNetworks::from_json(&text).map_err(|e| Error::Args(format!("{path}: {e}")))
 }
 
 async fn kube_client(o: &Opts) -> Result<kube::Client, DaemonError> {
@@ -263,11 +210,15 @@ async fn kube_client(o: &Opts) -> Result<kube::Client, DaemonError> {
     kube::Client::try_from(cfg).map_err(|e| kerr(e.to_string()))
 }
 
-async fn run(o: Opts) -> Result<(), DaemonError> {
-    let ovs = Arc::new(OvsdbOpenVSwitch::connect(&o.ovs_remote).await?);
-    let host = Arc::new(NetlinkNetdev::current()?);
+async fn run(o: Opts) -> Result<(), Error> {
+    let ovs = Arc::new(
+        OvsdbOpenVSwitch::connect(&o.ovs_remote)
+            .await
+            .map_err(DaemonError::from)?,
+    );
+    let host = Arc::new(NetlinkNetdev::current().map_err(DaemonError::from)?);
     let mut client = None;
-    let mut source: Arc<dyn PodNetworkSource> = if o.pod_source == "kube" {
+    let source: Arc<dyn PodNetworkSource> = if o.pod_source == "kube" {
         let c = kube_client(&o).await?;
         let s = KubePodNetworks::start(c.clone(), &o.node);
         if !s.wait_ready(Duration::from_secs(30)).await {
@@ -278,9 +229,7 @@ async fn run(o: Opts) -> Result<(), DaemonError> {
     } else {
         Arc::new(load_static(o.pod_source.trim_start_matches("static:"))?)
     };
-    // Kept for the daemon's life: dropping it stops the node and subnet watches.
-    let mut _node_sync = None;
-    if o.node_init {
+    let node_start = o.node_init.then(|| {
         let mut cfg = NodeConfig::new(&o.node, o.ovn_remote.clone().unwrap_or_default());
         cfg.bridge = o.bridge.clone();
         cfg.datapath_type = o.datapath_type.clone();
@@ -288,29 +237,12 @@ async fn run(o: Opts) -> Result<(), DaemonError> {
         cfg.encap_ip = o.encap_ip.clone();
         cfg.mtu = o.mtu;
         cfg.nic = o.nic.clone();
-        // Chassis settings and the bridge now; the join port once the controller has allocated it.
-        init_node(ovs.as_ref(), host.as_ref(), &cfg).await?;
-        match &client {
-            Some(c) => {
-                let sync =
-                    NodeSync::start(c.clone(), ovs.clone(), host.clone(), cfg, o.pod_cidrs.clone());
-                source = Arc::new(AfterJoin::new(source, sync.joined(), &o.node, &o.nic));
-                _node_sync = Some(sync);
-            }
-            None => eprintln!(
-                "kube-ovn-daemon: no join network without the Kubernetes API (--pod-source static): \
-                 no {} port",
-                o.nic
-            ),
-        }
-    }
-    let probe: Arc<dyn GatewayProbe> = if o.gateway_timeout.is_some() {
-        Arc::new(IcmpGatewayProbe::default())
-    } else {
-        Arc::new(NoGatewayProbe)
-    };
-    let handler = CniHandler::new(
-        HandlerConfig {
+        cfg
+    });
+    let cfg = DaemonConfig {
+        socket: o.socket.clone(),
+        metrics_addr: o.metrics,
+        handler: HandlerConfig {
             bridge: o.bridge.clone(),
             mtu: o.mtu,
             pod_network_timeout: o.pod_network_timeout,
@@ -319,19 +251,19 @@ async fn run(o: Opts) -> Result<(), DaemonError> {
             ipv4_only_no_ipv6: o.ipv4_only_no_ipv6,
             pod_tx_checksum_off: o.pod_tx_checksum_off,
         },
-        source,
-        ovs,
-        host,
-        Arc::new(NamedNetns::default()),
-        probe,
-    );
-    let metrics = Arc::new(Metrics::new());
-    let server = Server::start(&o.socket, o.metrics, Arc::new(handler), metrics).await?;
+        node_start,
+        pod_cidrs: o.pod_cidrs.clone(),
+    };
+    let mut daemon = Daemon::new(cfg, host, ovs, source);
+    if let Some(c) = client {
+        daemon = daemon.kube(c);
+    }
+    let running = daemon.start().await?;
     eprintln!(
         "kube-ovn-daemon: node {} serving {} (metrics {:?})",
         o.node,
         o.socket.display(),
-        server.metrics_addr()
+        running.metrics_addr()
     );
     let sig = |k| {
         tokio::signal::unix::signal(k).map_err(|e| DaemonError::Io {
@@ -346,7 +278,7 @@ async fn run(o: Opts) -> Result<(), DaemonError> {
         _ = term.recv() => {},
         _ = int.recv() => {},
     }
-    server.shutdown().await;
+    running.shutdown().await;
     Ok(())
 }
 

@@ -13,10 +13,10 @@ use common::Harness;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client};
-use kube_ovn_daemon::kube_source::{node_join_network, KubePodNetworks};
-use kube_ovn_daemon::node::{init_node, NodeConfig};
 use kube_ovn_testapi::{Config, TestApiServer};
-use kubeovn_cni::node::StaticPodNetworks;
+use kubeovn_cni::node::{
+    init_node, node_join_network, KubePodNetworks, NodeConfig, StaticPodNetworks,
+};
 use kubeovn_netdev::NetlinkNetdev;
 use serde_json::json;
 

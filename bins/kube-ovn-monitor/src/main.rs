@@ -19,7 +19,7 @@ use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use kube_ovn_sandbox::state::StateDir;
+use kubeovn_ovn::metrics_http::MetricsEndpoint;
 use kubeovn_ovn::ops::{Operation, Transaction};
 use kubeovn_ovn::session::{Backoff, Session};
 use prometheus_client::metrics::counter::Counter;
@@ -193,6 +193,13 @@ struct Args {
     once: bool,
 }
 
+/// A database's remote in a kube-ovn-sandbox state directory: `unix:DIR/ovn/<sock>` (the sandbox's layout;
+/// the sandbox's root test runs `--sandbox` against a real one).
+fn sandbox_remote(dir: &std::path::Path, sock: &str) -> String {
+    let dir = std::path::absolute(dir).unwrap_or_else(|_| dir.to_owned());
+    format!("unix:{}", dir.join("ovn").join(sock).display())
+}
+
 fn parse(args: Vec<String>) -> Result<Args, String> {
     let mut nb = None;
     let mut sb = None;
@@ -221,9 +228,8 @@ fn parse(args: Vec<String>) -> Result<Args, String> {
         }
     }
     if let Some(d) = sandbox {
-        let d = StateDir::new(d);
-        nb = nb.or_else(|| Some(d.nb_remote()));
-        sb = sb.or_else(|| Some(d.sb_remote()));
+        nb = nb.or_else(|| Some(sandbox_remote(&d, "nb.sock")));
+        sb = sb.or_else(|| Some(sandbox_remote(&d, "sb.sock")));
     }
     a.nb = nb.unwrap_or_else(|| "tcp:127.0.0.1:6641".into());
     a.sb = sb.unwrap_or_else(|| "tcp:127.0.0.1:6642".into());
@@ -277,15 +283,21 @@ fn main() -> ExitCode {
             };
         }
         let mr = m.clone();
-        match kube_ovn_sandbox::metrics_http::serve(args.listen, Arc::new(move || mr.render()))
-            .await
-        {
-            Ok(a) => eprintln!("kube-ovn-monitor: metrics on http://{a}/metrics"),
-            Err(e) => {
-                eprintln!("kube-ovn-monitor: listen {}: {e}", args.listen);
-                return ExitCode::FAILURE;
-            }
-        }
+        // Kept for the process's life: dropping it stops the endpoint.
+        let _endpoint =
+            match MetricsEndpoint::bind(args.listen, Arc::new(move || mr.render())).await {
+                Ok(e) => {
+                    eprintln!(
+                        "kube-ovn-monitor: metrics on http://{}/metrics",
+                        e.local_addr()
+                    );
+                    e
+                }
+                Err(e) => {
+                    eprintln!("kube-ovn-monitor: listen {}: {e}", args.listen);
+                    return ExitCode::FAILURE;
+                }
+            };
         let mut term =
             match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
                 Ok(t) => t,

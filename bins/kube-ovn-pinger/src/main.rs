@@ -18,6 +18,7 @@ use std::time::Duration;
 
 use kube_ovn_sandbox::report::{self, PingMatrix};
 use kube_ovn_sandbox::state::{StateDir, DEFAULT_STATE_DIR};
+use kubeovn_ovn::metrics_http::MetricsEndpoint;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -185,15 +186,21 @@ fn main() -> ExitCode {
             };
         }
         let mr = m.clone();
-        match kube_ovn_sandbox::metrics_http::serve(args.listen, Arc::new(move || mr.render()))
-            .await
-        {
-            Ok(a) => eprintln!("kube-ovn-pinger: metrics on http://{a}/metrics"),
-            Err(e) => {
-                eprintln!("kube-ovn-pinger: listen {}: {e}", args.listen);
-                return ExitCode::FAILURE;
-            }
-        }
+        // Kept for the process's life: dropping it stops the endpoint.
+        let _endpoint =
+            match MetricsEndpoint::bind(args.listen, Arc::new(move || mr.render())).await {
+                Ok(e) => {
+                    eprintln!(
+                        "kube-ovn-pinger: metrics on http://{}/metrics",
+                        e.local_addr()
+                    );
+                    e
+                }
+                Err(e) => {
+                    eprintln!("kube-ovn-pinger: listen {}: {e}", args.listen);
+                    return ExitCode::FAILURE;
+                }
+            };
         let mut term =
             match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
                 Ok(t) => t,

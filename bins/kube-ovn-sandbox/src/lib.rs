@@ -27,7 +27,6 @@ pub mod cgroup;
 pub mod cni;
 pub mod exec;
 pub mod kubelet;
-pub mod metrics_http;
 pub mod ovn;
 pub mod procs;
 pub mod report;

@@ -7,15 +7,17 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ipnetwork::IpNetwork;
+use kubeovn_core::annotations::provider_or_default;
+use kubeovn_core::naming::pod_port;
 use kubeovn_netdev::{
-    host_nic_name, MacAddr, Namespaces, NetOp, Netdev, RouteSpec, VethPair, VethSpec,
+    host_nic_name, Mac, Namespaces, NetOp, Netdev, RouteSpec, VethPair, VethSpec,
 };
 use kubeovn_ovn::vswitch::{OpenVSwitch, OvsBatch, PortSpec, QosSpec, QueueSpec};
 
 use super::probe::GatewayProbe;
 use super::source::{PodNetwork, PodNetworkSource, SourceError};
 use super::{CODE_CHECK_FAILED, CODE_GATEWAY_UNREACHABLE};
-use crate::daemon::{PodRef, Request, Response, DEFAULT_PROVIDER};
+use crate::daemon::{PodRef, Request, Response};
 use crate::spec::{
     CniError, CniResult, Command, ErrorCode, Interface, IpCidr, IpConfig, Route, Version,
 };
@@ -28,14 +30,11 @@ pub const EXT_IFNAME: &str = "cni_ifname";
 /// Interface `external_ids` key: the CNI network name of the attachment.
 pub const EXT_NETWORK: &str = "cni_network";
 
-/// The logical switch port name OVN binds the interface to: `<pod>.<namespace>`, and
-/// `<pod>.<namespace>.<provider>` for attachment providers, as Kube-OVN names them.
-pub fn iface_id(pod: &str, namespace: &str, provider: &str) -> String {
-    if provider.is_empty() || provider == DEFAULT_PROVIDER {
-        format!("{pod}.{namespace}")
-    } else {
-        format!("{pod}.{namespace}.{provider}")
-    }
+/// The logical switch port OVN binds the attachment's interface to (`external_ids:iface-id`): the port the
+/// controller created for the pod's network, named by the one rule both use (kubeovn-core's
+/// `naming::pod_port`; an empty provider is the default network).
+fn iface_id(pod: &PodRef, provider: &str) -> String {
+    pod_port(&pod.name, &pod.namespace, provider)
 }
 
 /// How the handler behaves.
@@ -285,7 +284,11 @@ impl CniHandler {
         drop(self.lock_for(&netns_key(netns)).lock().await);
         let net = self
             .source
-            .pod_network(pod, &req.provider, self.cfg.pod_network_timeout)
+            .pod_network(
+                pod,
+                provider_or_default(&req.provider),
+                self.cfg.pod_network_timeout,
+            )
             .await?;
         net.validate().map_err(|reason| SourceError::Invalid {
             namespace: pod.namespace.clone(),
@@ -347,7 +350,7 @@ impl CniHandler {
             .collect::<Vec<_>>()
             .join(",");
         let mut port = PortSpec::new(&self.cfg.bridge, &a.host_if)
-            .iface_id(iface_id(&pod.name, &pod.namespace, &req.provider))
+            .iface_id(iface_id(pod, &req.provider))
             .external_id("pod_name", &pod.name)
             .external_id("pod_namespace", &pod.namespace)
             .external_id("ip_address", ips)
@@ -375,10 +378,7 @@ impl CniHandler {
                 b.add(
                     QosSpec::new(&a.host_if, "linux-htb")
                         .other_config("max-rate", bps.to_string())
-                        .external_id(
-                            "iface-id",
-                            iface_id(&pod.name, &pod.namespace, &req.provider),
-                        )
+                        .external_id("iface-id", iface_id(pod, &req.provider))
                         .queue(0, QueueSpec::max_rate(bps)),
                 );
             }
@@ -443,8 +443,8 @@ impl CniHandler {
         netns: &str,
         net: &PodNetwork,
         mtu: u32,
-        host_mac: Option<MacAddr>,
-        pod_mac: Option<MacAddr>,
+        host_mac: Option<Mac>,
+        pod_mac: Option<Mac>,
     ) -> CniResult {
         let mut r = CniResult::new(Version::LATEST);
         r.interfaces.push(Interface {
@@ -543,7 +543,11 @@ impl CniHandler {
         };
         let net = self
             .source
-            .pod_network(pod, &req.provider, Duration::from_secs(1))
+            .pod_network(
+                pod,
+                provider_or_default(&req.provider),
+                Duration::from_secs(1),
+            )
             .await?;
         match self
             .host
@@ -555,7 +559,7 @@ impl CniHandler {
             Some(_) => return Err(fail(format!("host interface {} is down", a.host_if))),
             None => return Err(fail(format!("host interface {} is missing", a.host_if))),
         }
-        let want_id = iface_id(&pod.name, &pod.namespace, &req.provider);
+        let want_id = iface_id(pod, &req.provider);
         match self.ovs.interface(&a.host_if) {
             None => {
                 return Err(fail(format!(
@@ -915,6 +919,21 @@ mod tests {
 
     #[tokio::test]
     async fn add_plugs_port_and_configures_pod() {
+        add_plugs_the_controllers_port("ovn").await;
+    }
+
+    /// The shim sends no provider for the default network: the daemon reads the pod's default network and
+    /// plugs the port the controller named for it (the controller and the daemon share one naming rule).
+    #[tokio::test]
+    async fn add_with_empty_provider_plugs_the_controllers_port() {
+        add_plugs_the_controllers_port("").await;
+    }
+
+    async fn add_plugs_the_controllers_port(provider: &str) {
+        use kubeovn_core::annotations::DEFAULT_PROVIDER;
+        // The name the controller gives the pod's port on its default network.
+        let controller_port = kubeovn_core::naming::pod_port("web", "ns", DEFAULT_PROVIDER);
+        assert_eq!(controller_port, "web.ns");
         let netns = std::env::temp_dir();
         let mut host = MockNetdev::new();
         // One round trip on the host side: the pair with its host end up, no IPv6 addresses on that end.
@@ -936,7 +955,7 @@ mod tests {
         ovs.expect_port().returning(|_| None);
         ovs.expect_qos().returning(|_| None);
         ovs.expect_commit()
-            .withf(|b| {
+            .withf(move |b| {
                 let OvsOp::Port(p) = &b.ops[0] else {
                     return false;
                 };
@@ -944,7 +963,7 @@ mod tests {
                 b.ops.len() == 1
                     && p.bridge == "br-int"
                     && p.name == HOST_IF
-                    && ext("iface-id").as_deref() == Some("web.ns")
+                    && ext("iface-id") == Some(controller_port.clone())
                     && ext("pod_name").as_deref() == Some("web")
                     && ext("pod_namespace").as_deref() == Some("ns")
                     && ext("ip_address").as_deref() == Some("10.16.0.5")
@@ -964,8 +983,15 @@ mod tests {
             .withf(|_, ifname, gw, _| ifname == "eth0" && gw.to_string() == "10.16.0.1")
             .times(1)
             .returning(|_, _, _, _| Ok(Duration::from_millis(1)));
-        let h = handler(source_ok(), ovs, host, no_pod_thread(), probe);
-        let req = request(Command::Add, netns.to_str().unwrap());
+        let mut source = MockPodNetworkSource::new();
+        source
+            .expect_pod_network()
+            .withf(|_, provider, _| provider == DEFAULT_PROVIDER)
+            .times(1)
+            .returning(|_, _, _| Ok(pod_net()));
+        let h = handler(source, ovs, host, no_pod_thread(), probe);
+        let mut req = request(Command::Add, netns.to_str().unwrap());
+        req.provider = provider.into();
         let resp = h.handle(&req).await;
         let r = resp.into_outcome().unwrap().unwrap();
         assert_eq!(r.interfaces[0].name, HOST_IF);
@@ -1143,12 +1169,5 @@ mod tests {
             h.handle(&r).await.error.unwrap().code,
             crate::daemon::CODE_PROTOCOL_MISMATCH
         );
-    }
-
-    #[test]
-    fn iface_ids() {
-        assert_eq!(iface_id("p", "ns", "ovn"), "p.ns");
-        assert_eq!(iface_id("p", "ns", ""), "p.ns");
-        assert_eq!(iface_id("p", "ns", "net1.ns.ovn"), "p.ns.net1.ns.ovn");
     }
 }

@@ -1,6 +1,38 @@
-//! The node daemon's CNI handlers (feature `node`): what `kube-ovn-daemon` does for each request the shim
-//! forwards.
+//! The node daemon (feature `node`): what `kube-ovn-daemon` does, as a library a third party embeds.
 //!
+//! [`Daemon`] composes the parts: node start ([`init_node`]: chassis settings, the integration bridge, the
+//! node's join port), the join port and its routes following the API ([`NodeSync`]: a watch on the Node waits
+//! for the controller's join address, a watch on the Subnets keeps a route to each subnet of the default VPC
+//! through the join gateway; [`AfterJoin`] holds pods until then), and the server half of the shim protocol
+//! ([`Server`]: HTTP/1 on the unix socket, many requests at once, and Prometheus [`Metrics`] on a TCP
+//! address). Pods' network data comes from a [`PodNetworkSource`]: the Kubernetes API ([`KubePodNetworks`], a
+//! watch-based cache of this node's pods read with kubeovn-core's annotation parser) or an in-memory table
+//! ([`StaticPodNetworks`]).
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), kubeovn_cni::node::DaemonError> {
+//! use std::sync::Arc;
+//! use kubeovn_cni::node::{Daemon, DaemonConfig, KubePodNetworks, NodeConfig};
+//! use kubeovn_netdev::NetlinkNetdev;
+//! use kubeovn_ovn::vswitch::OvsdbOpenVSwitch;
+//!
+//! let client = kube::Client::try_default().await.map_err(|e| kubeovn_cni::node::DaemonError::Kube(e.to_string()))?;
+//! let mut cfg = DaemonConfig::new(kubeovn_cni::daemon::DEFAULT_SOCKET);
+//! cfg.metrics_addr = Some("127.0.0.1:10665".parse().expect("address"));
+//! cfg.node_start = Some(NodeConfig::new("node1", "tcp:192.0.2.10:6642"));
+//! let ovs = OvsdbOpenVSwitch::connect("unix:/run/openvswitch/db.sock").await?;
+//! let pods = KubePodNetworks::start(client.clone(), "node1");
+//! // Serves until `stop` is sent or dropped (the binary waits for SIGTERM).
+//! let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+//! # drop(stop);
+//! Daemon::new(cfg, Arc::new(NetlinkNetdev::current()?), Arc::new(ovs), Arc::new(pods))
+//!     .kube(client)
+//!     .run(async { let _ = stopped.await; })
+//!     .await
+//! # }
+//! ```
+//!
+//! The handlers answer each request the shim forwards.
 //! [`CniHandler`] composes four I/O seams, each a trait so tests can swap them:
 //! - [`PodNetworkSource`]: the pod's network data ([`PodNetwork`]: addresses, MAC, gateways, routes, QoS),
 //!   which the controller publishes as pod annotations; [`StaticPodNetworks`] is an in-memory source;
@@ -14,13 +46,31 @@
 //! CNI result. Everything an `ADD` created is removed again if it fails. `DEL` is idempotent and removes the
 //! port and the veth even when one of them is already gone.
 
+mod daemon;
 mod handler;
+mod join;
+mod kube;
+mod metrics;
 mod probe;
+mod server;
 mod source;
+mod start;
 
-pub use handler::{iface_id, CniHandler, HandlerConfig, EXT_CONTAINER_ID, EXT_IFNAME, EXT_NETWORK};
+pub use daemon::{Daemon, DaemonConfig, DaemonError, RunningDaemon};
+pub use handler::{CniHandler, HandlerConfig, EXT_CONTAINER_ID, EXT_IFNAME, EXT_NETWORK};
+pub use join::{routed_cidrs, subnet_is_routed, AfterJoin, NodeSync, RESYNC};
+pub use kube::{
+    join_from_node_annotations, node_join_network, pod_network_from_annotations, KubePodNetworks,
+};
+pub use metrics::Metrics;
 pub use probe::{GatewayProbe, IcmpGatewayProbe, NoGatewayProbe};
-pub use source::{PodNetwork, PodNetworkSource, PodRoute, SourceError, StaticPodNetworks};
+pub use server::{bind_socket, Server, MAX_REQUEST};
+pub use source::{
+    PodNetwork, PodNetworkSource, PodRoute, PodTableError, SourceError, StaticPodNetworks,
+};
+pub use start::{
+    init_node, join_routes, node_batch, sync_join_routes, JoinNetwork, NodeConfig, RouteChanges,
+};
 
 use crate::spec::ErrorCode;
 

@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use ipnetwork::IpNetwork;
-use kubeovn_netdev::MacAddr;
+use kubeovn_core::annotations::provider_or_default;
+use kubeovn_netdev::Mac;
+use serde_json::Value;
 use tokio::sync::watch;
 
 use crate::daemon::PodRef;
@@ -28,7 +30,7 @@ pub struct PodNetwork {
     /// The pod's addresses with the subnet's prefix length (`10.16.0.5/16`), one per family.
     pub ips: Vec<IpNetwork>,
     /// The pod interface's MAC (OVN's port security expects it); random when `None`.
-    pub mac: Option<MacAddr>,
+    pub mac: Option<Mac>,
     /// Default gateways, at most one per family.
     pub gateways: Vec<IpAddr>,
     /// The logical switch the port is on (informational: OVN binds by `iface-id`).
@@ -143,6 +145,11 @@ pub trait PodNetworkSource: Send + Sync {
 
 type Key = (String, String, String);
 
+/// Why a static pod table does not load: what is wrong, and in which pod.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("pod table: {0}")]
+pub struct PodTableError(String);
+
 /// An in-memory [`PodNetworkSource`] for tests and the sandbox: a table of (namespace, name, provider) to
 /// [`PodNetwork`]. Waiters wake up when an entry is inserted.
 #[derive(Debug)]
@@ -186,6 +193,70 @@ impl StaticPodNetworks {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(&Self::key(namespace, name, provider))
+    }
+
+    /// A table from JSON (`kube-ovn-daemon --pod-source static:FILE`): a JSON array of `{"namespace", "name", "provider"?, "ips": ["10.0.0.2/24"],
+    /// "mac"?, "gateways"?, "logical_switch"?, "routes"?: [{"dst", "gw"?}], "mtu"?, "ingress_rate"?,
+    /// "egress_rate"?}`.
+    pub fn from_json(text: &str) -> Result<Self, PodTableError> {
+        let bad = PodTableError;
+        let v: Value = serde_json::from_str(text).map_err(|e| bad(e.to_string()))?;
+        let table = StaticPodNetworks::new();
+        let strs = |p: &Value, k: &str| -> Vec<String> {
+            p[k].as_array()
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|s| s.as_str().map(str::to_owned))
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        for p in v.as_array().ok_or_else(|| bad("not a JSON array".into()))? {
+            let s = |k: &str| p[k].as_str().unwrap_or_default().to_owned();
+            let parse_err = |k: &str, x: &str| {
+                bad(format!("pod {}/{}: bad {k} {x}", s("namespace"), s("name")))
+            };
+            let net = PodNetwork {
+                ips: strs(p, "ips")
+                    .iter()
+                    .map(|x| x.parse().map_err(|_| parse_err("ip", x)))
+                    .collect::<Result<_, _>>()?,
+                mac: match p["mac"].as_str() {
+                    Some(m) => Some(m.parse().map_err(|_| parse_err("mac", m))?),
+                    None => None,
+                },
+                gateways: strs(p, "gateways")
+                    .iter()
+                    .map(|x| x.parse().map_err(|_| parse_err("gateway", x)))
+                    .collect::<Result<_, _>>()?,
+                logical_switch: s("logical_switch"),
+                provider: provider_or_default(p["provider"].as_str().unwrap_or_default())
+                    .to_owned(),
+                routes: p["routes"]
+                    .as_array()
+                    .map(|a| a.as_slice())
+                    .unwrap_or_default()
+                    .iter()
+                    .map(|r| {
+                        let dst = r["dst"].as_str().unwrap_or_default();
+                        Ok(PodRoute {
+                            dst: dst.parse().map_err(|_| parse_err("route", dst))?,
+                            gw: match r["gw"].as_str() {
+                                Some(g) => Some(g.parse().map_err(|_| parse_err("route gw", g))?),
+                                None => None,
+                            },
+                        })
+                    })
+                    .collect::<Result<_, PodTableError>>()?,
+                mtu: p["mtu"].as_u64().and_then(|m| u32::try_from(m).ok()),
+                ingress_rate_mbps: p["ingress_rate"].as_u64(),
+                egress_rate_mbps: p["egress_rate"].as_u64(),
+            };
+            net.validate()
+                .map_err(|e| bad(format!("pod {}/{}: {e}", s("namespace"), s("name"))))?;
+            table.insert(&s("namespace"), &s("name"), net);
+        }
+        Ok(table)
     }
 
     fn get(&self, key: &Key) -> Option<PodNetwork> {
@@ -292,5 +363,37 @@ mod tests {
         assert_eq!(got.provider, "ovn");
         t.await.unwrap();
         assert!(s.remove("ns", "p", "ovn").is_some());
+    }
+
+    #[test]
+    fn pod_table_from_json() {
+        let t = StaticPodNetworks::from_json(
+            r#"[{"namespace": "ns", "name": "a", "ips": ["10.0.0.2/24"], "mac": "00:00:00:00:00:0a",
+                 "gateways": ["10.0.0.1"], "routes": [{"dst": "10.9.0.0/16", "gw": "10.0.0.254"}], "mtu": 1300},
+                {"namespace": "ns", "name": "b", "provider": "net1.ns.ovn", "ips": ["10.1.0.2/24"]}]"#,
+        )
+        .unwrap();
+        // No provider (or an empty one) is the default network.
+        let a = t.get(&StaticPodNetworks::key("ns", "a", "ovn")).unwrap();
+        assert_eq!(a.mac.unwrap().to_string(), "00:00:00:00:00:0a");
+        assert_eq!(a.routes[0].gw, Some("10.0.0.254".parse().unwrap()));
+        assert_eq!(a.mtu, Some(1300));
+        assert!(t
+            .get(&StaticPodNetworks::key("ns", "b", "net1.ns.ovn"))
+            .is_some());
+        for (bad, why) in [
+            ("{}", "not a JSON array"),
+            (
+                r#"[{"namespace": "ns", "name": "a", "ips": ["10.0.0.300/24"]}]"#,
+                "pod ns/a: bad ip",
+            ),
+            (
+                r#"[{"namespace": "ns", "name": "a", "ips": [], "mac": "zz"}]"#,
+                "pod ns/a: bad mac",
+            ),
+        ] {
+            let e = StaticPodNetworks::from_json(bad).unwrap_err();
+            assert!(e.to_string().contains(why), "{bad}: {e}");
+        }
     }
 }

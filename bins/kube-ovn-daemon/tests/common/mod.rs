@@ -9,12 +9,10 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
-use kube_ovn_daemon::metrics::Metrics;
-use kube_ovn_daemon::node::{init_node, NodeConfig};
-use kube_ovn_daemon::server::Server;
 use kube_ovn_sandbox::ovn::{missing_programs, OvnOptions, OvnStack};
 use kubeovn_cni::node::{
-    CniHandler, HandlerConfig, IcmpGatewayProbe, PodNetwork, PodNetworkSource, StaticPodNetworks,
+    init_node, CniHandler, HandlerConfig, IcmpGatewayProbe, Metrics, NodeConfig, PodNetwork,
+    PodNetworkSource, Server, StaticPodNetworks,
 };
 use kubeovn_netdev::{NamedNetns, Namespaces, NetlinkNetdev};
 use kubeovn_ovn::northbound::{

@@ -16,8 +16,6 @@ use k8s_openapi::api::core::v1::Node;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Api, Client};
-use kubeovn_cni::daemon::PodRef;
-use kubeovn_cni::node::{PodNetwork, PodNetworkSource, SourceError};
 use kubeovn_core::crd::{condition_types, Conditions, Subnet};
 use kubeovn_core::naming::DEFAULT_VPC;
 use kubeovn_netdev::{Netdev, RouteSpec};
@@ -25,8 +23,10 @@ use kubeovn_ovn::vswitch::OpenVSwitch;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::kube_source::join_from_node_annotations;
-use crate::node::{init_node, join_routes, sync_join_routes, JoinNetwork, NodeConfig};
+use super::kube::join_from_node_annotations;
+use super::start::{init_node, join_routes, sync_join_routes, JoinNetwork, NodeConfig};
+use super::{PodNetwork, PodNetworkSource, SourceError};
+use crate::daemon::PodRef;
 
 /// How often the routes are checked again without a change in the API (one route dump): repairs a route
 /// someone else removed and retries a failed step.
@@ -272,7 +272,7 @@ impl PodNetworkSource for AfterJoin {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kubeovn_cni::node::StaticPodNetworks;
+    use crate::node::StaticPodNetworks;
     use serde_json::json;
 
     /// A Subnet object, validated by the controller unless `v` says otherwise.

@@ -4,13 +4,11 @@ use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 use ipnetwork::IpNetwork;
-use kubeovn_netdev::{MacAddr, Netdev, RouteSpec};
+use kubeovn_core::naming;
+use kubeovn_netdev::{Mac, Netdev, RouteSpec};
 use kubeovn_ovn::vswitch::{BridgeSpec, GlobalSpec, OpenVSwitch, OvsBatch, PortSpec};
 
-use crate::DaemonError;
-
-/// The node's interface on the join network, as Kube-OVN names it.
-pub const DEFAULT_NODE_NIC: &str = "ovn0";
+use super::DaemonError;
 
 /// The node's address on the join network (the node annotations `ovn.kubernetes.io/ip_address`,
 /// `mac_address`, `cidr`, `gateway`) and the pod CIDRs routed through it.
@@ -19,7 +17,7 @@ pub struct JoinNetwork {
     /// The node's join addresses with the join subnet's prefix.
     pub ips: Vec<IpNetwork>,
     /// The MAC of the node's port (the logical switch port `node-<node>` expects it).
-    pub mac: MacAddr,
+    pub mac: Mac,
     /// The join subnet's gateways (the cluster router's port).
     pub gateways: Vec<IpAddr>,
     /// Pod subnets reached through the join gateway.
@@ -62,7 +60,7 @@ impl NodeConfig {
             encap_type: "geneve".into(),
             encap_ip: "127.0.0.1".into(),
             mtu: 1400,
-            nic: DEFAULT_NODE_NIC.into(),
+            nic: naming::NODE_NIC.into(),
             join: None,
             timeout: Duration::from_secs(10),
         }
@@ -97,7 +95,7 @@ pub fn node_batch(cfg: &NodeConfig) -> OvsBatch {
         b.add(
             PortSpec::new(&cfg.bridge, &cfg.nic)
                 .iface_type("internal")
-                .iface_id(format!("node-{}", cfg.node_name))
+                .iface_id(naming::node_port(&cfg.node_name))
                 .external_id("ip", ips)
                 .mtu_request(i64::from(cfg.mtu)),
         );

@@ -1,4 +1,5 @@
-//! The HTTP/1 server on the daemon's unix socket (the shim's requests) and the metrics endpoint.
+//! The HTTP/1 server on the daemon's unix socket (the shim's requests) and the metrics endpoint (the
+//! binaries' shared [`MetricsEndpoint`]).
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -14,15 +15,15 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Method, StatusCode};
 use hyper_util::rt::TokioIo;
-use kubeovn_cni::daemon::{command_of_path, Request, Response};
-use kubeovn_cni::node::CniHandler;
-use kubeovn_cni::spec::{CniError, ErrorCode};
-use tokio::net::{TcpListener, UnixListener};
+use kubeovn_ovn::metrics_http::{MetricsEndpoint, Render};
+use tokio::net::UnixListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::metrics::Metrics;
-use crate::DaemonError;
+use super::metrics::Metrics;
+use super::{CniHandler, DaemonError};
+use crate::daemon::{command_of_path, Request, Response};
+use crate::spec::{CniError, ErrorCode};
 
 /// The largest request body accepted (a netconf with a prevResult is a few KiB).
 pub const MAX_REQUEST: usize = 4 << 20;
@@ -136,7 +137,7 @@ pub fn bind_socket(path: &Path) -> Result<UnixListener, DaemonError> {
 #[derive(Debug)]
 pub struct Server {
     socket: PathBuf,
-    metrics_addr: Option<SocketAddr>,
+    metrics: Option<MetricsEndpoint>,
     stop: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -151,6 +152,22 @@ impl Server {
         handler: Arc<CniHandler>,
         metrics: Arc<Metrics>,
     ) -> Result<Server, DaemonError> {
+        // The metrics address first: when it is taken, no socket task is left behind.
+        let metrics_endpoint =
+            match metrics_addr {
+                Some(addr) => {
+                    let m = metrics.clone();
+                    let render: Render = Arc::new(move || m.encode());
+                    Some(MetricsEndpoint::bind(addr, render).await.map_err(|e| {
+                        DaemonError::Io {
+                            what: "bind metrics address",
+                            path: PathBuf::from(addr.to_string()),
+                            source: e,
+                        }
+                    })?)
+                }
+                None => None,
+            };
         let listener = bind_socket(socket)?;
         let (stop, rx) = watch::channel(false);
         let mut tasks = Vec::new();
@@ -177,55 +194,9 @@ impl Server {
                 });
             }
         }));
-        let mut bound_metrics = None;
-        if let Some(addr) = metrics_addr {
-            let l = TcpListener::bind(addr).await.map_err(|e| DaemonError::Io {
-                what: "bind metrics address",
-                path: PathBuf::from(addr.to_string()),
-                source: e,
-            })?;
-            bound_metrics = l.local_addr().ok();
-            let mut stop_rx = rx.clone();
-            tasks.push(tokio::spawn(async move {
-                loop {
-                    let stream = tokio::select! {
-                        r = l.accept() => match r {
-                            Ok((s, _)) => s,
-                            Err(_) => continue,
-                        },
-                        _ = stop_rx.changed() => break,
-                    };
-                    let m = metrics.clone();
-                    tokio::spawn(async move {
-                        let svc = service_fn(move |req: hyper::Request<Incoming>| {
-                            let m = m.clone();
-                            async move {
-                                let mut r = if req.uri().path() == "/metrics" {
-                                    hyper::Response::new(Full::new(Bytes::from(m.encode())))
-                                } else {
-                                    let mut r = hyper::Response::new(Full::new(Bytes::new()));
-                                    *r.status_mut() = StatusCode::NOT_FOUND;
-                                    r
-                                };
-                                r.headers_mut().insert(
-                                    hyper::header::CONTENT_TYPE,
-                                    hyper::header::HeaderValue::from_static(
-                                        "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                                    ),
-                                );
-                                Ok::<_, Infallible>(r)
-                            }
-                        });
-                        let _ = http1::Builder::new()
-                            .serve_connection(TokioIo::new(stream), svc)
-                            .await;
-                    });
-                }
-            }));
-        }
         Ok(Server {
             socket: socket.to_owned(),
-            metrics_addr: bound_metrics,
+            metrics: metrics_endpoint,
             stop,
             tasks,
         })
@@ -238,15 +209,54 @@ impl Server {
 
     /// The metrics endpoint's bound address (the real port when asked for port 0).
     pub fn metrics_addr(&self) -> Option<SocketAddr> {
-        self.metrics_addr
+        self.metrics.as_ref().map(MetricsEndpoint::local_addr)
     }
 
     /// Stops accepting (connections in flight finish on their own) and removes the socket file.
     pub async fn shutdown(self) {
         let _ = self.stop.send(true);
+        drop(self.metrics);
         for t in self.tasks {
             let _ = t.await;
         }
         let _ = std::fs::remove_file(&self.socket);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::node::{HandlerConfig, NoGatewayProbe, StaticPodNetworks};
+    use kubeovn_netdev::{MockNamespaces, MockNetdev};
+    use kubeovn_ovn::vswitch::MockOpenVSwitch;
+
+    #[tokio::test]
+    async fn a_taken_metrics_address_leaves_no_socket_behind() {
+        let handler = Arc::new(CniHandler::new(
+            HandlerConfig::default(),
+            Arc::new(StaticPodNetworks::new()),
+            Arc::new(MockOpenVSwitch::new()),
+            Arc::new(MockNetdev::new()),
+            Arc::new(MockNamespaces::new()),
+            Arc::new(NoGatewayProbe),
+        ));
+        let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let dir = std::env::temp_dir().join(format!("kubeovn-cni-server-{}", std::process::id()));
+        let socket = dir.join("daemon.sock");
+        let e = Server::start(
+            &socket,
+            Some(taken.local_addr().expect("addr")),
+            handler,
+            Arc::new(Metrics::new()),
+        )
+        .await
+        .unwrap_err();
+        assert!(
+            matches!(&e, DaemonError::Io { what, .. } if *what == "bind metrics address"),
+            "{e}"
+        );
+        // Nothing serves the CNI socket of a daemon that did not start.
+        assert!(!socket.exists(), "{} left behind", socket.display());
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

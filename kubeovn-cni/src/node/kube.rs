@@ -13,15 +13,12 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Api, Client};
-use kubeovn_cni::daemon::PodRef;
-use kubeovn_cni::node::{PodNetwork, PodNetworkSource, PodRoute, SourceError};
 use kubeovn_core::annotations::{NodeAnnotations, PodNetworkAnnotations};
-use kubeovn_netdev::MacAddr;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::node::JoinNetwork;
-use crate::DaemonError;
+use super::{DaemonError, JoinNetwork, PodNetwork, PodNetworkSource, PodRoute, SourceError};
+use crate::daemon::PodRef;
 
 fn default_dst(gw: Option<IpAddr>) -> IpNetwork {
     let ip = match gw {
@@ -29,6 +26,23 @@ fn default_dst(gw: Option<IpAddr>) -> IpNetwork {
         _ => IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
     };
     IpNetwork::new(ip, 0).unwrap_or_else(|_| IpNetwork::from(ip))
+}
+
+/// Each address with the prefix of the CIDR of its family (`ip_address` and `cidr` annotations).
+fn with_prefixes(
+    ips: &[IpAddr],
+    cidrs: &[IpNetwork],
+    what: &str,
+) -> Result<Vec<IpNetwork>, String> {
+    ips.iter()
+        .map(|ip| {
+            let cidr = cidrs
+                .iter()
+                .find(|c| c.is_ipv4() == ip.is_ipv4())
+                .ok_or_else(|| format!("no {what} of the family of {ip}"))?;
+            IpNetwork::new(*ip, cidr.prefix()).map_err(|e| e.to_string())
+        })
+        .collect()
 }
 
 /// The pod's network for `provider` from its annotations: `Ok(None)` while the controller has not set
@@ -41,18 +55,9 @@ pub fn pod_network_from_annotations(
     if !a.allocated || !a.routed {
         return Ok(None);
     }
-    let mut ips = Vec::new();
-    for ip in &a.ip_addresses {
-        let cidr = a
-            .cidrs
-            .iter()
-            .find(|c| c.is_ipv4() == ip.is_ipv4())
-            .ok_or_else(|| format!("no cidr of the family of {ip}"))?;
-        ips.push(IpNetwork::new(*ip, cidr.prefix()).map_err(|e| e.to_string())?);
-    }
     Ok(Some(PodNetwork {
-        ips,
-        mac: a.mac_address.map(|m| MacAddr(m.0)),
+        ips: with_prefixes(&a.ip_addresses, &a.cidrs, "cidr")?,
+        mac: a.mac_address,
         gateways: a.gateways.clone(),
         logical_switch: a.logical_switch.clone().unwrap_or_default(),
         provider: provider.to_owned(),
@@ -83,18 +88,9 @@ pub fn join_from_node_annotations(
     let Some(mac) = a.mac_address else {
         return Ok(None);
     };
-    let mut ips = Vec::new();
-    for ip in &a.ip_addresses {
-        let cidr = a
-            .cidrs
-            .iter()
-            .find(|c| c.is_ipv4() == ip.is_ipv4())
-            .ok_or_else(|| format!("no join cidr of the family of {ip}"))?;
-        ips.push(IpNetwork::new(*ip, cidr.prefix()).map_err(|e| e.to_string())?);
-    }
     Ok(Some(JoinNetwork {
-        ips,
-        mac: MacAddr(mac.0),
+        ips: with_prefixes(&a.ip_addresses, &a.cidrs, "join cidr")?,
+        mac,
         gateways: a.gateways,
         pod_cidrs,
     }))
