@@ -11,6 +11,14 @@ use std::collections::{BTreeMap, HashMap};
 
 use common::{OvsdbServer, Storage};
 use kubeovn_ovn::memdb::MemDb;
+
+/// A value of a typed enum column, from its text.
+fn e<T: std::str::FromStr>(s: &str) -> T
+where
+    T::Err: std::fmt::Debug,
+{
+    s.parse().unwrap()
+}
 use kubeovn_ovn::northbound::{
     Acl, AclParent, AddressSet, Batch, DhcpOptions, LbTarget, LoadBalancer, LogicalSwitch, Meter,
     Nat, NbGlobal, Northbound, Op, OvsdbNorthbound, Patch, PortGroup, Router, RouterPolicy,
@@ -132,21 +140,21 @@ async fn scenario(nb: &OvsdbNorthbound, c: &Client) -> Vec<BTreeMap<String, Vec<
     batches.push(b);
     let mut b = Batch::new();
     b.add(StaticRoute::new("ovn-cluster", "0.0.0.0/0", "100.64.0.1"))
-        .add(StaticRoute::new("ovn-cluster", "10.16.0.0/16", "100.64.0.2").policy("src-ip"))
+        .add(StaticRoute::new("ovn-cluster", "10.16.0.0/16", "100.64.0.2").policy(e("src-ip")))
         .add(RouterPolicy::new(
             "ovn-cluster",
             31000,
             "ip4.dst == 10.16.0.0/16",
-            "allow",
+            e("allow"),
         ))
         .add(
-            RouterPolicy::new("ovn-cluster", 29000, "ip4.src == 10.16.0.5", "reroute")
+            RouterPolicy::new("ovn-cluster", 29000, "ip4.src == 10.16.0.5", e("reroute"))
                 .nexthops(["100.64.0.2"]),
         );
     batches.push(b);
     let mut b = Batch::new();
     b.add(
-        RouterPolicy::new("ovn-cluster", 29000, "ip4.src == 10.16.0.5", "reroute")
+        RouterPolicy::new("ovn-cluster", 29000, "ip4.src == 10.16.0.5", e("reroute"))
             .nexthops(["100.64.0.3"]),
     )
     .add(Op::DeleteStaticRoute {
@@ -172,47 +180,53 @@ async fn scenario(nb: &OvsdbNorthbound, c: &Client) -> Vec<BTreeMap<String, Vec<
     batches.push(b);
     let mut b = Batch::new();
     b.add(PortGroup::new("pg1"))
-        .add(Meter::new("acl-meter", "pktps", 100, 10))
+        .add(Meter::new("acl-meter", e("pktps"), 100, 10))
         .add(
             Acl::new(
                 pg.clone(),
-                "to-lport",
+                e("to-lport"),
                 1001,
                 "outport == @pg1 && ip4",
-                "allow-related",
+                e("allow-related"),
             )
-            .log("np1", "info", Some("acl-meter"))
+            .log("np1", e("info"), Some("acl-meter"))
             .external_id("np", "ns/np1"),
         )
         .add(
-            Acl::new(pg.clone(), "to-lport", 1000, "outport == @pg1", "drop")
-                .external_id("np", "ns/np1"),
+            Acl::new(
+                pg.clone(),
+                e("to-lport"),
+                1000,
+                "outport == @pg1",
+                e("drop"),
+            )
+            .external_id("np", "ns/np1"),
         )
         .add(Acl::new(
             AclParent::Switch("ovn-default".into()),
-            "from-lport",
+            e("from-lport"),
             2000,
             "ip4.dst == 10.0.0.1",
-            "allow",
+            e("allow"),
         ));
     batches.push(b);
     let mut b = Batch::new();
     b.add(Acl::new(
         pg.clone(),
-        "to-lport",
+        e("to-lport"),
         1000,
         "outport == @pg1",
-        "reject",
+        e("reject"),
     ))
-    .add(Meter::new("acl-meter", "pktps", 200, 10))
-    .delete_acl(pg.clone(), "to-lport", 1001, "outport == @pg1 && ip4");
+    .add(Meter::new("acl-meter", e("pktps"), 200, 10))
+    .delete_acl(pg.clone(), e("to-lport"), 1001, "outport == @pg1 && ip4");
     batches.push(b);
     let mut b = Batch::new();
     b.delete_acls_by_external_id(pg.clone(), "np", "ns/np1")
         .delete_meter("acl-meter")
         .add(
             LoadBalancer::new("cluster-tcp")
-                .protocol("tcp")
+                .protocol(e("tcp"))
                 .vip("10.96.0.1:443", ["172.18.0.2:6443", "172.18.0.3:6443"])
                 .vip("10.96.0.10:53", ["10.16.0.2:53"])
                 .external_id("vendor", "kube-ovn"),
@@ -224,12 +238,12 @@ async fn scenario(nb: &OvsdbNorthbound, c: &Client) -> Vec<BTreeMap<String, Vec<
     b.lb_remove_vip("cluster-tcp", "10.96.0.10:53")
         .lb_detach("cluster-tcp", LbTarget::Switch("ovn-default".into()))
         .add(
-            Nat::new("ovn-cluster", "snat", "172.18.0.100", "10.16.0.0/16")
+            Nat::new("ovn-cluster", e("snat"), "172.18.0.100", "10.16.0.0/16")
                 .external_id("vendor", "kube-ovn"),
         )
         .add(Nat::new(
             "ovn-cluster",
-            "dnat_and_snat",
+            e("dnat_and_snat"),
             "172.18.0.50",
             "10.16.0.5",
         ))
@@ -250,11 +264,11 @@ async fn scenario(nb: &OvsdbNorthbound, c: &Client) -> Vec<BTreeMap<String, Vec<
     b.delete_load_balancer("cluster-tcp")
         .add(Nat::new(
             "ovn-cluster",
-            "snat",
+            e("snat"),
             "172.18.0.101",
             "10.16.0.0/16",
         ))
-        .delete_nat("ovn-cluster", "dnat_and_snat", "172.18.0.50")
+        .delete_nat("ovn-cluster", e("dnat_and_snat"), "172.18.0.50")
         .add(NbGlobal::new().remove_option("northd_probe_interval"));
     batches.push(b);
     let mut b = Batch::new();
