@@ -27,7 +27,7 @@
 //!
 //! # Features
 //!
-//! - `controller` (default): the [`controller`] and [`events`] modules, with the Kubernetes client and
+//! - `controller` (default): the `controller` and `events` modules, with the Kubernetes client and
 //!   watchers (kube's `client` and `runtime`), the northbound client, tokio and metrics. Without it
 //!   (`default-features = false`) the crate is the types alone: annotations, naming, CRDs and conditions.
 //!
