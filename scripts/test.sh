@@ -42,6 +42,9 @@ if [ -z "${SKIP_LINT:-}" ]; then
     cargo fmt --all -- --check
     step "cargo clippy"
     cargo clippy --workspace --all-targets --quiet -- -D warnings
+    # kubeovn-core's types build and lint without the controller (what the fuzz targets and other users take).
+    step "cargo clippy -p kubeovn-core --no-default-features"
+    cargo clippy -p kubeovn-core --no-default-features --all-targets --quiet -- -D warnings
 fi
 
 # --- tests ----------------------------------------------------------------------------------------

@@ -7,13 +7,8 @@ use std::collections::BTreeMap;
 
 use libfuzzer_sys::fuzz_target;
 
-// kubeovn-core's annotation parsers, compiled alone: the file uses no other module of the crate, and depending
-// on kubeovn-core would build the controller's whole Kubernetes client stack for every fuzz run.
-#[allow(dead_code, unused_imports)]
-#[path = "../../kubeovn-core/src/annotations.rs"]
-mod annotations;
-
-use annotations::{
+// kubeovn-core without its default `controller` feature: the types, not the Kubernetes client stack.
+use kubeovn_core::annotations::{
     self as a, IpPoolRequest, NamespaceAnnotations, NodeAnnotations, PodNetworkAnnotations,
 };
 

@@ -24,11 +24,26 @@
 //! assert!(subnet.spec.nat_outgoing);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
+//!
+//! # Features
+//!
+//! - `controller` (default): the `controller` and `events` modules, with the Kubernetes client and
+//!   watchers (kube's `client` and `runtime`), the northbound client, tokio and metrics. Without it
+//!   (`default-features = false`) the crate is the types alone: annotations, naming, CRDs and conditions.
+//!
+//! # Kubernetes version
+//!
+//! As k8s-openapi asks of libraries, this crate does not choose the Kubernetes API version: the binary does,
+//! with the feature of its own k8s-openapi dependency (`k8s-openapi = { version = "0.29", features =
+//! ["v1_37"] }`). To build the crate alone (`cargo build -p kubeovn-core`, `cargo doc`), set
+//! `K8S_OPENAPI_ENABLED_VERSION=1.37`; this workspace sets it in `.cargo/config.toml`.
 
 pub mod annotations;
+#[cfg(feature = "controller")]
 pub mod controller;
 pub mod crd;
 pub mod error;
+#[cfg(feature = "controller")]
 pub mod events;
 pub mod naming;
 

@@ -518,7 +518,8 @@ async fn subnets_nodes_pods_restart_and_cleanup() {
     env.kill_controller().await;
 }
 
-/// The binary itself: flags, kubeconfig, metrics endpoint; killed with SIGKILL at the end.
+/// The binary itself: flags, kubeconfig, metrics endpoint; when another instance takes its lease it exits
+/// with status 1, saying so.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn binary_serves_pods_and_metrics() {
     let Some(env) = Env::start().await else {
@@ -528,26 +529,29 @@ async fn binary_serves_pods_and_metrics() {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         l.local_addr().unwrap().port()
     };
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_kube-ovn-controller"))
-        .arg("--kubeconfig")
-        .arg(&env.kubeconfig)
-        .arg("--ovn-nb-addr")
-        .arg(env.nb.unix_remote())
-        .args([
-            "--default-cidr",
-            "10.17.0.0/16",
-            "--node-switch-cidr",
-            "100.65.0.0/16",
-        ])
-        .args([
-            "--metrics-addr",
-            &format!("127.0.0.1:{port}"),
-            "--leader-elect",
-        ])
-        .args(["--lease-namespace", "default", "--pod-name", "ctl-0"])
-        .stdin(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = Killed(
+        std::process::Command::new(env!("CARGO_BIN_EXE_kube-ovn-controller"))
+            .arg("--kubeconfig")
+            .arg(&env.kubeconfig)
+            .arg("--ovn-nb-addr")
+            .arg(env.nb.unix_remote())
+            .args([
+                "--default-cidr",
+                "10.17.0.0/16",
+                "--node-switch-cidr",
+                "100.65.0.0/16",
+            ])
+            .args([
+                "--metrics-addr",
+                &format!("127.0.0.1:{port}"),
+                "--leader-elect",
+            ])
+            .args(["--lease-namespace", "default", "--pod-name", "ctl-0"])
+            .stdin(std::process::Stdio::null())
+            .stderr(std::fs::File::create(env.dir.path().join("ctl.log")).unwrap())
+            .spawn()
+            .unwrap(),
+    );
     env.apply(&pod("default", "p", "n9", &[])).await;
     let p = annotated(&env, "default", "p").await;
     assert_eq!(ann(&p, "ovn.kubernetes.io/cidr"), Some("10.17.0.0/16"));
@@ -577,8 +581,32 @@ async fn binary_serves_pods_and_metrics() {
         text.contains("kube_ovn_controller_nb_transaction_seconds"),
         "{text}"
     );
-    child.kill().unwrap();
-    child.wait().unwrap();
+
+    // Another instance takes the lease (as after a partition): this one stops, with a status that restarts
+    // it and a message that says why.
+    env.kubectl(&[
+        "patch",
+        "lease",
+        "-n",
+        "default",
+        "kube-ovn-controller",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"holderIdentity":"ctl-1"}}"#,
+    ])
+    .await;
+    let status = wait_for("the controller to exit", 20, || {
+        let s = child.0.try_wait().unwrap();
+        async move { s }
+    })
+    .await;
+    assert_eq!(status.code(), Some(1));
+    let log = std::fs::read_to_string(env.dir.path().join("ctl.log")).unwrap();
+    let last = log.lines().last().unwrap_or_default();
+    assert_eq!(
+        last,
+        "kube-ovn-controller: leadership lost: lease default/kube-ovn-controller is no longer held by ctl-0"
+    );
 }
 
 /// A child process killed (SIGKILL) when dropped, also when a test fails.

@@ -34,6 +34,15 @@ pub enum ControllerError {
     /// The controller is stopping.
     #[error("the controller is stopping")]
     Stopped,
+    /// This instance no longer holds the leader lease (another candidate took it, or renewals failed for a
+    /// whole lease duration): it stops, and a restart campaigns again.
+    #[error("leadership lost: lease {lease} is no longer held by {identity}")]
+    LeadershipLost {
+        /// The Lease, `namespace/name`.
+        lease: String,
+        /// This instance's identity in it.
+        identity: String,
+    },
 }
 
 impl ControllerError {

@@ -338,6 +338,13 @@ impl Controller {
                 None => std::future::pending::<()>().await,
             }
         };
+        let lost_error = || match &self.config.lease {
+            Some(l) => ControllerError::LeadershipLost {
+                lease: format!("{}/{}", l.namespace, l.name),
+                identity: l.identity.clone(),
+            },
+            None => ControllerError::Stopped,
+        };
         let tasks = Arc::new(Mutex::new(Vec::new()));
         // Dropping `run` (a crash-like stop) also stops every task it started.
         let _guard = AbortOnDrop(tasks.clone());
@@ -349,12 +356,12 @@ impl Controller {
                 // The context lives as long as the workers run.
                 Ok(_ctx) => tokio::select! {
                     _ = &mut shutdown => Ok(()),
-                    _ = &mut lost => Err(ControllerError::NotReady("leadership lost".into())),
+                    _ = &mut lost => Err(lost_error()),
                 },
                 Err(e) => Err(e),
             },
             _ = &mut shutdown => Ok(()),
-            _ = &mut lost => Err(ControllerError::NotReady("leadership lost".into())),
+            _ = &mut lost => Err(lost_error()),
         };
         result
     }

@@ -199,3 +199,18 @@ where
 {
     Option::<T>::deserialize(d).map(Option::unwrap_or_default)
 }
+
+/// Reads `null` and `""` as `None`: Kube-OVN's Go types hold these enums as strings, empty meaning unset.
+pub(crate) fn empty_none<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    match Option::<String>::deserialize(d)? {
+        Some(s) if !s.is_empty() => T::deserialize(
+            serde::de::IntoDeserializer::<D::Error>::into_deserializer(s),
+        )
+        .map(Some),
+        _ => Ok(None),
+    }
+}

@@ -9,7 +9,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::common::{
-    is_false, is_zero_u32, label_selectors_schema, null_default, Condition, IpCount,
+    empty_none, is_false, is_zero_u32, label_selectors_schema, null_default, Condition, IpCount,
 };
 
 /// Address family of a subnet.
@@ -80,7 +80,7 @@ pub struct SubnetSpec {
     /// Address family; derived from `cidrBlock` when absent.
     #[serde(
         default,
-        deserialize_with = "null_default",
+        deserialize_with = "empty_none",
         skip_serializing_if = "Option::is_none"
     )]
     pub protocol: Option<Protocol>,
@@ -122,7 +122,7 @@ pub struct SubnetSpec {
     /// Distributed or centralized gateway.
     #[serde(
         default,
-        deserialize_with = "null_default",
+        deserialize_with = "empty_none",
         skip_serializing_if = "Option::is_none"
     )]
     pub gateway_type: Option<GatewayType>,

@@ -205,6 +205,11 @@ fn bad_manifests_are_errors() {
             "{bad}"
         );
     }
+    // Kube-OVN's Go types hold these enums as strings: empty is unset, as null is.
+    let s: Subnet = serde_json::from_value(json!({"apiVersion": "kubeovn.io/v1", "kind": "Subnet",
+        "metadata": {}, "spec": {"protocol": "", "gatewayType": null}}))
+    .expect("empty enums");
+    assert_eq!((s.spec.protocol, s.spec.gateway_type), (None, None));
     let vlan = json!({"apiVersion": "kubeovn.io/v1", "kind": "Vlan", "metadata": {}, "spec": {"id": 70000}});
     assert!(serde_json::from_value::<Vlan>(vlan).is_err());
 }
