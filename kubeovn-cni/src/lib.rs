@@ -9,7 +9,7 @@
 //! request and response types, their HTTP paths over the daemon's unix socket, and a small blocking
 //! client with bounded timeouts.
 //!
-//! [`node`] (feature `node`) is the node daemon as a library: `node::Daemon` composes node start, the join
+//! `node` (feature `node`) is the node daemon as a library: `node::Daemon` composes node start, the join
 //! port and its routes (watches on the Node and the Subnets), the Kubernetes pod source, the server half of
 //! the protocol with its metrics, and the handlers (`ADD`, `DEL`, `CHECK`, `STATUS` and `GC`) over the
 //! Open_vSwitch database, netlink and pod-network-source traits. Like a library should, it leaves the
