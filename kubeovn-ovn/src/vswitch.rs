@@ -16,11 +16,13 @@
 //! ```no_run
 //! # async fn demo() -> Result<(), kubeovn_ovn::Error> {
 //! use std::time::Duration;
-//! use kubeovn_ovn::vswitch::{BridgeSpec, GlobalSpec, OpenVSwitch, OvsdbOpenVSwitch, OvsBatch, PortSpec};
+//! use kubeovn_ovn::vswitch::{
+//!     BridgeFailMode, BridgeSpec, GlobalSpec, OpenVSwitch, OvsdbOpenVSwitch, OvsBatch, PortSpec,
+//! };
 //! let ovs = OvsdbOpenVSwitch::connect("unix:/var/run/openvswitch/db.sock").await?;
 //! let mut b = OvsBatch::new();
 //! b.add(GlobalSpec::new().external_id("system-id", "node1").external_id("ovn-encap-type", "geneve"));
-//! b.add(BridgeSpec::new("br-int").datapath_type("netdev").fail_mode("secure"));
+//! b.add(BridgeSpec::new("br-int").datapath_type("netdev").fail_mode(BridgeFailMode::Secure));
 //! b.add(PortSpec::new("br-int", "h1").iface_id("pod1.ns").mtu_request(1400));
 //! ovs.commit(b).await?;
 //! let ofport = ovs.wait_ofport("h1", Duration::from_secs(5)).await?;
@@ -39,6 +41,7 @@ use crate::client::Client;
 use crate::datum::{Atom, Datum};
 use crate::error::Error;
 use crate::models::ovs;
+pub use crate::models::ovs::BridgeFailMode;
 use crate::ops::{Condition, Operation, OperationResult, Transaction};
 use crate::rowdiff::{int_of, map_datum, map_of, merged_opt, Map};
 use crate::session::{write_client, Session};
@@ -119,8 +122,8 @@ pub struct BridgeSpec {
     pub name: String,
     /// `datapath_type` (`system`, `netdev`); None leaves it.
     pub datapath_type: Option<String>,
-    /// `fail_mode` (`secure`, `standalone`); None leaves it.
-    pub fail_mode: Option<String>,
+    /// `fail_mode`; None leaves it.
+    pub fail_mode: Option<BridgeFailMode>,
     /// `external_ids` keys to set (Some) or remove (None).
     pub external_ids: BTreeMap<String, Option<String>>,
     /// `other_config` keys to set or remove.
@@ -141,8 +144,8 @@ impl BridgeSpec {
         self
     }
     /// Sets `fail_mode`.
-    pub fn fail_mode(mut self, m: impl Into<String>) -> Self {
-        self.fail_mode = Some(m.into());
+    pub fn fail_mode(mut self, m: BridgeFailMode) -> Self {
+        self.fail_mode = Some(m);
         self
     }
     map_setters!(
@@ -707,7 +710,7 @@ impl Planner<'_, '_> {
                 }
             }
             if let Some(m) = &b.fail_mode {
-                if row.get_str("fail_mode") != m {
+                if row.get_str("fail_mode") != m.as_str() {
                     cols.push(("fail_mode", Datum::set([m.as_str()])));
                 }
             }

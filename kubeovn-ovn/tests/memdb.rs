@@ -612,7 +612,7 @@ async fn ovs_scenario(ovs: &OvsdbOpenVSwitch, c: &Client) -> Vec<BTreeMap<String
     .add(
         BridgeSpec::new("br-int")
             .datapath_type("netdev")
-            .fail_mode("secure")
+            .fail_mode(kubeovn_ovn::vswitch::BridgeFailMode::Secure)
             .external_id("vendor", "kube-ovn"),
     );
     for i in 0..3 {

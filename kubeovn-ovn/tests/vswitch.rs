@@ -46,7 +46,7 @@ async fn bridges_ports_and_global_settings() {
     b.add(
         BridgeSpec::new("br-int")
             .datapath_type("netdev")
-            .fail_mode("secure")
+            .fail_mode(kubeovn_ovn::vswitch::BridgeFailMode::Secure)
             .external_id("vendor", "kube-ovn"),
     );
     for i in 0..10 {
@@ -344,7 +344,7 @@ async fn with_ovs_vswitchd_dummy_datapath() {
     b.add(
         BridgeSpec::new("br-test")
             .datapath_type("dummy")
-            .fail_mode("secure"),
+            .fail_mode(kubeovn_ovn::vswitch::BridgeFailMode::Secure),
     );
     ovs.commit(b).await.unwrap();
     // Ports one transaction each, as a CNI ADD would do, waiting for ovs-vswitchd to give each an ofport.

@@ -249,7 +249,7 @@ impl OvnStack {
         b.add(
             BridgeSpec::new(&o.bridge)
                 .datapath_type(&o.datapath_type)
-                .fail_mode("secure"),
+                .fail_mode(kubeovn_ovn::vswitch::BridgeFailMode::Secure),
         );
         ovs.commit(b).await?;
         Ok(())

@@ -83,7 +83,7 @@ pub fn node_batch(cfg: &NodeConfig) -> OvsBatch {
     b.add(
         BridgeSpec::new(&cfg.bridge)
             .datapath_type(&cfg.datapath_type)
-            .fail_mode("secure"),
+            .fail_mode(kubeovn_ovn::vswitch::BridgeFailMode::Secure),
     );
     if let Some(join) = &cfg.join {
         let ips = join
