@@ -433,6 +433,64 @@ async fn northbound_many_ports_in_one_batch() {
     );
 }
 
+/// A batch that creates a router and then deletes it is refused whole, rather than leaving the router (each
+/// op was planned against the replica before the batch: the delete found no row and dropped out).
+#[tokio::test]
+async fn northbound_batch_adding_then_deleting_a_router_is_refused() {
+    let Some(srv) = server() else { return };
+    if !common::have("ovn-nbctl") {
+        return;
+    }
+    let nb = OvsdbNorthbound::connect(&srv.unix_remote()).await.unwrap();
+    let mut b = Batch::new();
+    b.add(Router::new("lr2")).delete_router("lr2");
+    let e = nb.commit(b).await.unwrap_err();
+    assert!(
+        matches!(&e, Error::Nb(NbError::DeletedAndUsed { table: "Logical_Router", name }) if name == "lr2"),
+        "{e:?}"
+    );
+    assert_eq!(srv.ctl("ovn-nbctl", &["lr-list"]), "");
+    // The same changes as two batches, applied in order.
+    Router::new("lr2").execute(&nb).await.unwrap();
+    let mut b = Batch::new();
+    b.delete_router("lr2");
+    nb.commit(b).await.unwrap();
+    assert_eq!(srv.ctl("ovn-nbctl", &["lr-list"]), "");
+}
+
+/// A batch that deletes a switch and then patches it to a new router is refused at once and changes nothing
+/// (the patch's switch port went into the deleted switch, was garbage collected, and the commit waited for it
+/// until "the cache did not catch up").
+#[tokio::test]
+async fn northbound_batch_patching_a_switch_it_deletes_is_refused() {
+    let Some(srv) = server() else { return };
+    if !common::have("ovn-nbctl") {
+        return;
+    }
+    let nb = OvsdbNorthbound::connect(&srv.unix_remote())
+        .await
+        .unwrap()
+        .cache_wait(T);
+    LogicalSwitch::new("ls0").execute(&nb).await.unwrap();
+    let mut b = Batch::new();
+    b.add(Router::new("lr1"))
+        .delete_switch("ls0")
+        .patch(Patch::new(
+            "ls0",
+            "lr1",
+            "0a:58:0a:10:00:01",
+            ["10.16.0.1/16"],
+        ));
+    let e = nb.commit(b).await.unwrap_err();
+    assert!(
+        matches!(&e, Error::Nb(NbError::DeletedAndUsed { table: "Logical_Switch", name }) if name == "ls0"),
+        "{e:?}"
+    );
+    assert_eq!(srv.ctl("ovn-nbctl", &["lr-list"]), "");
+    assert!(srv.ctl("ovn-nbctl", &["ls-list"]).contains("(ls0)"));
+    assert_eq!(srv.ctl("ovn-nbctl", &["lsp-list", "ls0"]), "");
+}
+
 #[cfg(feature = "mock")]
 #[tokio::test]
 async fn users_can_mock_northbound() {

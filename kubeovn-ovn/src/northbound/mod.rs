@@ -90,6 +90,15 @@ pub enum NbError {
     /// A raw insert's uuid-name is one the planner uses for the batch's own rows.
     #[error("raw operation uuid-name {0:?} is reserved for the planner (r followed by digits)")]
     ReservedName(String),
+    /// An op of a batch uses a row an earlier op of the same batch deletes, or deletes a row an earlier op
+    /// ensures or uses: one transaction cannot apply both in order (split the batch).
+    #[error("{table} {name:?} is both deleted and used by one batch")]
+    DeletedAndUsed {
+        /// Table.
+        table: &'static str,
+        /// Name.
+        name: String,
+    },
 }
 
 fn strings_datum(v: &[String]) -> Datum {
@@ -334,6 +343,11 @@ impl From<RouterPolicy> for Op {
 }
 
 /// Changes committed together as one transaction by [`Northbound::commit`].
+///
+/// Every op is planned against the replica as it was before the batch, so a batch must not both delete a
+/// named row (switch, port, router, group, ...) and ensure or use it: an op that uses a row an earlier op
+/// deletes, or deletes a row an earlier op ensures or uses, makes the whole batch fail with
+/// [`NbError::DeletedAndUsed`] before anything is sent (commit the delete and the rest as two batches).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Batch {
     /// The changes, in order.
@@ -660,6 +674,8 @@ impl OvsdbNorthbound {
             new_names: HashMap::new(),
             new_switches: HashSet::new(),
             new_routers: HashSet::new(),
+            used: HashSet::new(),
+            gone: HashSet::new(),
             next: 0,
         };
         for op in &batch.ops {
@@ -742,7 +758,70 @@ struct Planner<'v, 'c> {
     new_names: HashMap<(&'static str, String), String>,
     new_switches: HashSet<String>,
     new_routers: HashSet<String>,
+    /// (table, name) of the rows earlier ops of the batch ensure or use.
+    used: HashSet<(&'static str, String)>,
+    /// (table, name) of the rows earlier ops of the batch delete.
+    gone: HashSet<(&'static str, String)>,
     next: usize,
+}
+
+type Named<'a> = Vec<(&'static str, &'a str)>;
+
+/// The named rows `op` ensures or uses, and those it deletes.
+fn touches(op: &Op) -> (Named<'_>, Named<'_>) {
+    use nb::{
+        AddressSet as As, LoadBalancer as Lb, LogicalRouter as Lr, LogicalRouterPort as Lrp,
+        LogicalSwitch as Ls, LogicalSwitchPort as Lsp, Meter as M, PortGroup as Pg,
+    };
+    fn lb_target(t: &LbTarget) -> (&'static str, &str) {
+        match t {
+            LbTarget::Switch(n) => (nb::LogicalSwitch::TABLE, n),
+            LbTarget::Router(n) => (nb::LogicalRouter::TABLE, n),
+        }
+    }
+    fn parent(p: &AclParent) -> (&'static str, &str) {
+        (p.table(), p.name())
+    }
+    let mut uses = Vec::new();
+    let mut dels = Vec::new();
+    match op {
+        Op::Switch(s) => uses.push((Ls::TABLE, s.name.as_str())),
+        Op::DeleteSwitch(n) => dels.push((Ls::TABLE, n.as_str())),
+        Op::SwitchPort(p) => uses.extend([(Ls::TABLE, p.switch.as_str()), (Lsp::TABLE, &p.name)]),
+        Op::DeleteSwitchPort(n) => dels.push((Lsp::TABLE, n.as_str())),
+        Op::Router(r) => uses.push((Lr::TABLE, r.name.as_str())),
+        Op::DeleteRouter(n) => dels.push((Lr::TABLE, n.as_str())),
+        Op::RouterPort(p) => uses.extend([(Lr::TABLE, p.router.as_str()), (Lrp::TABLE, &p.name)]),
+        Op::DeleteRouterPort(n) => dels.push((Lrp::TABLE, n.as_str())),
+        Op::StaticRoute(StaticRoute { router, .. })
+        | Op::DeleteStaticRoute { router, .. }
+        | Op::Policy(RouterPolicy { router, .. })
+        | Op::DeletePolicy { router, .. }
+        | Op::Nat(Nat { router, .. })
+        | Op::DeleteNat { router, .. } => uses.push((Lr::TABLE, router.as_str())),
+        Op::PortGroup(g) => uses.push((Pg::TABLE, g.name.as_str())),
+        Op::DeletePortGroup(n) => dels.push((Pg::TABLE, n.as_str())),
+        Op::PortGroupAdd { group, ports } | Op::PortGroupRemove { group, ports } => {
+            uses.push((Pg::TABLE, group.as_str()));
+            uses.extend(ports.iter().map(|p| (Lsp::TABLE, p.as_str())));
+        }
+        Op::AddressSet(a) => uses.push((As::TABLE, a.name.as_str())),
+        Op::DeleteAddressSet(n) => dels.push((As::TABLE, n.as_str())),
+        Op::Acl(a) => uses.push(parent(&a.parent)),
+        Op::DeleteAcl { parent: p, .. } | Op::DeleteAclsByExternalId { parent: p, .. } => {
+            uses.push(parent(p))
+        }
+        Op::Meter(m) => uses.push((M::TABLE, m.name.as_str())),
+        Op::DeleteMeter(n) => dels.push((M::TABLE, n.as_str())),
+        Op::LoadBalancer(lb) => uses.push((Lb::TABLE, lb.name.as_str())),
+        Op::DeleteLoadBalancer(n) => dels.push((Lb::TABLE, n.as_str())),
+        Op::LbRemoveVip { lb, .. } => uses.push((Lb::TABLE, lb.as_str())),
+        Op::LbAttach { lb, target, .. } => {
+            uses.extend([(Lb::TABLE, lb.as_str()), lb_target(target)])
+        }
+        Op::DhcpOptions(_) | Op::DeleteDhcpOptions { .. } | Op::NbGlobal(_) | Op::Raw(_) => {}
+    }
+    (uses, dels)
 }
 
 impl Planner<'_, '_> {
@@ -857,8 +936,28 @@ impl Planner<'_, '_> {
         self.deletes.extend(gone.into_iter().map(|u| (child, u)));
     }
 
-    /// Plans one change: each kind's function lives in its area's file.
+    /// Plans one change (after checking it against the batch's earlier ones, see [`Batch`]): each kind's
+    /// function lives in its area's file.
     fn op(&mut self, op: &Op) -> Result<(), Error> {
+        let (uses, dels) = touches(op);
+        let clash = uses
+            .iter()
+            .find(|(t, n)| self.gone.contains(&(*t, (*n).to_owned())))
+            .or_else(|| {
+                dels.iter()
+                    .find(|(t, n)| self.used.contains(&(*t, (*n).to_owned())))
+            });
+        if let Some((table, name)) = clash {
+            return Err(NbError::DeletedAndUsed {
+                table,
+                name: (*name).to_owned(),
+            }
+            .into());
+        }
+        self.used
+            .extend(uses.into_iter().map(|(t, n)| (t, n.to_owned())));
+        self.gone
+            .extend(dels.into_iter().map(|(t, n)| (t, n.to_owned())));
         match op {
             Op::Switch(s) => self.switch(s),
             Op::DeleteSwitch(name) => self.delete_switch(name),
