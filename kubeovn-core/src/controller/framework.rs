@@ -71,7 +71,7 @@ use kube::runtime::WatchStreamExt;
 use kube::{Api, Resource};
 use serde::de::DeserializeOwned;
 
-use super::metrics::Metrics;
+use super::metrics::{Metrics, ReconcileMetrics};
 use super::queue::WorkQueue;
 
 /// A boxed future the framework spawns.
@@ -807,12 +807,14 @@ async fn run_workers<C: Context, R: Reconciler<C>>(
 ) {
     let workers = R::workers(&ctx);
     let metrics = ctx.metrics().cloned();
+    let observe = Arc::new(metrics.as_ref().map(|m| m.reconcile_metrics(R::NAME)));
     let q = queue.clone();
     queue
         .run(workers, metrics, move |key: Key<R::Object>| {
             let ctx = ctx.clone();
             let q = q.clone();
-            async move { run_one::<C, R>(&ctx, &q, key).await }
+            let observe = observe.clone();
+            async move { run_one::<C, R>(&ctx, &q, key, observe.as_ref().as_ref()).await }
         })
         .await;
 }
@@ -823,6 +825,16 @@ async fn run_workers<C: Context, R: Reconciler<C>>(
 pub async fn run_once<C: Context, R: Reconciler<C>>(
     ctx: &Arc<C>,
     key: &Key<R::Object>,
+) -> Result<Action, R::Error> {
+    let observe = ctx.metrics().map(|m| m.reconcile_metrics(R::NAME));
+    run_observed::<C, R>(ctx, key, observe.as_ref()).await
+}
+
+/// [`run_once`], its run time recorded in `observe`.
+async fn run_observed<C: Context, R: Reconciler<C>>(
+    ctx: &Arc<C>,
+    key: &Key<R::Object>,
+    observe: Option<&ReconcileMetrics>,
 ) -> Result<Action, R::Error> {
     let kinds = ctx.kinds();
     let store = kinds.store::<R::Object>().cloned();
@@ -842,8 +854,8 @@ pub async fn run_once<C: Context, R: Reconciler<C>>(
             r
         }
     };
-    if let Some(m) = ctx.metrics() {
-        m.reconciled(R::NAME, started.elapsed(), result.is_ok());
+    if let Some(m) = observe {
+        m.observe(started.elapsed(), result.is_ok());
     }
     result
 }
@@ -853,8 +865,9 @@ async fn run_one<C: Context, R: Reconciler<C>>(
     ctx: &Arc<C>,
     queue: &Arc<WorkQueue<Key<R::Object>>>,
     key: Key<R::Object>,
+    observe: Option<&ReconcileMetrics>,
 ) -> Result<(), bool> {
-    match run_once::<C, R>(ctx, &key).await {
+    match run_observed::<C, R>(ctx, &key, observe).await {
         Ok(action) => {
             if let Action::Requeue(d) = action {
                 queue.add_after(key, d);

@@ -30,6 +30,26 @@ struct Inner {
     reconcile: Family<Labels, Histogram, fn() -> Histogram>,
 }
 
+/// One kind's reconciler run times and failures (shares the registered metrics; cheap to clone).
+#[derive(Clone, Debug)]
+pub struct ReconcileMetrics {
+    ok: Histogram,
+    error: Histogram,
+    errors: Counter,
+}
+
+impl ReconcileMetrics {
+    /// Records one run that took `d` (a failure also counted in `handler_errors`).
+    pub fn observe(&self, d: Duration, ok: bool) {
+        if ok {
+            self.ok.observe(d.as_secs_f64());
+        } else {
+            self.error.observe(d.as_secs_f64());
+            self.errors.inc();
+        }
+    }
+}
+
 /// The controller's metrics; cheap to clone.
 #[derive(Clone)]
 pub struct Metrics(Arc<Inner>);
@@ -162,16 +182,28 @@ impl Metrics {
 
     /// Records one reconciler run of `kind` (a failure is also counted in `handler_errors`).
     pub fn reconciled(&self, kind: &str, d: Duration, ok: bool) {
-        let outcome = if ok { "ok" } else { "error" };
-        self.0
-            .reconcile
-            .get_or_create(&vec![
-                ("kind", kind.to_owned()),
-                ("outcome", outcome.to_owned()),
-            ])
-            .observe(d.as_secs_f64());
-        if !ok {
-            self.handler_error(kind);
+        self.reconcile_metrics(kind).observe(d, ok);
+    }
+
+    /// The run-time metrics of `kind`, resolved once: a worker pool records each run without building labels.
+    pub fn reconcile_metrics(&self, kind: &str) -> ReconcileMetrics {
+        let h = |outcome: &str| {
+            self.0
+                .reconcile
+                .get_or_create(&vec![
+                    ("kind", kind.to_owned()),
+                    ("outcome", outcome.to_owned()),
+                ])
+                .clone()
+        };
+        ReconcileMetrics {
+            ok: h("ok"),
+            error: h("error"),
+            errors: self
+                .0
+                .handler_errors
+                .get_or_create(&vec![("kind", kind.to_owned())])
+                .clone(),
         }
     }
 
@@ -205,6 +237,10 @@ mod tests {
         m.ipam_usage("ovn-default", "ipv4", 3, 65530);
         m.handler_error("pod");
         m.handler_panic("pod");
+        let subnet = m.reconcile_metrics("subnet");
+        subnet.observe(Duration::from_millis(2), true);
+        subnet.observe(Duration::from_millis(2), false);
+        m.reconciled("subnet", Duration::from_millis(2), true);
         let t = m.encode();
         for want in [
             "kube_ovn_controller_pod_add_seconds_count 1",
@@ -213,6 +249,9 @@ mod tests {
             "kube_ovn_controller_ipam_using_ips{subnet=\"ovn-default\",family=\"ipv4\"} 3",
             "kube_ovn_controller_handler_errors_total{kind=\"pod\"} 1",
             "kube_ovn_controller_handler_panics_total{kind=\"pod\"} 1",
+            "kube_ovn_controller_reconcile_seconds_count{kind=\"subnet\",outcome=\"ok\"} 2",
+            "kube_ovn_controller_reconcile_seconds_count{kind=\"subnet\",outcome=\"error\"} 1",
+            "kube_ovn_controller_handler_errors_total{kind=\"subnet\"} 1",
         ] {
             assert!(t.contains(want), "{want} missing in\n{t}");
         }
