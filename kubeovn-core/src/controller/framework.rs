@@ -223,6 +223,10 @@ impl ReconcileError for std::convert::Infallible {}
 pub trait Context: Send + Sync + 'static {
     /// The kinds (stores and queues).
     fn kinds(&self) -> &Kinds;
+    /// Workers per kind, unless a kind asks otherwise (default 4).
+    fn workers(&self) -> usize {
+        4
+    }
     /// Where queue depths, errors and run times are counted (none: not counted).
     fn metrics(&self) -> Option<&Metrics> {
         None
@@ -239,9 +243,9 @@ pub trait Reconciler<C: Context>: Send + Sync + 'static {
     /// The kind's name in logs and metrics (`pod`, `subnet`).
     const NAME: &'static str;
 
-    /// Workers running this kind at once (default 4).
-    fn workers(_ctx: &C) -> usize {
-        4
+    /// Workers running this kind at once (default: the context's [`Context::workers`]).
+    fn workers(ctx: &C) -> usize {
+        ctx.workers()
     }
 
     /// Brings the world in line with `obj` (it is stored: created or changed).

@@ -68,10 +68,6 @@ impl Reconciler<Ctx> for Pools {
     type Error = ControllerError;
     const NAME: &'static str = "ippool";
 
-    fn workers(ctx: &Ctx) -> usize {
-        ctx.config.workers
-    }
-
     async fn reconcile(ctx: &Arc<Ctx>, p: Arc<Decoded<IPPool>>) -> Result<Action> {
         if let Err(e) = install_pool(ctx, &p) {
             ctx.event(

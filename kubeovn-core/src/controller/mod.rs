@@ -196,6 +196,9 @@ impl Context for Ctx {
     fn kinds(&self) -> &Kinds {
         &self.kinds
     }
+    fn workers(&self) -> usize {
+        self.config.workers
+    }
     fn metrics(&self) -> Option<&Metrics> {
         Some(&self.metrics)
     }

@@ -40,10 +40,6 @@ impl Reconciler<Ctx> for Namespaces {
     type Error = ControllerError;
     const NAME: &'static str = "namespace";
 
-    fn workers(ctx: &Ctx) -> usize {
-        ctx.config.workers
-    }
-
     async fn reconcile(ctx: &Arc<Ctx>, ns: Arc<Namespace>) -> Result<Action> {
         reconcile(ctx, &ns).await.map(|()| Action::Done)
     }

@@ -27,10 +27,6 @@ impl Reconciler<Ctx> for Nodes {
     type Error = ControllerError;
     const NAME: &'static str = "node";
 
-    fn workers(ctx: &Ctx) -> usize {
-        ctx.config.workers
-    }
-
     async fn reconcile(ctx: &Arc<Ctx>, n: Arc<Node>) -> Result<Action> {
         add(ctx, &n).await.map(|()| Action::Done)
     }

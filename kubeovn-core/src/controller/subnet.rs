@@ -537,10 +537,6 @@ impl Reconciler<Ctx> for Subnets {
     type Error = ControllerError;
     const NAME: &'static str = "subnet";
 
-    fn workers(ctx: &Ctx) -> usize {
-        ctx.config.workers
-    }
-
     async fn reconcile(ctx: &Arc<Ctx>, obj: Arc<Decoded<Subnet>>) -> Result<Action> {
         reconcile(ctx, &obj).await.map(|()| Action::Done)
     }

@@ -34,10 +34,6 @@ impl Reconciler<Ctx> for Vpcs {
     type Error = ControllerError;
     const NAME: &'static str = "vpc";
 
-    fn workers(ctx: &Ctx) -> usize {
-        ctx.config.workers
-    }
-
     async fn reconcile(ctx: &Arc<Ctx>, vpc: Arc<Vpc>) -> Result<Action> {
         reconcile(ctx, &vpc).await.map(|()| Action::Done)
     }
