@@ -20,9 +20,10 @@
 
 #[path = "../tests/common/mod.rs"]
 mod common;
+mod support;
 
 use std::collections::HashMap;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -30,63 +31,9 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::watcher;
 use kube::ResourceExt;
-use kube_ovn_testapi::{Config as ApiConfig, TestApiServer};
 use kubeovn_ovn::northbound::{Batch, LogicalSwitch, Northbound, OvsdbNorthbound, SwitchPort};
 use serde_json::json;
-
-fn env(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-/// utime+stime in seconds and RSS in bytes of a process.
-fn usage(pid: u32) -> (f64, f64) {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let after = stat.rsplit_once(')').map(|x| x.1).unwrap_or_default();
-    let f: Vec<&str> = after.split_whitespace().collect();
-    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
-    // Fields after the comm: state is 0, utime 11, stime 12; USER_HZ is 100 on Linux.
-    let cpu = (ticks(11) + ticks(12)) / 100.0;
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let rss = status
-        .lines()
-        .find(|l| l.starts_with("VmRSS:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|v| v.parse::<f64>().ok())
-        .unwrap_or(0.0)
-        * 1024.0;
-    (cpu, rss)
-}
-
-fn spawn_controller(
-    dir: &std::path::Path,
-    kubeconfig: &std::path::Path,
-    nb: &str,
-    n: usize,
-) -> Child {
-    let log = std::fs::File::create(dir.join(format!("controller-{n}.log"))).unwrap();
-    // CTRL_BENCH_BIN runs another build (say, of an older commit) under the same harness, side by side.
-    let bin = std::env::var_os("CTRL_BENCH_BIN")
-        .unwrap_or_else(|| env!("CARGO_BIN_EXE_kube-ovn-controller").into());
-    Command::new(bin)
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .args([
-            "--ovn-nb-addr",
-            nb,
-            "--log-level",
-            "info",
-            "--gc-interval",
-            "600",
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .unwrap()
-}
+use support::{env, pct, spawn_controller, start_api, usage};
 
 type Seen = Arc<Mutex<HashMap<String, Instant>>>;
 
@@ -145,12 +92,6 @@ async fn wait_all(seen: &Seen, names: &[String], limit: Duration) -> Instant {
     }
 }
 
-fn pct(v: &mut [f64], p: f64) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    let i = ((v.len() as f64 - 1.0) * p).round() as usize;
-    v[i]
-}
-
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let full = std::env::args().any(|a| a == "--bench");
@@ -202,33 +143,8 @@ async fn main() {
         t.elapsed().as_secs_f64()
     );
 
-    let api = TestApiServer::start(ApiConfig::default()).await.unwrap();
-    let kubeconfig = dir.path().join("kubeconfig");
-    api.write_kubeconfig(&kubeconfig).unwrap();
+    let (api, kubeconfig) = start_api(&dir.path().join("kubeconfig")).await;
     let store = api.store();
-    let crd_info = store
-        .resource("apiextensions.k8s.io", "v1", "customresourcedefinitions")
-        .unwrap();
-    for c in common::crds() {
-        store.create(&crd_info, None, c).unwrap();
-    }
-    let ns_info = store.resource("", "v1", "namespaces").unwrap();
-    store
-        .create(
-            &ns_info,
-            None,
-            json!({"apiVersion":"v1","kind":"Namespace","metadata":{"name":"bench"}}),
-        )
-        .unwrap();
-    let node_info = store.resource("", "v1", "nodes").unwrap();
-    store
-        .create(
-            &node_info,
-            None,
-            json!({"apiVersion":"v1","kind":"Node","metadata":{"name":"bench-node"},
-                   "status":{"addresses":[{"type":"InternalIP","address":"172.18.0.2"}]}}),
-        )
-        .unwrap();
     let pod_info = store.resource("", "v1", "pods").unwrap();
     let client = kube::Client::try_from(kube::Config::new(api.url().parse().unwrap())).unwrap();
     let seen = watch_annotated(client.clone());

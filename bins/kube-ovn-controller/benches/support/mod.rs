@@ -1,0 +1,108 @@
+//! Helpers shared by the controller benchmarks: the controller binary as a child process, its CPU and RSS,
+//! knobs from the environment, percentiles.
+
+#![allow(dead_code, clippy::unwrap_used)]
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+
+use kube_ovn_testapi::{Config as ApiConfig, TestApiServer};
+use serde_json::json;
+
+use crate::common;
+
+/// A size from the environment variable `name`, else `default`.
+pub fn env(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// utime+stime in seconds and RSS in bytes of a process.
+pub fn usage(pid: u32) -> (f64, f64) {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let after = stat.rsplit_once(')').map(|x| x.1).unwrap_or_default();
+    let f: Vec<&str> = after.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    // Fields after the comm: state is 0, utime 11, stime 12; USER_HZ is 100 on Linux.
+    let cpu = (ticks(11) + ticks(12)) / 100.0;
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let rss = status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse::<f64>().ok())
+        .unwrap_or(0.0)
+        * 1024.0;
+    (cpu, rss)
+}
+
+/// Starts the controller binary (`CTRL_BENCH_BIN`, else this build's) against `kubeconfig` and `nb`, its
+/// log in `dir/controller-<n>.log`.
+pub fn spawn_controller(
+    dir: &std::path::Path,
+    kubeconfig: &std::path::Path,
+    nb: &str,
+    n: usize,
+) -> Child {
+    let log = std::fs::File::create(dir.join(format!("controller-{n}.log"))).unwrap();
+    // CTRL_BENCH_BIN runs another build (say, of an older commit) under the same harness, side by side.
+    let bin = std::env::var_os("CTRL_BENCH_BIN")
+        .unwrap_or_else(|| env!("CARGO_BIN_EXE_kube-ovn-controller").into());
+    Command::new(bin)
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args([
+            "--ovn-nb-addr",
+            nb,
+            "--log-level",
+            "info",
+            "--gc-interval",
+            "600",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap()
+}
+
+/// The `p` quantile (0..=1) of `v` (sorted in place).
+pub fn pct(v: &mut [f64], p: f64) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    let i = ((v.len() as f64 - 1.0) * p).round() as usize;
+    v[i]
+}
+
+/// The in-memory test API server with Kube-OVN's CRDs, the namespace `bench` and the node `bench-node`; its
+/// kubeconfig written to `kubeconfig`.
+pub async fn start_api(kubeconfig: &Path) -> (TestApiServer, std::path::PathBuf) {
+    let api = TestApiServer::start(ApiConfig::default()).await.unwrap();
+    api.write_kubeconfig(kubeconfig).unwrap();
+    let store = api.store();
+    let crd_info = store
+        .resource("apiextensions.k8s.io", "v1", "customresourcedefinitions")
+        .unwrap();
+    for c in common::crds() {
+        store.create(&crd_info, None, c).unwrap();
+    }
+    let ns_info = store.resource("", "v1", "namespaces").unwrap();
+    store
+        .create(
+            &ns_info,
+            None,
+            json!({"apiVersion":"v1","kind":"Namespace","metadata":{"name":"bench"}}),
+        )
+        .unwrap();
+    let node_info = store.resource("", "v1", "nodes").unwrap();
+    store
+        .create(
+            &node_info,
+            None,
+            json!({"apiVersion":"v1","kind":"Node","metadata":{"name":"bench-node"},
+                   "status":{"addresses":[{"type":"InternalIP","address":"172.18.0.2"}]}}),
+        )
+        .unwrap();
+    (api, kubeconfig.to_owned())
+}
