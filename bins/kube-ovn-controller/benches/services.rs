@@ -216,7 +216,27 @@ impl Api {
     }
 }
 
-type Versions = Arc<Mutex<HashMap<String, Vec<(String, Instant)>>>>;
+/// Every version of each load balancer's `vips` (normalized) with when it was seen.
+#[derive(Default)]
+struct Seen {
+    versions: HashMap<String, Vec<(String, Instant)>>,
+    /// The load balancers recorded since [`LbWatch::wait_all`] last looked: it checks only those, not every
+    /// load balancer it waits for (which would take CPU from the controller on 2 cores).
+    changed: Vec<String>,
+}
+
+impl Seen {
+    /// When `lb` first showed `want` at or after `after`.
+    fn first(&self, lb: &str, want: &str, after: Instant) -> Option<Instant> {
+        self.versions
+            .get(lb)?
+            .iter()
+            .find(|(v, t)| *t >= after && v == want)
+            .map(|x| x.1)
+    }
+}
+
+type Versions = Arc<Mutex<Seen>>;
 
 /// A replica of an NB's load balancers, groups and switches, and every version of each load balancer's
 /// `vips` it saw, with when it saw it.
@@ -230,9 +250,10 @@ fn record(seen: &Versions, row: &CachedRow, at: Instant) {
     let name = row.get_str(nb::LoadBalancer::NAME);
     let v = norm_row(row);
     let mut s = seen.lock().unwrap();
-    let versions = s.entry(name.to_owned()).or_default();
+    let versions = s.versions.entry(name.to_owned()).or_default();
     if versions.last().map(|x| &x.0) != Some(&v) {
         versions.push((v, at));
+        s.changed.push(name.to_owned());
     }
 }
 
@@ -290,11 +311,7 @@ impl LbWatch {
 
     /// When `lb` first showed `want` at or after `after`.
     fn first(&self, lb: &str, want: &str, after: Instant) -> Option<Instant> {
-        let s = self.seen.lock().unwrap();
-        s.get(lb)?
-            .iter()
-            .find(|(v, t)| *t >= after && v == want)
-            .map(|x| x.1)
+        self.seen.lock().unwrap().first(lb, want, after)
     }
 
     /// Waits until every `(lb, vips, since)` was seen; the time of the last one, or the number still missing
@@ -304,35 +321,59 @@ impl LbWatch {
         wants: &[(String, String, Instant)],
         stall: Duration,
     ) -> Result<Instant, usize> {
-        let mut left: Vec<&(String, String, Instant)> = wants.iter().collect();
+        let mut pending: HashMap<&str, Vec<&(String, String, Instant)>> = HashMap::new();
+        for w in wants {
+            pending.entry(w.0.as_str()).or_default().push(w);
+        }
+        let mut left = wants.len();
         let mut last = None::<Instant>;
-        let mut progress = Instant::now();
-        loop {
-            let before = left.len();
-            left.retain(|(lb, want, after)| match self.first(lb, want, *after) {
-                Some(t) => {
-                    last = Some(last.map_or(t, |l| l.max(t)));
-                    false
-                }
-                None => true,
-            });
-            if left.is_empty() {
-                return Ok(last.unwrap_or_else(Instant::now));
+        // Checks the waits on `lb`: (found, still pending).
+        let check =
+            |s: &Seen, ws: &mut Vec<&(String, String, Instant)>, last: &mut Option<Instant>| {
+                let n = ws.len();
+                ws.retain(|(lb, want, after)| match s.first(lb, want, *after) {
+                    Some(t) => {
+                        *last = Some(last.map_or(t, |l| l.max(t)));
+                        false
+                    }
+                    None => true,
+                });
+                n - ws.len()
+            };
+        {
+            let mut s = self.seen.lock().unwrap();
+            s.changed.clear();
+            for ws in pending.values_mut() {
+                left -= check(&s, ws, &mut last);
             }
-            if left.len() < before {
+            pending.retain(|_, ws| !ws.is_empty());
+        }
+        let mut progress = Instant::now();
+        while left > 0 {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+            let before = left;
+            let mut s = self.seen.lock().unwrap();
+            let changed = std::mem::take(&mut s.changed);
+            for lb in &changed {
+                if let Some(ws) = pending.get_mut(lb.as_str()) {
+                    left -= check(&s, ws, &mut last);
+                }
+            }
+            drop(s);
+            if left < before {
                 progress = Instant::now();
             } else if progress.elapsed() > stall {
-                return Err(left.len());
+                return Err(left);
             }
-            tokio::time::sleep(Duration::from_millis(2)).await;
         }
+        Ok(last.unwrap_or_else(Instant::now))
     }
 
     /// The earliest first sight of any of `lbs`.
     fn first_seen(&self, lbs: &[String]) -> Option<Instant> {
         let s = self.seen.lock().unwrap();
         lbs.iter()
-            .filter_map(|l| s.get(l).and_then(|v| v.first()).map(|x| x.1))
+            .filter_map(|l| s.versions.get(l).and_then(|v| v.first()).map(|x| x.1))
             .min()
     }
 
