@@ -111,6 +111,7 @@ pub(crate) fn info_from_config(c: &SubnetConfig, vpc: &str, join: bool) -> Resul
         namespaces: Vec::new(),
         default: !join,
         join,
+        enable_lb: true,
     })
 }
 
@@ -158,6 +159,7 @@ fn info_from_spec(name: &str, spec: &SubnetSpec, config: &Config) -> Result<Subn
         namespaces: spec.namespaces.clone(),
         default: spec.default,
         join: name == config.join_subnet.name,
+        enable_lb: spec.enable_lb.unwrap_or(true),
         name: name.to_owned(),
     })
 }
