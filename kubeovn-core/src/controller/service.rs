@@ -877,4 +877,60 @@ mod tests {
             "an unchanged Service writes nothing after a restart"
         );
     }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_service_of_custom_vpc_endpoints_lives_in_that_vpc_and_its_status() {
+        use crate::controller::subnet::Subnets;
+        use crate::controller::vpc::Vpcs;
+        use crate::crd::{Subnet, Vpc, VpcSpec};
+        let h = Harness::start().await;
+        h.create_cluster(&Vpc::new("blue", VpcSpec::default()))
+            .await;
+        h.run::<Vpcs>(Key::cluster("blue")).await.expect("vpc");
+        h.create_raw::<Subnet>(json!({"metadata": {"name": "blue-net"},
+            "spec": {"cidrBlock": "10.70.0.0/24", "vpc": "blue"}}))
+            .await;
+        h.run::<Subnets>(Key::cluster("blue-net"))
+            .await
+            .expect("subnet");
+        let blue = h.nb.load_balancer_group("lbg.blue").expect("blue group");
+        assert!(h
+            .nb
+            .switch("blue-net")
+            .expect("switch")
+            .load_balancer_group
+            .contains(&blue.uuid));
+
+        let svc = h.create(&web(&["10.96.0.10"])).await;
+        h.create(&slice(
+            "web-a",
+            "web",
+            "IPv4",
+            json!([{"name": "http", "port": 8080}]),
+            json!([{"addresses": ["10.70.0.5"]}]),
+        ))
+        .await;
+        h.run::<Services>(Key::of(&svc)).await.expect("run");
+        let tcp = h.nb.load_balancer("svc.default.web.tcp").expect("lb");
+        assert_eq!(tcp.external_ids["vpc"], "blue");
+        let blue = h.nb.load_balancer_group("lbg.blue").expect("blue group");
+        assert!(blue.load_balancer.contains(&tcp.uuid));
+        let default =
+            h.nb.load_balancer_group("lbg.ovn-cluster")
+                .expect("default group");
+        assert!(
+            !default.load_balancer.contains(&tcp.uuid),
+            "not reachable from the default VPC"
+        );
+
+        // The Vpc status lists it.
+        h.run::<Vpcs>(Key::cluster("blue")).await.expect("vpc");
+        let vpc: Vpc = h.get("blue").await.expect("vpc");
+        let st = vpc.status.expect("status");
+        assert_eq!(st.load_balancer_group, "lbg.blue");
+        assert_eq!(
+            st.load_balancers,
+            ["svc.default.web.tcp", "svc.default.web.udp"]
+        );
+    }
 }
