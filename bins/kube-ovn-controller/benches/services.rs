@@ -18,7 +18,8 @@
 //!    Services (default 1,000): `ovn-sbctl lflow-list` lines and Logical_Flow rows with the group on the
 //!    default switches and on `SVC_BENCH_SWITCHES` switches (default 20, the rest from Subnet objects).
 //!
-//! `CTRL_BENCH_BIN=PATH` benchmarks that controller binary instead of this build's. `cargo test --benches`
+//! `CTRL_BENCH_BIN=PATH` benchmarks that controller binary instead of this build's; `SVC_BENCH_PERF=FILE`
+//! records the controller's cold start with `perf record -g`. `cargo test --benches`
 //! runs a small smoke version.
 
 #![allow(clippy::unwrap_used)]
@@ -270,8 +271,8 @@ impl LbWatch {
                     nb::LogicalSwitch::LOAD_BALANCER_GROUP,
                 ],
             )
-            // A cold start inserts every load balancer within seconds: no event may be dropped.
-            .event_capacity(1 << 20)
+            // Room for a cold start's burst (one event per load balancer); a lagging receiver rescans.
+            .event_capacity(1 << 16)
             .start(&client)
             .await
             .unwrap();
@@ -726,6 +727,27 @@ fn wants(svcs: &[Svc], after: Instant) -> Vec<(String, String, Instant)> {
     svcs.iter().map(|s| (s.lb(), s.want(), after)).collect()
 }
 
+/// `SVC_BENCH_PERF=FILE`: `perf record -g` of the controller `pid` (the cold start), stopped by
+/// [`perf_stop`].
+fn perf_record(pid: u32) -> Option<Child> {
+    let out = std::env::var("SVC_BENCH_PERF").ok()?;
+    Some(
+        Command::new("perf")
+            .args(["record", "-g", "-q", "-o", &out, "-p", &pid.to_string()])
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap(),
+    )
+}
+
+/// Stops `perf record` (SIGINT, so that it writes its file) and waits for it.
+fn perf_stop(mut p: Child) {
+    let _ = Command::new("kill")
+        .args(["-INT", &p.id().to_string()])
+        .status();
+    let _ = p.wait();
+}
+
 /// Kills (SIGKILL) and reaps a controller.
 fn kill(mut child: Child) {
     child.kill().unwrap();
@@ -765,8 +787,10 @@ async fn main() {
         t.elapsed().as_secs_f64()
     );
     let nb_cpu0 = usage(nbs.pid()).0;
+    let (_mon, cold_updates) = monitor_all(&nb_addr).await;
     let t0 = Instant::now();
     let mut child = spawn_controller(dir.path(), &api.kubeconfig, &nb_addr, 0);
+    let perf = perf_record(child.id());
     let lbs: Vec<String> = svcs.iter().map(Svc::lb).collect();
     let cold = match watch.wait_all(&wants(&svcs, t0), stall).await {
         Ok(last) => {
@@ -775,10 +799,20 @@ async fn main() {
                 .first_seen(&lbs)
                 .map_or(0.0, |f| f.duration_since(t0).as_secs_f64());
             let (cpu, rss) = usage(child.id());
+            if let Some(p) = perf {
+                perf_stop(p);
+            }
+            let (txns, rows) = {
+                let u = cold_updates.lock().unwrap();
+                let upto = u.iter().filter(|(w, _)| *w <= last);
+                upto.fold((0, 0), |(t, r), (_, tables)| {
+                    (t + 1, r + tables.values().map(BTreeMap::len).sum::<usize>())
+                })
+            };
             println!(
                 "cold start: {n} load balancers ({} backends) in NB {took:.2} s after the controller's spawn \
                  (the first after {first:.2} s): {:.0} Services/s; controller {cpu:.2} s CPU, RSS {:.1} MiB; \
-                 NB ovsdb-server {:.2} s CPU",
+                 NB ovsdb-server {:.2} s CPU; {txns} NB transactions changing {rows} rows",
                 n * 10,
                 n as f64 / took,
                 rss / 1048576.0,
@@ -910,7 +944,7 @@ async fn main() {
 
     // 2. The limit: the same rows, raw pipelined transactions to a fresh ovsdb-server, seen by the same watch.
     let mut best: Option<(f64, usize)> = None;
-    for batch in [100, 250, 500, 1000] {
+    for batch in [50, 100, 250, 500, 1000] {
         let reqs = limit_requests(&svcs, &tpl, batch);
         let server = common::start_nb().expect("ovsdb-server");
         let w = LbWatch::start(&server.unix_remote()).await;
