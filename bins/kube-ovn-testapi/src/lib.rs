@@ -34,6 +34,7 @@ pub mod patch;
 pub mod proto;
 pub mod resources;
 pub mod select;
+pub mod service;
 pub mod store;
 pub mod validate;
 
@@ -64,6 +65,9 @@ pub struct Config {
     pub max_body_bytes: usize,
     /// Interval between BOOKMARK events on watches that allow them.
     pub bookmark_interval: Duration,
+    /// Where Services' ClusterIPs come from, as kube-apiserver's `--service-cluster-ip-range`:
+    /// a CIDR, or an IPv4 and an IPv6 CIDR separated by a comma for dual stack.
+    pub service_cluster_ip_range: String,
 }
 
 impl Default for Config {
@@ -73,6 +77,7 @@ impl Default for Config {
             history_limit: 100_000,
             max_body_bytes: 3 * 1024 * 1024,
             bookmark_interval: Duration::from_secs(1),
+            service_cluster_ip_range: service::DEFAULT_RANGE.to_owned(),
         }
     }
 }
@@ -88,6 +93,7 @@ pub struct TestApiServer {
 impl TestApiServer {
     /// Binds `config.listen` and serves in the background of the current tokio runtime.
     pub async fn start(config: Config) -> Result<Self> {
+        let cluster_ips = service::ClusterIps::parse(&config.service_cluster_ip_range)?;
         let listener = TcpListener::bind(config.listen)
             .await
             .map_err(|source| Error::Io {
@@ -99,7 +105,7 @@ impl TestApiServer {
             source,
         })?;
         let shared = Arc::new(http::Shared {
-            store: Store::new(config.history_limit),
+            store: Store::with_cluster_ips(config.history_limit, cluster_ips),
             max_body: config.max_body_bytes,
             bookmark_interval: config.bookmark_interval,
         });
