@@ -11,6 +11,11 @@
 //! strategic merge patches, delete with finalizers and deletecollection, all answering errors with
 //! `Status` objects. `kubectl get` receives `Table`s.
 //!
+//! Services are treated as kube-apiserver treats them ([`service`]): ClusterIPs allocated from
+//! [`Config::service_cluster_ip_range`] (both families when `ipFamilyPolicy` asks), a taken or
+//! foreign address refused, `clusterIPs` immutable, addresses freed on deletion, and its defaults
+//! and port validation applied. Namespaces carry their `kubernetes.io/metadata.name` label.
+//!
 //! kubectl 1.27 to 1.33 work as against a cluster: the protobuf bodies of typed commands
 //! (`create namespace`, `create deployment`, `run`, `expose`, ...) are decoded ([`proto`]),
 //! `/openapi/v2` (protobuf for kubectl) and `/openapi/v3` describe the built-in kinds and every
