@@ -1,7 +1,8 @@
 //! `kube-ovn-testapi --listen 127.0.0.1:PORT --kubeconfig FILE`: serves the in-memory Kubernetes API
 //! on that address, writes a kubeconfig for it to FILE and runs until SIGTERM (or Ctrl-C).
 //! `--service-cluster-ip-range CIDR[,CIDR]` sets where Services' ClusterIPs come from
-//! (kube-apiserver's flag; default 10.96.0.0/12).
+//! (kube-apiserver's flag; default 10.96.0.0/12), `--service-node-port-range FIRST-LAST` their node
+//! ports (default 30000-32767).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -10,7 +11,7 @@ use std::process::ExitCode;
 use kube_ovn_testapi::{Config, TestApiServer};
 
 const USAGE: &str = "usage: kube-ovn-testapi --listen 127.0.0.1:PORT [--kubeconfig FILE] \
-                     [--service-cluster-ip-range CIDR[,CIDR]]";
+                     [--service-cluster-ip-range CIDR[,CIDR]] [--service-node-port-range FIRST-LAST]";
 
 fn parse_args() -> Result<(Config, Option<PathBuf>), String> {
     let mut config = Config::default();
@@ -35,6 +36,7 @@ fn parse_args() -> Result<(Config, Option<PathBuf>), String> {
             }
             "--kubeconfig" => kubeconfig = Some(PathBuf::from(value()?)),
             "--service-cluster-ip-range" => config.service_cluster_ip_range = value()?,
+            "--service-node-port-range" => config.service_node_port_range = value()?,
             "-h" | "--help" => return Err(USAGE.to_owned()),
             other => return Err(format!("unknown argument {other:?}\n{USAGE}")),
         }

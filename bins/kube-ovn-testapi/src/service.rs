@@ -1,11 +1,12 @@
 //! Services as kube-apiserver treats them: its defaults, its validation of ports and IP families,
 //! and ClusterIP allocation from the service CIDR(s) (`--service-cluster-ip-range`).
 //!
-//! [`ClusterIps`] holds one [`Pool`] per IP family. The store calls [`prepare`] under its lock for
-//! a Service it is about to write (defaults, validation, and the addresses chosen from the pools,
-//! which it only reads), and tells [`ClusterIps::commit`] every Service change it commits, so the
-//! pools hold exactly the addresses of the stored Services: a deletion frees them whatever its path
-//! (a DELETE, a namespace's cascade, the last finalizer removed), and a refused request holds none.
+//! An [`Allocator`] holds one address [`Pool`] per IP family and the [`NodePorts`]. The store calls
+//! [`prepare`] under its lock for a Service it is about to write (defaults, validation, and the
+//! addresses and node ports chosen, which it only reads), and tells [`Allocator::commit`] every
+//! Service change it commits, so the pools hold exactly what the stored Services hold: a deletion
+//! frees it whatever its path (a DELETE, a namespace's cascade, the last finalizer removed), and a
+//! refused request holds nothing.
 
 use std::collections::BTreeSet;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -16,6 +17,9 @@ use crate::error::{Cause, Error, Result};
 
 /// kube-apiserver's default `--service-cluster-ip-range`.
 pub const DEFAULT_RANGE: &str = "10.96.0.0/12";
+
+/// kube-apiserver's default `--service-node-port-range`.
+pub const DEFAULT_NODE_PORT_RANGE: &str = "30000-32767";
 
 /// kube-apiserver's limit on a service CIDR's host bits (it keeps a bitmap of each range).
 pub const MAX_HOST_BITS: u32 = 20;
@@ -62,21 +66,92 @@ impl Family {
     }
 }
 
+/// Numbered slots `first..=last`, some taken: the core of the address and node port pools.
+///
+/// Allocation takes the first free slot from a cursor that moves past each slot taken, so a run
+/// of creates costs one step each (kube-apiserver picks at random; any free slot is as valid).
+#[derive(Debug, Clone)]
+struct Slots {
+    first: u128,
+    last: u128,
+    taken: BTreeSet<u128>,
+    cursor: u128,
+}
+
+impl Slots {
+    fn new(first: u128, last: u128) -> Self {
+        Slots {
+            first,
+            last,
+            taken: BTreeSet::new(),
+            cursor: first,
+        }
+    }
+
+    fn contains(&self, n: u128) -> bool {
+        (self.first..=self.last).contains(&n)
+    }
+
+    fn is_taken(&self, n: u128) -> bool {
+        self.taken.contains(&n)
+    }
+
+    /// The slot [`Self::take`] would be given next, passing over `except` (slots one request
+    /// already chose).
+    fn next_free(&self, except: &[u128]) -> Option<u128> {
+        self.first_free(self.cursor, self.last, except)
+            .or_else(|| self.first_free(self.first, self.cursor.saturating_sub(1), except))
+    }
+
+    /// The first slot in `lo..=hi` neither taken nor in `except`.
+    fn first_free(&self, lo: u128, hi: u128, except: &[u128]) -> Option<u128> {
+        if lo > hi {
+            return None;
+        }
+        let mut c = lo;
+        for t in self.taken.range(lo..=hi) {
+            while c < *t {
+                if !except.contains(&c) {
+                    return Some(c);
+                }
+                c += 1;
+            }
+            c = t + 1;
+        }
+        while c <= hi {
+            if !except.contains(&c) {
+                return Some(c);
+            }
+            c += 1;
+        }
+        None
+    }
+
+    /// Marks `n` taken; false when it is outside the slots or already taken.
+    fn take(&mut self, n: u128) -> bool {
+        if !self.contains(n) || !self.taken.insert(n) {
+            return false;
+        }
+        self.cursor = if n >= self.last { self.first } else { n + 1 };
+        true
+    }
+
+    fn release(&mut self, n: u128) -> bool {
+        self.taken.remove(&n)
+    }
+}
+
 /// The free and allocated addresses of one service CIDR.
 ///
 /// Usable are the addresses after the network address and, for IPv4, before the broadcast
-/// address, as kube-apiserver hands them out. Allocation takes the first free address from a
-/// cursor that moves past each address taken, so a run of creates costs one step each.
+/// address, as kube-apiserver hands them out.
 #[derive(Debug, Clone)]
 pub struct Pool {
     family: Family,
     network: u128,
     prefix: u32,
-    /// Offsets from `network` of the first and last usable address.
-    first: u128,
-    last: u128,
-    taken: BTreeSet<u128>,
-    cursor: u128,
+    /// Offsets from `network`.
+    slots: Slots,
 }
 
 impl Pool {
@@ -117,10 +192,7 @@ impl Pool {
             family,
             network: to_u128(ip) & !(size - 1),
             prefix,
-            first: 1,
-            last,
-            taken: BTreeSet::new(),
-            cursor: 1,
+            slots: Slots::new(1, last),
         })
     }
 
@@ -136,12 +208,12 @@ impl Pool {
 
     /// How many addresses the pool can hand out.
     pub fn capacity(&self) -> u128 {
-        self.last - self.first + 1
+        self.slots.last - self.slots.first + 1
     }
 
     /// How many addresses are taken.
     pub fn in_use(&self) -> usize {
-        self.taken.len()
+        self.slots.taken.len()
     }
 
     fn addr(&self, offset: u128) -> IpAddr {
@@ -160,7 +232,7 @@ impl Pool {
         }
         to_u128(ip)
             .checked_sub(self.network)
-            .filter(|o| (self.first..=self.last).contains(o))
+            .filter(|o| self.slots.contains(*o))
     }
 
     /// Whether `ip` is one the pool hands out (in the CIDR, not the network or broadcast address).
@@ -170,42 +242,17 @@ impl Pool {
 
     /// Whether `ip` is taken.
     pub fn is_taken(&self, ip: IpAddr) -> bool {
-        self.offset(ip).is_some_and(|o| self.taken.contains(&o))
+        self.offset(ip).is_some_and(|o| self.slots.is_taken(o))
     }
 
     /// The address [`Self::allocate`] would take, if any is free.
     pub fn next_free(&self) -> Option<IpAddr> {
-        let from_cursor = self.first_free(self.cursor, self.last);
-        from_cursor
-            .or_else(|| self.first_free(self.first, self.cursor.saturating_sub(1)))
-            .map(|o| self.addr(o))
-    }
-
-    /// The first free offset in `lo..=hi`.
-    fn first_free(&self, lo: u128, hi: u128) -> Option<u128> {
-        if lo > hi {
-            return None;
-        }
-        let mut c = lo;
-        for t in self.taken.range(lo..=hi) {
-            if *t != c {
-                break;
-            }
-            c += 1;
-        }
-        (c <= hi).then_some(c)
+        self.slots.next_free(&[]).map(|o| self.addr(o))
     }
 
     /// Marks `ip` taken; false when it is not usable here or already taken.
     pub fn take(&mut self, ip: IpAddr) -> bool {
-        let Some(o) = self.offset(ip) else {
-            return false;
-        };
-        if !self.taken.insert(o) {
-            return false;
-        }
-        self.cursor = if o >= self.last { self.first } else { o + 1 };
-        true
+        self.offset(ip).is_some_and(|o| self.slots.take(o))
     }
 
     /// Takes the next free address.
@@ -217,7 +264,52 @@ impl Pool {
 
     /// Frees `ip`; false when it was not taken.
     pub fn release(&mut self, ip: IpAddr) -> bool {
-        self.offset(ip).is_some_and(|o| self.taken.remove(&o))
+        self.offset(ip).is_some_and(|o| self.slots.release(o))
+    }
+}
+
+/// The node ports NodePort and LoadBalancer Services get (`--service-node-port-range`).
+#[derive(Debug, Clone)]
+pub struct NodePorts {
+    slots: Slots,
+}
+
+impl Default for NodePorts {
+    /// [`DEFAULT_NODE_PORT_RANGE`].
+    fn default() -> Self {
+        NodePorts {
+            slots: Slots::new(30000, 32767),
+        }
+    }
+}
+
+impl NodePorts {
+    /// Parses `FIRST-LAST` (`30000-32767`).
+    pub fn parse(range: &str) -> Result<Self> {
+        let bad = || {
+            Error::Config(format!(
+                "node port range {range:?}: expected FIRST-LAST, 1-65535"
+            ))
+        };
+        let (a, b) = range.trim().split_once('-').ok_or_else(bad)?;
+        let a: u16 = a.trim().parse().map_err(|_| bad())?;
+        let b: u16 = b.trim().parse().map_err(|_| bad())?;
+        if a == 0 || a > b {
+            return Err(bad());
+        }
+        Ok(NodePorts {
+            slots: Slots::new(u128::from(a), u128::from(b)),
+        })
+    }
+
+    /// The range as kube-apiserver prints it (`30000-32767`).
+    pub fn range(&self) -> String {
+        format!("{}-{}", self.slots.first, self.slots.last)
+    }
+
+    /// How many node ports are taken.
+    pub fn in_use(&self) -> usize {
+        self.slots.taken.len()
     }
 }
 
@@ -275,9 +367,8 @@ impl ClusterIps {
         self.pools.iter().find(|p| p.family == f)
     }
 
-    /// Records a committed Service change (`before` -> `after`, either absent): frees the
-    /// addresses `before` held that `after` does not, takes those of `after`.
-    pub fn commit(&mut self, before: Option<&Value>, after: Option<&Value>) {
+    /// Frees the addresses `before` held that `after` does not, takes those of `after`.
+    fn commit(&mut self, before: Option<&Value>, after: Option<&Value>) {
         let now = after.map(held).unwrap_or_default();
         for ip in before.map(held).unwrap_or_default() {
             if !now.contains(&ip) {
@@ -292,6 +383,43 @@ impl ClusterIps {
             }
         }
     }
+}
+
+/// What the store hands Services: ClusterIPs and node ports.
+#[derive(Debug, Clone, Default)]
+pub struct Allocator {
+    /// The service CIDR(s).
+    pub cluster_ips: ClusterIps,
+    /// The node port range.
+    pub node_ports: NodePorts,
+}
+
+impl Allocator {
+    /// Records a committed Service change (`before` -> `after`, either absent): frees what
+    /// `before` held that `after` does not, takes what `after` holds.
+    pub fn commit(&mut self, before: Option<&Value>, after: Option<&Value>) {
+        self.cluster_ips.commit(before, after);
+        let now = after.map(node_ports_of).unwrap_or_default();
+        for n in before.map(node_ports_of).unwrap_or_default() {
+            if !now.contains(&n) {
+                self.node_ports.slots.release(n);
+            }
+        }
+        for n in now {
+            self.node_ports.slots.take(n);
+        }
+    }
+}
+
+/// The node ports a stored Service holds.
+fn node_ports_of(svc: &Value) -> Vec<u128> {
+    svc.pointer("/spec/ports")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|p| p.get("nodePort")?.as_u64())
+        .map(u128::from)
+        .collect()
 }
 
 /// The addresses a stored Service holds (`spec.clusterIPs`, else `spec.clusterIP`).
@@ -326,9 +454,9 @@ fn quoted(s: &str) -> String {
     format!("{s:?}")
 }
 
-/// Defaults, validates and assigns the addresses of the Service `name` about to be stored: `old` is the
+/// Defaults, validates and assigns the addresses and node ports of the Service `name` about to be stored: `old` is the
 /// stored version on an update. `ips` is only read: the store commits what this chose.
-pub fn prepare(ips: &ClusterIps, name: &str, obj: &mut Value, old: Option<&Value>) -> Result<()> {
+pub fn prepare(alloc: &Allocator, name: &str, obj: &mut Value, old: Option<&Value>) -> Result<()> {
     let o = obj
         .as_object_mut()
         .ok_or_else(|| Error::bad_request("the body must be a JSON object"))?;
@@ -347,7 +475,10 @@ pub fn prepare(ips: &ClusterIps, name: &str, obj: &mut Value, old: Option<&Value
     let mut causes = Vec::new();
     defaults_and_ports(spec, old_spec, &mut causes);
     if causes.is_empty() {
-        addresses(ips, spec, old_spec, &mut causes)?;
+        addresses(&alloc.cluster_ips, spec, old_spec, &mut causes)?;
+    }
+    if causes.is_empty() {
+        node_ports(&alloc.node_ports, spec, old_spec, &mut causes)?;
     }
     if !causes.is_empty() {
         return Err(Error::invalid_object("Service", name, &causes));
@@ -546,12 +677,6 @@ fn defaults_and_ports(
         // A protobuf body always carries the plain int32 nodePort; 0 means none.
         if p.get("nodePort").and_then(Value::as_i64) == Some(0) {
             p.remove("nodePort");
-        }
-        if p.contains_key("nodePort") && !external(&ty) {
-            causes.push(Cause::forbidden(
-                format!("{path}.nodePort"),
-                &format!("may not be used when `type` is '{ty}'"),
-            ));
         }
         match str_of(p, "name") {
             None if many => causes.push(Cause::required(format!("{path}.name"), "")),
@@ -822,6 +947,137 @@ fn addresses(
     Ok(())
 }
 
+/// The ports' `nodePort`s: kept from the stored version where omitted, checked where asked for,
+/// allocated for NodePort and LoadBalancer Services (unless `allocateLoadBalancerNodePorts` is
+/// false), dropped on a change to a type without them.
+fn node_ports(
+    pool: &NodePorts,
+    spec: &mut Map<String, Value>,
+    old: Option<&Map<String, Value>>,
+    causes: &mut Vec<Cause>,
+) -> Result<()> {
+    let ty = str_of(spec, "type").unwrap_or("ClusterIP").to_owned();
+    let auto = external(&ty)
+        && !(ty == "LoadBalancer"
+            && spec.get("allocateLoadBalancerNodePorts") == Some(&json!(false)));
+    // (name, nodePort) of the stored version.
+    let old_ports: Vec<(String, i64)> = old
+        .and_then(|o| o.get("ports"))
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|p| {
+            let n = p.get("nodePort")?.as_i64()?;
+            Some((
+                p.get("name")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_owned(),
+                n,
+            ))
+        })
+        .collect();
+    let Some(Value::Array(ports)) = spec.get_mut("ports") else {
+        return Ok(());
+    };
+    let node_port = |p: &Value| p.get("nodePort").and_then(Value::as_i64);
+    if !external(&ty) {
+        for (i, p) in ports.iter_mut().enumerate() {
+            let Some(n) = node_port(p) else { continue };
+            if old_ports.iter().any(|(_, o)| *o == n) {
+                // Left over from before a change of type: dropped, as kube-apiserver does.
+                if let Some(p) = p.as_object_mut() {
+                    p.remove("nodePort");
+                }
+            } else {
+                causes.push(Cause::forbidden(
+                    format!("spec.ports[{i}].nodePort"),
+                    &format!("may not be used when `type` is '{ty}'"),
+                ));
+            }
+        }
+        return Ok(());
+    }
+    // kube-apiserver's patchAllocatedValues: a port that omits its node port keeps its name's
+    // stored one, unless another port of the update took it.
+    let asked: Vec<i64> = ports.iter().filter_map(node_port).collect();
+    for p in ports.iter_mut() {
+        let name = p
+            .get("name")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_owned();
+        if node_port(p).is_none() {
+            if let Some((_, n)) = old_ports
+                .iter()
+                .find(|(o, n)| *o == name && !asked.contains(n))
+            {
+                p["nodePort"] = json!(n);
+            }
+        }
+    }
+    let held: Vec<i64> = old_ports.iter().map(|(_, n)| *n).collect();
+    // (nodePort, protocol, port) chosen so far in this request.
+    let mut chosen: Vec<(i64, String, i64)> = Vec::new();
+    for (i, p) in ports.iter_mut().enumerate() {
+        let path = format!("spec.ports[{i}].nodePort");
+        let protocol = p
+            .get("protocol")
+            .and_then(Value::as_str)
+            .unwrap_or("TCP")
+            .to_owned();
+        let port = p.get("port").and_then(Value::as_i64).unwrap_or(0);
+        let n = match node_port(p) {
+            Some(n) => {
+                let shared = chosen.iter().any(|(c, _, _)| *c == n);
+                if chosen.iter().any(|(c, pr, _)| *c == n && *pr == protocol) {
+                    causes.push(Cause::duplicate(path, &n.to_string()));
+                    continue;
+                }
+                let slot = u128::try_from(n).ok().filter(|s| pool.slots.contains(*s));
+                match slot {
+                    None => causes.push(Cause::invalid(
+                        path,
+                        &n.to_string(),
+                        &format!(
+                            "provided port is not in the valid range. The range of valid ports is {}",
+                            pool.range()
+                        ),
+                    )),
+                    Some(s) if pool.slots.is_taken(s) && !held.contains(&n) && !shared => causes
+                        .push(Cause::invalid(path, &n.to_string(), "provided port is already allocated")),
+                    Some(_) => {}
+                }
+                n
+            }
+            None if auto => {
+                // The same port number on another protocol shares its node port, as there.
+                let same = chosen
+                    .iter()
+                    .find(|(_, pr, po)| *po == port && *pr != protocol);
+                let n = match same {
+                    Some((n, _, _)) => *n,
+                    None => {
+                        let except: Vec<u128> = chosen
+                            .iter()
+                            .filter_map(|(c, _, _)| u128::try_from(*c).ok())
+                            .collect();
+                        let s = pool.slots.next_free(&except).ok_or_else(|| {
+                            Error::internal("failed to allocate a nodePort: range is full")
+                        })?;
+                        i64::try_from(s).unwrap_or(0)
+                    }
+                };
+                p["nodePort"] = json!(n);
+                n
+            }
+            None => continue,
+        };
+        chosen.push((n, protocol, port));
+    }
+    Ok(())
+}
+
 /// A list of strings (non-strings and empty strings left out).
 fn strings(m: &Map<String, Value>, k: &str) -> Vec<String> {
     m.get(k)
@@ -888,6 +1144,24 @@ mod tests {
         assert!(!ips.pools()[0].is_taken(ip("10.96.0.1")));
         ips.commit(Some(&b), None);
         assert_eq!(ips.pools()[0].in_use(), 0);
+    }
+
+    #[test]
+    fn slots_pass_over_what_a_request_already_chose() {
+        let mut s = Slots::new(30000, 30003);
+        assert!(s.take(30000) && !s.take(30000) && !s.take(29999));
+        assert_eq!(s.next_free(&[30001]), Some(30002));
+        assert_eq!(s.next_free(&[30001, 30002, 30003]), None);
+        assert!(s.take(30003));
+        // The cursor wrapped to the start: the free slots before it are found.
+        assert_eq!(s.next_free(&[]), Some(30001));
+        assert_eq!(
+            NodePorts::parse("30000-32767").unwrap().range(),
+            "30000-32767"
+        );
+        for bad in ["0-10", "20-10", "30000", "a-b", "1-70000"] {
+            assert!(NodePorts::parse(bad).is_err(), "{bad}");
+        }
     }
 
     #[derive(Debug, Clone)]

@@ -12,7 +12,7 @@ use tokio::sync::broadcast;
 
 use crate::error::{Error, Result};
 use crate::resources::{self, ResourceInfo};
-use crate::service::{self, ClusterIps};
+use crate::service::{self, Allocator};
 
 /// Watch event type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -128,8 +128,9 @@ struct Inner {
     objects: HashMap<String, Objects>,
     history: VecDeque<Arc<Event>>,
     compacted: u64,
-    /// The ClusterIPs of the stored Services, kept in step by [`Store::commit_event`].
-    cluster_ips: ClusterIps,
+    /// The ClusterIPs and node ports of the stored Services, kept in step by
+    /// [`Store::commit_event`].
+    services: Allocator,
 }
 
 /// The in-memory store behind the server.
@@ -248,13 +249,13 @@ pub struct ListSnapshot {
 
 impl Store {
     /// An empty store with the built-in kinds and the default namespaces, allocating ClusterIPs
-    /// from [`service::DEFAULT_RANGE`].
+    /// from [`service::DEFAULT_RANGE`] and node ports from [`service::DEFAULT_NODE_PORT_RANGE`].
     pub fn new(history_limit: usize) -> Self {
-        Self::with_cluster_ips(history_limit, ClusterIps::default())
+        Self::with_services(history_limit, Allocator::default())
     }
 
-    /// [`Self::new`], allocating ClusterIPs from `cluster_ips`.
-    pub fn with_cluster_ips(history_limit: usize, cluster_ips: ClusterIps) -> Self {
+    /// [`Self::new`], allocating Services' ClusterIPs and node ports from `services`.
+    pub fn with_services(history_limit: usize, services: Allocator) -> Self {
         let (tx, _) = broadcast::channel(16384);
         let seed = SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -267,7 +268,7 @@ impl Store {
                 objects: HashMap::new(),
                 history: VecDeque::new(),
                 compacted: 0,
-                cluster_ips,
+                services,
             }),
             tx,
             history_limit: history_limit.max(1),
@@ -366,7 +367,7 @@ impl Store {
         };
         if key == "/services" {
             let after = (kind != EventType::Deleted).then_some(&*obj);
-            inner.cluster_ips.commit(previous.as_deref(), after);
+            inner.services.commit(previous.as_deref(), after);
         }
         let ev = Arc::new(Event::new(
             rv,
@@ -531,7 +532,7 @@ impl Store {
         m.remove("resourceVersion");
         if info.key() == "/services" {
             // Last: nothing after it fails, so the addresses it chose are committed.
-            service::prepare(&inner.cluster_ips, &name, &mut obj, None)?;
+            service::prepare(&inner.services, &name, &mut obj, None)?;
         }
         if info.key() == "/namespaces" {
             name_label(&mut obj, &name);
@@ -727,7 +728,7 @@ impl Store {
             o.insert("apiVersion".into(), Value::String(info.api_version()));
         }
         if info.key() == "/services" && !status_only {
-            service::prepare(&inner.cluster_ips, name, &mut obj, Some(&old))?;
+            service::prepare(&inner.services, name, &mut obj, Some(&old))?;
         }
         if info.key() == "/namespaces" {
             name_label(&mut obj, name);

@@ -1096,3 +1096,133 @@ async fn namespaces_carry_their_name_label() {
     assert_eq!(label(&ns).as_deref(), Some("blue"));
     server.shutdown().await;
 }
+
+/// NodePort and LoadBalancer Services get node ports from the range, as kube-apiserver gives
+/// them: a taken or foreign one refused, kept by a replace that omits them, freed when the
+/// Service becomes a ClusterIP one.
+#[tokio::test]
+async fn node_ports_are_allocated_kept_and_freed() {
+    let (server, client) = start(Config {
+        service_node_port_range: "30000-30002".into(),
+        ..Config::default()
+    })
+    .await;
+    let api: Api<Service> = Api::namespaced(client, "default");
+    let pp = PostParams::default();
+    let node_ports = |s: &Service| -> Vec<Option<i32>> {
+        s.spec
+            .as_ref()
+            .unwrap()
+            .ports
+            .as_ref()
+            .unwrap()
+            .iter()
+            .map(|p| p.node_port)
+            .collect()
+    };
+    let np = api
+        .create(&pp, &svc(json!({"metadata": {"name": "np"}, "spec": {"type": "NodePort",
+            "ports": [{"name": "dns-udp", "port": 53, "protocol": "UDP"}, {"name": "dns", "port": 53}, {"name": "web", "port": 80}]}})))
+        .await
+        .unwrap();
+    // The same port number on two protocols shares its node port.
+    let got = node_ports(&np);
+    assert_eq!(got[0], got[1]);
+    assert_ne!(got[0], got[2]);
+    for n in got.iter().flatten() {
+        assert!((30000..=30002).contains(n), "{got:?}");
+    }
+    let rv = server.store().resource_version();
+    let msg = refused(
+        api.create(
+            &pp,
+            &svc(
+                json!({"metadata": {"name": "taken"}, "spec": {"type": "NodePort",
+            "ports": [{"port": 80, "nodePort": got[2]}]}}),
+            ),
+        )
+        .await,
+        422,
+    );
+    assert_eq!(
+        msg,
+        format!("Service \"taken\" is invalid: spec.ports[0].nodePort: Invalid value: {}: provided port is already allocated", got[2].unwrap())
+    );
+    let msg = refused(
+        api.create(
+            &pp,
+            &svc(
+                json!({"metadata": {"name": "far"}, "spec": {"type": "NodePort",
+            "ports": [{"port": 80, "nodePort": 31000}]}}),
+            ),
+        )
+        .await,
+        422,
+    );
+    assert!(
+        msg.ends_with(
+            "provided port is not in the valid range. The range of valid ports is 30000-30002"
+        ),
+        "{msg}"
+    );
+    assert_eq!(server.store().resource_version(), rv);
+    // A LoadBalancer that asks for none gets none; the next one takes the last free port.
+    let quiet = api
+        .create(
+            &pp,
+            &svc(
+                json!({"metadata": {"name": "quiet"}, "spec": {"type": "LoadBalancer",
+            "allocateLoadBalancerNodePorts": false, "ports": [{"port": 80}]}}),
+            ),
+        )
+        .await
+        .unwrap();
+    assert_eq!(node_ports(&quiet), [None]);
+    let lb = api
+        .create(&pp, &svc(json!({"metadata": {"name": "lb"}, "spec": {"type": "LoadBalancer", "ports": [{"port": 80}]}})))
+        .await
+        .unwrap();
+    assert_eq!(
+        lb.spec.unwrap().external_traffic_policy.as_deref(),
+        Some("Cluster")
+    );
+    let msg = refused(
+        api.create(&pp, &svc(json!({"metadata": {"name": "full"}, "spec": {"type": "NodePort", "ports": [{"port": 80}]}})))
+            .await,
+        500,
+    );
+    assert!(msg.contains("range is full"), "{msg}");
+
+    // A replace without the node ports keeps them.
+    let mut put = api.get("np").await.unwrap();
+    for p in put.spec.as_mut().unwrap().ports.as_mut().unwrap() {
+        p.node_port = None;
+    }
+    assert_eq!(
+        node_ports(&api.replace("np", &pp, &put).await.unwrap()),
+        got
+    );
+    // Back to ClusterIP: the node ports go, and another Service can have them.
+    let cip = api
+        .patch(
+            "np",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"type": "ClusterIP"}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(node_ports(&cip), [None, None, None]);
+    assert_eq!(cip.spec.unwrap().external_traffic_policy, None);
+    let again = api
+        .create(
+            &pp,
+            &svc(
+                json!({"metadata": {"name": "again"}, "spec": {"type": "NodePort",
+            "ports": [{"port": 80, "nodePort": got[2]}]}}),
+            ),
+        )
+        .await
+        .unwrap();
+    assert_eq!(node_ports(&again), [got[2]]);
+    server.shutdown().await;
+}

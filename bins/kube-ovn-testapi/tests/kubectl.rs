@@ -565,7 +565,7 @@ spec:
 /// What a user types to give a pod a Service (`expose`, `create service`, `get svc`, `apply`)
 /// works with kubectl 1.27, 1.32 and 1.33 (protobuf bodies from 1.32 on): ClusterIPs come
 /// from `--service-cluster-ip-range`, both families when asked, a taken one is refused, and
-/// deleting a Service frees its address.
+/// deleting a Service frees its address; a NodePort Service shows its node port.
 #[test]
 fn kubectl_expose_and_create_service_get_cluster_ips() {
     if !have_kubectl() {
@@ -674,6 +674,9 @@ fn kubectl_expose_and_create_service_get_cluster_ips() {
             ["web", "ClusterIP", &web_ip, "<none>", "80/TCP"],
             "{table}"
         );
+        run(&["create", "service", "nodeport", "np", "--tcp=80:8080"]);
+        let np = run(&["get", "svc", "np"]);
+        assert!(np.contains("NodePort") && np.contains("80:30"), "{np}");
         let wide = run(&["get", "svc", "web", "-o", "wide"]);
         assert!(
             wide.contains("SELECTOR") && wide.contains("run=web"),
