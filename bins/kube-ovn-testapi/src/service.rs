@@ -454,8 +454,9 @@ fn quoted(s: &str) -> String {
     format!("{s:?}")
 }
 
-/// Defaults, validates and assigns the addresses and node ports of the Service `name` about to be stored: `old` is the
-/// stored version on an update. `ips` is only read: the store commits what this chose.
+/// Defaults, validates and assigns the addresses and node ports of the Service `name` about to
+/// be stored; `old` is the stored version on an update. `alloc` is only read: the store commits
+/// what this chose ([`Allocator::commit`]).
 pub fn prepare(alloc: &Allocator, name: &str, obj: &mut Value, old: Option<&Value>) -> Result<()> {
     let o = obj
         .as_object_mut()
@@ -940,7 +941,12 @@ fn addresses(
         return Ok(());
     }
     let names: Vec<&str> = families.iter().map(|f| f.as_str()).collect();
-    spec.insert("clusterIP".into(), json!(chosen[0]));
+    let Some(primary) = chosen.first() else {
+        return Err(Error::internal(
+            "no service CIDR to allocate a ClusterIP from",
+        ));
+    };
+    spec.insert("clusterIP".into(), json!(primary));
     spec.insert("clusterIPs".into(), json!(chosen));
     spec.insert("ipFamilies".into(), json!(names));
     spec.insert("ipFamilyPolicy".into(), json!(policy));
@@ -1012,7 +1018,9 @@ fn node_ports(
                 .iter()
                 .find(|(o, n)| *o == name && !asked.contains(n))
             {
-                p["nodePort"] = json!(n);
+                if let Some(p) = p.as_object_mut() {
+                    p.insert("nodePort".into(), json!(n));
+                }
             }
         }
     }
@@ -1068,7 +1076,9 @@ fn node_ports(
                         i64::try_from(s).unwrap_or(0)
                     }
                 };
-                p["nodePort"] = json!(n);
+                if let Some(p) = p.as_object_mut() {
+                    p.insert("nodePort".into(), json!(n));
+                }
                 n
             }
             None => continue,
