@@ -25,6 +25,7 @@ up options:
   --default-cidr CIDR   (10.16.0.0/16)    --join-cidr CIDR     (100.64.0.0/16)
   --demo-cidr CIDR      (10.66.0.0/24)    --demo-namespace NS  (demo)
   --demo-pods N         (3 per namespace) --netns-prefix P     (sbx)
+  --service-cidr CIDR[,CIDR]  (10.96.0.0/12) where Services' ClusterIPs come from
   --pod-timeout SECS    (90)";
 
 enum Cmd {
@@ -83,6 +84,7 @@ fn parse(args: Vec<String>) -> Result<(StateDir, Cmd), String> {
                 s.demo_pods = value()?.parse().map_err(|e| format!("--demo-pods: {e}"))?
             }
             "--netns-prefix" => s.netns_prefix = value()?,
+            "--service-cidr" => s.service_cidr = value()?,
             "--pod-timeout" => {
                 let secs: u64 = value()?
                     .parse()

@@ -420,7 +420,9 @@ async fn start_all(
     cmd.arg("--listen")
         .arg(&settings.api_addr)
         .arg("--kubeconfig")
-        .arg(dir.kubeconfig());
+        .arg(dir.kubeconfig())
+        .arg("--service-cluster-ip-range")
+        .arg(&settings.service_cidr);
     let api = spawn_detached("kube-ovn-testapi", cmd, &log)?;
     pids.push(api.clone());
     save_pids(dir, pids)?;
@@ -470,6 +472,8 @@ async fn start_all(
         .arg(&settings.join_cidr)
         .arg("--node-switch-gateway")
         .arg(first_host(&settings.join_cidr)?)
+        .arg("--service-cluster-ip-range")
+        .arg(&settings.service_cidr)
         .arg("--log-level")
         .arg("info");
     let ctl = spawn_detached("kube-ovn-controller", cmd, &log)?;
