@@ -653,7 +653,9 @@ pub fn daemon_args(cmd: &mut Command, dir: &StateDir, s: &Settings) {
         .arg("--node-nic")
         .arg(&s.node_nic)
         .arg("--pod-cidrs")
-        .arg(format!("{},{}", s.default_cidr, s.demo_cidr));
+        .arg(format!("{},{}", s.default_cidr, s.demo_cidr))
+        .arg("--service-cluster-ip-range")
+        .arg(&s.service_cidr);
 }
 
 async fn create_demo_subnet(client: &kube::Client, s: &Settings) -> Result<(), SandboxError> {
