@@ -22,7 +22,7 @@ mod skip;
 const NS: &str = "default";
 
 struct Env {
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
     kubeconfig: PathBuf,
     _api: TestApiServer,
     client: kube::Client,
@@ -49,7 +49,7 @@ impl Env {
         api.write_kubeconfig(&kubeconfig).unwrap();
         let client = kube::Client::try_from(kube::Config::new(api.url().parse().unwrap())).unwrap();
         Env {
-            _dir: dir,
+            dir: dir,
             kubeconfig,
             _api: api,
             client,
@@ -570,4 +570,79 @@ async fn over_a_hundred_endpoints_split_and_a_restart_writes_nothing() {
         "{before:?} -> {after:?}"
     );
     c.stop().await;
+}
+
+/// `kube-ovn-sandbox kubelet`, the long-running process `up` starts, keeps slices too: a host-network pod
+/// (no network namespace, so no root) reported Ready by that kubelet appears in its Service's slice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_kubelet_process_keeps_slices() {
+    use kube_ovn_sandbox::state::{write_json, Settings, StateDir};
+    let env = Env::start().await;
+    let state = StateDir::new(env.dir.path().join("state"));
+    std::fs::create_dir_all(state.cni_conf_dir()).unwrap();
+    state.save_settings(&Settings::default()).unwrap();
+    std::fs::copy(&env.kubeconfig, state.kubeconfig()).unwrap();
+    // Never run: host-network pods get no CNI ADD.
+    write_json(
+        &state.conflist(),
+        &json!({"cniVersion": "1.0.0", "name": "t", "plugins": [{"type": "none"}]}),
+    )
+    .unwrap();
+    let log = std::fs::File::create(env.dir.path().join("kubelet.log")).unwrap();
+    let mut kubelet = std::process::Command::new(env!("CARGO_BIN_EXE_kube-ovn-sandbox"))
+        .arg("kubelet")
+        .arg("--state-dir")
+        .arg(state.root())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "host", "labels": {"app": "host"}},
+        "spec": {"hostNetwork": true, "containers": [{"name": "c", "image": "any", "command": ["sleep", "60"]}]},
+    }))
+    .unwrap();
+    env.pods()
+        .create(&PostParams::default(), &pod)
+        .await
+        .unwrap();
+    env.service(json!({
+        "metadata": {"name": "host"},
+        "spec": {"selector": {"app": "host"}, "clusterIP": "10.96.0.30", "ports": [{"port": 80, "targetPort": 8080}]},
+    }))
+    .await;
+    let slices = env
+        .wait("host", "the host-network pod ready in the slice", |s| {
+            group(s, "IPv4", &[":8080"]).and_then(|g| g.get("host")) == Some(&(true, true, false))
+        })
+        .await;
+    let ep = slices[0].endpoints.as_ref().unwrap()[0].clone();
+    assert_eq!(ep.addresses, vec!["127.0.0.1".to_owned()]);
+    assert_eq!(ep.node_name.as_deref(), Some("sandbox"));
+    env.pods()
+        .delete("host", &DeleteParams::default())
+        .await
+        .unwrap();
+    env.wait("host", "the pod gone from the slice", |s| {
+        pods_in(s).is_empty()
+    })
+    .await;
+
+    // SIGTERM stops the kubelet and the controller with it.
+    let pid = nix::unistd::Pid::from_raw(kubelet.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(s) = kubelet.try_wait().unwrap() {
+            break s;
+        }
+        if Instant::now() > deadline {
+            let _ = kubelet.kill();
+            let _ = kubelet.wait();
+            panic!("kubelet did not stop on SIGTERM");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let log = std::fs::read_to_string(env.dir.path().join("kubelet.log")).unwrap();
+    assert!(status.success(), "kubelet exited {status}: {log}");
 }
