@@ -49,7 +49,7 @@ impl Env {
         api.write_kubeconfig(&kubeconfig).unwrap();
         let client = kube::Client::try_from(kube::Config::new(api.url().parse().unwrap())).unwrap();
         Env {
-            dir: dir,
+            dir,
             kubeconfig,
             _api: api,
             client,
