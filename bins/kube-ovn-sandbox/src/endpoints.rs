@@ -862,9 +862,13 @@ pub async fn run(
             },
             _ = tokio::time::sleep_until(next_retry.unwrap_or_else(Instant::now)), if next_retry.is_some() => {}
         }
-        // Take in everything already here, so that a burst of changes is one reconciliation per Service.
-        while let Some(Some(ev)) = events.next().now_or_never() {
-            c.handle(ev);
+        // Take in what is already here, so that a burst of changes is one reconciliation per Service (a
+        // bounded number: a steady flood must not hold reconciliations back).
+        for _ in 0..1024 {
+            match events.next().now_or_never() {
+                Some(Some(ev)) => c.handle(ev),
+                _ => break,
+            }
         }
         if c.listed() {
             c.reconcile_dirty().await;
