@@ -690,9 +690,23 @@ struct Controller {
     slices: Cache<EndpointSlice>,
     dirty: BTreeSet<Key>,
     retry: HashMap<Key, (Instant, u32)>,
+    /// Slices written here whose watch event has not come yet: the resourceVersion written, None if deleted.
+    written: HashMap<Key, Option<String>>,
 }
 
 impl Controller {
+    fn new(client: kube::Client) -> Controller {
+        Controller {
+            client,
+            pods: Cache::new(),
+            services: Cache::new(),
+            slices: Cache::new(),
+            dirty: BTreeSet::new(),
+            retry: HashMap::new(),
+            written: HashMap::new(),
+        }
+    }
+
     fn handle(&mut self, ev: Ev) {
         match ev {
             Ev::Pod(e) => match self.pods.apply(*e) {
@@ -719,6 +733,7 @@ impl Controller {
                 Change::All => self.everything(),
                 Change::None => {}
             },
+            Ev::Slice(e) if self.stale_or_own(&e) => {}
             Ev::Slice(e) => match self.slices.apply(*e) {
                 Change::One(old, new) => {
                     for s in old.iter().chain(new.iter()) {
@@ -733,6 +748,36 @@ impl Controller {
             },
             Ev::Error(kind, e) => eprintln!("endpointslices: {kind} watch: {e}"),
         }
+    }
+
+    /// Whether a slice event is older than this controller's last write of the slice, or that write's own echo:
+    /// the cache already has the write's answer, and going back to an older version would only make the
+    /// next reconciliation write again (and fail on its stale resourceVersion).
+    fn stale_or_own(&mut self, ev: &watcher::Event<EndpointSlice>) -> bool {
+        let (s, deleted) = match ev {
+            watcher::Event::Apply(s) => (s, false),
+            watcher::Event::Delete(s) => (s, true),
+            // A relist is the server's state, newer than what is awaited or as new.
+            watcher::Event::InitDone => {
+                self.written.clear();
+                return false;
+            }
+            _ => return false,
+        };
+        let key = key_of(s);
+        let Some(expected) = self.written.get(&key) else {
+            return false;
+        };
+        // Events come in the server's order: those before the write's own are older than it.
+        let own = match expected {
+            Some(rv) => !deleted && s.metadata.resource_version.as_ref() == Some(rv),
+            None => deleted,
+        };
+        if own || deleted {
+            // Someone else's delete (while our update was on its way) goes through.
+            self.written.remove(&key);
+        }
+        own || !deleted
     }
 
     /// Every Service and every Service a slice names (deleted ones included).
@@ -768,23 +813,34 @@ impl Controller {
         // create the same slices again.
         for s in &plan.create {
             let made = api.create(&pp, s).await?;
-            self.slices.live.insert(key_of(&made), Arc::new(made));
+            self.wrote(made);
         }
         for s in &plan.update {
             let name = s.metadata.name.clone().unwrap_or_default();
             let made = api.replace(&name, &pp, s).await?;
-            self.slices.live.insert(key_of(&made), Arc::new(made));
+            self.wrote(made);
         }
         for s in &plan.delete {
             let name = s.metadata.name.clone().unwrap_or_default();
+            let key = (ns.clone(), name.clone());
             match api.delete(&name, &DeleteParams::default()).await {
-                Ok(_) => {}
+                Ok(_) => {
+                    self.written.insert(key.clone(), None);
+                }
+                // Already gone: its delete event came or comes, nothing to wait for.
                 Err(kube::Error::Api(e)) if e.code == 404 => {}
                 Err(e) => return Err(e),
             }
-            self.slices.live.remove(&(ns.clone(), name));
+            self.slices.live.remove(&key);
         }
         Ok(())
+    }
+
+    fn wrote(&mut self, slice: EndpointSlice) {
+        let key = key_of(&slice);
+        self.written
+            .insert(key.clone(), slice.metadata.resource_version.clone());
+        self.slices.live.insert(key, Arc::new(slice));
     }
 
     /// Reconciles the marked Services; a failed one is tried again later, backing off.
@@ -840,14 +896,7 @@ pub async fn run(
     .map(tag("endpointslice", Ev::Slice));
     let mut events =
         futures::stream::select(pods, futures::stream::select(services, slices)).boxed();
-    let mut c = Controller {
-        client,
-        pods: Cache::new(),
-        services: Cache::new(),
-        slices: Cache::new(),
-        dirty: BTreeSet::new(),
-        retry: HashMap::new(),
-    };
+    let mut c = Controller::new(client);
     tokio::pin!(shutdown);
     loop {
         let next_retry = c.retry.values().map(|(at, _)| *at).min();
@@ -1243,6 +1292,53 @@ mod tests {
         let p = plan(Some(&relabelled), &refs, &slices, 100);
         assert_eq!(p.update.len(), 1);
         assert_eq!(p.update[0].metadata.labels.as_ref().unwrap()["team"], "b");
+    }
+
+    fn slice_at(rv: &str) -> EndpointSlice {
+        serde_json::from_value(json!({
+            "metadata": {"name": "web-x", "namespace": "ns", "resourceVersion": rv,
+                         "labels": {LABEL_SERVICE_NAME: "web", LABEL_MANAGED_BY: CONTROLLER_NAME}},
+            "addressType": "IPv4",
+        }))
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn watch_events_older_than_a_write_are_skipped() {
+        // Never contacted: only the event handling runs.
+        let client =
+            kube::Client::try_from(kube::Config::new("http://127.0.0.1:1".parse().unwrap()))
+                .unwrap();
+        let mut c = Controller::new(client);
+        let apply = |s| Ev::Slice(Box::new(watcher::Event::Apply(s)));
+        let key = ("ns".to_owned(), "web-x".to_owned());
+        let rv = |c: &Controller| {
+            c.slices.live[&key]
+                .metadata
+                .resource_version
+                .clone()
+                .unwrap()
+        };
+        c.handle(apply(slice_at("1")));
+        c.dirty.clear();
+        // Written at 2, then the watch brings 1 (sent before the write) and 2 (the write's own echo).
+        c.wrote(slice_at("2"));
+        c.handle(apply(slice_at("1")));
+        assert_eq!(rv(&c), "2", "an older event replaced the write");
+        c.handle(apply(slice_at("2")));
+        assert!(c.dirty.is_empty(), "the write's echo reconciles again");
+        assert!(c.written.is_empty());
+        // Someone else's change goes through.
+        c.handle(apply(slice_at("3")));
+        assert_eq!(rv(&c), "3");
+        assert!(c.dirty.contains(&("ns".to_owned(), "web".to_owned())));
+        // Deleted here: an older event does not bring it back; the delete's echo clears the wait.
+        c.slices.live.remove(&key);
+        c.written.insert(key.clone(), None);
+        c.handle(apply(slice_at("3")));
+        assert!(!c.slices.live.contains_key(&key));
+        c.handle(Ev::Slice(Box::new(watcher::Event::Delete(slice_at("3")))));
+        assert!(c.written.is_empty());
     }
 
     /// One generated pod: labels selected or not, its addresses, readiness, phase, termination and the
