@@ -8,7 +8,9 @@
 //! slices they are in (as upstream's reconciler does, so one pod's change rewrites one slice). [`run`] is the
 //! thin driver: Pod, Service and EndpointSlice watchers feed caches, every change marks the Services it can
 //! affect, and a Service is reconciled once all three caches listed. A slice is written only when its content
-//! differs, so the controller's own writes coming back through the watch write nothing.
+//! differs, so the controller's own writes coming back through the watch write nothing; the answers of its
+//! writes go into the cache at once, and watch events older than them are skipped (upstream's
+//! EndpointSliceTracker), so a quick second change never works on a slice it has already replaced.
 //!
 //! The test API server has no ownerReference garbage collector, so the slices of a deleted Service (or one
 //! without a selector any more) are deleted here; at start, managed slices whose Service is gone are too.
