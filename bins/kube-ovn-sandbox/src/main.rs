@@ -182,6 +182,7 @@ fn main() -> ExitCode {
                 Err(c) => return c,
             };
             rt.block_on(async {
+                let kubeconfig = dir.kubeconfig();
                 let k = match kube_ovn_sandbox::kubelet::Kubelet::new(dir).await {
                     Ok(k) => k,
                     Err(e) => {
@@ -201,7 +202,20 @@ fn main() -> ExitCode {
                         Err(_) => std::future::pending().await,
                     }
                 };
-                match k.run(shutdown).await {
+                // The EndpointSlice controller runs beside the kubelet, in the same process, until the same
+                // signal.
+                let shutdown = futures::FutureExt::shared(Box::pin(shutdown));
+                let slices = async {
+                    let r = match kube_ovn_sandbox::kubelet::client(&kubeconfig).await {
+                        Ok(c) => kube_ovn_sandbox::endpoints::run(c, shutdown.clone()).await,
+                        Err(e) => Err(e),
+                    };
+                    if let Err(e) = r {
+                        eprintln!("endpointslices: {e}");
+                    }
+                };
+                let (kubelet, ()) = tokio::join!(k.run(shutdown.clone()), slices);
+                match kubelet {
                     Ok(()) => ExitCode::SUCCESS,
                     Err(e) => {
                         eprintln!("kubelet: {e}");
