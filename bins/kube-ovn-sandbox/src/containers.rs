@@ -1004,6 +1004,35 @@ mod tests {
     }
 
     #[test]
+    fn monitor_records_the_exit() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let f = d.path().join("c.exit");
+        let args = |argv: &[&str]| {
+            let mut a = vec![
+                "--exit-file".to_owned(),
+                f.display().to_string(),
+                "--".into(),
+            ];
+            a.extend(argv.iter().map(|x| (*x).to_owned()));
+            a
+        };
+        assert_eq!(shim(&args(&["sh", "-c", "exit 7"])), 7);
+        let e = read_exit(&f, 0);
+        assert_eq!((e.exit_code, e.reason.as_str()), (7, "Error"));
+        assert!(e.started_ms > 0 && e.finished_ms >= e.started_ms);
+        assert_eq!(shim(&args(&["sh", "-c", "kill -9 $$"])), 137);
+        assert_eq!(read_exit(&f, 0).signal, Some(9));
+        assert_eq!(shim(&args(&["/nonexistent/program"])), 128);
+        let e = read_exit(&f, 0);
+        assert_eq!(e.reason, "StartError");
+        assert!(e
+            .message
+            .unwrap_or_default()
+            .contains("/nonexistent/program"));
+        assert_eq!(shim(&["--bogus".to_owned()]), 2);
+    }
+
+    #[test]
     fn exits() {
         let e = Exit::of(None, Some(9), 5);
         assert_eq!((e.exit_code, e.reason.as_str()), (137, "Error"));

@@ -978,4 +978,30 @@ mod tests {
         assert!(r.netns.starts_with("/var/run/netns"));
         assert!(kubeovn_netdev::validate_netns_name(&r.netns_name).is_ok());
     }
+
+    #[test]
+    fn log_files() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let dir = StateDir::new(d.path());
+        let mut r = PodRecord::new(&Settings::default(), "default", "web", "u-1");
+        r.save(&dir).expect("save");
+        let e = log_file(&dir, "default/web", None).expect_err("no container yet");
+        assert!(e.to_string().contains("no container yet"), "{e}");
+        r.containers = ["app", "side"]
+            .iter()
+            .map(|n| ContainerRecord {
+                name: (*n).to_owned(),
+                ..ContainerRecord::default()
+            })
+            .collect();
+        r.save(&dir).expect("save");
+        let e = log_file(&dir, "web", None).expect_err("two containers");
+        assert!(e.to_string().contains("choose one of [app side]"), "{e}");
+        assert_eq!(
+            log_file(&dir, "web", Some("side")).expect("side"),
+            d.path().join("pods/u-1/side.log")
+        );
+        assert!(log_file(&dir, "web", Some("nope")).is_err());
+        assert!(log_file(&dir, "default/other", None).is_err());
+    }
 }
