@@ -18,6 +18,7 @@
 //! - A process that ends is restarted per `restartPolicy` (`Always`, `OnFailure`) after a short backoff
 //!   ([`backoff`]: 0.5 s doubling to 10 s, shorter than Kubernetes' 10 s to 5 min so tests stay fast),
 //!   counting `restartCount`; with `Never` it stays terminated.
+//! - Init and ephemeral containers are not run; pods on the host network run nothing.
 //! - Readiness probes: `tcpSocket`, `httpGet` (plain HTTP) and `exec`, run from inside the pod's namespace,
 //!   with Kubernetes' defaults (initial delay 0, period 10 s, timeout 1 s, success 1, failure 3); tests set
 //!   `periodSeconds: 1`. `grpc` and HTTPS probes are not supported and never pass. Liveness and startup
@@ -703,8 +704,12 @@ pub fn shim_command(
     exit_file: Option<&Path>,
     argv: &[String],
 ) -> std::process::Command {
+    use std::os::unix::process::CommandExt;
     let mut cmd = std::process::Command::new(shim);
-    cmd.arg(SHIM_COMMAND).arg("--netns").arg(netns);
+    cmd.arg0("kube-ovn-sandbox")
+        .arg(SHIM_COMMAND)
+        .arg("--netns")
+        .arg(netns);
     if let Some(f) = exit_file {
         cmd.arg("--exit-file").arg(f);
     }

@@ -335,8 +335,9 @@ impl Kubelet {
         let settings = dir.load_settings()?;
         let client = client(&dir.kubeconfig()).await?;
         let cni = CniRuntime::load(&dir.cni_bin_dir(), &dir.conflist())?;
-        let shim = std::env::current_exe()
-            .map_err(|e| SandboxError::io("find this program", Path::new("/proc/self/exe"), e))?;
+        // This very program, even after a rebuild replaced its file (`/proc/self/exe` of the forked child
+        // is the kubelet's own image).
+        let shim = PathBuf::from("/proc/self/exe");
         Ok(Arc::new(Kubelet {
             dir,
             settings,
