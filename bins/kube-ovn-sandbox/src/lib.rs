@@ -27,6 +27,7 @@
 pub mod cgroup;
 // What a unit test does when it cannot run here (a failure under CI); shared with the test crates.
 pub mod cni;
+pub mod containers;
 pub mod endpoints;
 pub mod exec;
 pub mod kubelet;

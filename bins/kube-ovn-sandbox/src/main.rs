@@ -13,6 +13,7 @@ const USAGE: &str = "usage: kube-ovn-sandbox [--state-dir DIR] COMMAND
   down      stop everything `up` started and remove its network namespaces and links
   status    the processes and the pods' sandboxes
   exec NAMESPACE/POD -- COMMAND...   run a command in a pod's network namespace
+  logs NAMESPACE/POD [-c CONTAINER]  print a container's output (stdout and stderr, across restarts)
 
   --state-dir DIR       default $KUBE_OVN_SANDBOX_DIR or /var/lib/kube-ovn-sandbox
 up options:
@@ -33,6 +34,7 @@ enum Cmd {
     Down,
     Status,
     Exec(String, Vec<String>),
+    Logs(String, Option<String>),
     Kubelet,
 }
 
@@ -45,6 +47,7 @@ fn parse(args: Vec<String>) -> Result<(StateDir, Cmd), String> {
         ..UpOptions::default()
     };
     let mut command: Option<String> = None;
+    let mut container: Option<String> = None;
     let mut positional = Vec::new();
     let mut rest = Vec::new();
     let mut it = args.into_iter();
@@ -69,6 +72,7 @@ fn parse(args: Vec<String>) -> Result<(StateDir, Cmd), String> {
             "--bin-dir" => up.bin_dir = Some(PathBuf::from(value()?)),
             "--no-install" => up.install = false,
             "--no-demo" => up.no_demo = true,
+            "-c" | "--container" => container = Some(value()?),
             "--node-name" => s.node_name = value()?,
             "--bridge" => s.bridge = value()?,
             "--node-nic" => s.node_nic = value()?,
@@ -112,6 +116,12 @@ fn parse(args: Vec<String>) -> Result<(StateDir, Cmd), String> {
             }
             Cmd::Exec(target.clone(), rest)
         }
+        Some("logs") => {
+            let [target] = positional.as_slice() else {
+                return Err(format!("logs takes NAMESPACE/POD [-c CONTAINER]\n{USAGE}"));
+            };
+            Cmd::Logs(target.clone(), container)
+        }
         Some(other) => return Err(format!("unknown command {other:?}\n{USAGE}")),
         None => return Err(USAGE.to_owned()),
     };
@@ -130,7 +140,13 @@ fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
 }
 
 fn main() -> ExitCode {
-    let (dir, cmd) = match parse(std::env::args().skip(1).collect()) {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some(kube_ovn_sandbox::containers::SHIM_COMMAND) {
+        // The kubelet's monitor of one container: before any thread exists (it enters a namespace).
+        let code = kube_ovn_sandbox::containers::shim(&args[1..]);
+        return ExitCode::from(u8::try_from(code & 0xff).unwrap_or(1));
+    }
+    let (dir, cmd) = match parse(args) {
         Ok(x) => x,
         Err(e) => {
             eprintln!("{e}");
@@ -143,6 +159,20 @@ fn main() -> ExitCode {
             let e = kube_ovn_sandbox::exec::exec(&dir, &target, &argv);
             eprintln!("kube-ovn-sandbox: {e}");
             ExitCode::from(127)
+        }
+        Cmd::Logs(target, container) => {
+            match kube_ovn_sandbox::kubelet::log_file(&dir, &target, container.as_deref()) {
+                Ok(path) => {
+                    // A container that has not written anything yet has no log file: no output.
+                    let text = std::fs::read(&path).unwrap_or_default();
+                    let _ = std::io::Write::write_all(&mut std::io::stdout(), &text);
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("kube-ovn-sandbox logs: {e}");
+                    ExitCode::FAILURE
+                }
+            }
         }
         Cmd::Down => match sandbox::down(&dir) {
             Ok(()) => {

@@ -295,10 +295,16 @@ async fn create_json(api: &Api<DynamicObject>, v: Value) -> Result<(), SandboxEr
 /// network namespace, so a second ovs-vswitchd on the netdev datapath cannot open its bridges.
 pub fn other_vswitchd() -> Option<(u32, String)> {
     let rd = std::fs::read_dir("/proc").ok()?;
+    let netns = |dir: &Path| std::fs::read_link(dir.join("ns/net")).ok();
+    let ours = netns(Path::new("/proc/self"));
     rd.flatten().find_map(|e| {
         let pid: u32 = e.file_name().to_str()?.parse().ok()?;
         let comm = std::fs::read_to_string(e.path().join("comm")).ok()?;
         if comm.trim() != "ovs-vswitchd" || !ProcRecord::of("", pid).alive() {
+            return None;
+        }
+        // One in another network namespace has its own tap.
+        if ours.is_some() && netns(&e.path()) != ours {
             return None;
         }
         let cmd = std::fs::read(e.path().join("cmdline")).ok()?;
