@@ -146,6 +146,16 @@ fn main() -> ExitCode {
         let code = kube_ovn_sandbox::containers::shim(&args[1..]);
         return ExitCode::from(u8::try_from(code & 0xff).unwrap_or(1));
     }
+    if args.first().map(String::as_str) == Some(kube_ovn_sandbox::transport::SERVE_NAME_COMMAND) {
+        // The demo's backends: answer with the pod's name.
+        let port = args.get(1).and_then(|p| p.parse().ok()).unwrap_or(8080);
+        let name = std::env::var("HOSTNAME").unwrap_or_else(|_| "?".into());
+        if let Err(e) = kube_ovn_sandbox::transport::serve_name(port, &name) {
+            eprintln!("kube-ovn-sandbox serve-name: {e}");
+            return ExitCode::FAILURE;
+        }
+        return ExitCode::SUCCESS;
+    }
     let (dir, cmd) = match parse(args) {
         Ok(x) => x,
         Err(e) => {

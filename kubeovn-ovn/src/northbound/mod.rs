@@ -155,7 +155,9 @@ mod switch;
 pub use acl::{Acl, AclAction, AclDirection, AclParent, AclSeverity, Meter, MeterUnit};
 pub use global::{DhcpOptions, NbGlobal};
 pub use group::{AddressSet, PortGroup};
-pub use lb::{LbTarget, LoadBalancer, LoadBalancerGroup, LoadBalancerProtocol};
+pub use lb::{
+    LbTarget, LoadBalancer, LoadBalancerGroup, LoadBalancerProtocol, LoadBalancerSelectionFields,
+};
 pub use nat::{Nat, NatType};
 pub use raw::{RawOp, RawResult};
 pub use router::{
