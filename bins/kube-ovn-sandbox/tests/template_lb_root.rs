@@ -3,7 +3,8 @@
 //! row sets to that chassis' local endpoints.
 //! - One chassis: TCP through the VIP from a pod reaches only the backend the chassis' row lists (A, then B after
 //!   a change), never the one another chassis' row lists; with the variable empty the VIP no longer connects.
-//!   An ordinary load balancer in the same `Load_Balancer_Group` keeps working beside it.
+//!   The IPv6 VIP (a variable too, in a load balancer of its own) and hairpin (a backend through its own VIP)
+//!   work the same way. An ordinary load balancer in the same `Load_Balancer_Group` keeps working beside it.
 //! - Two chassis (each in a network namespace of its own, Geneve between them, one switch across both): the
 //!   same VIP reaches backend A from the pod on the first chassis and backend B from the pod on the second.
 
@@ -43,13 +44,10 @@ fn runnable() -> bool {
     true
 }
 
-/// Answers each TCP connection on argv[2] with argv[1] and closes it.
+/// Answers each TCP connection on argv[2] (IPv4 and IPv6) with argv[1] and closes it.
 const NAME_SERVER: &str = r#"
 import socket, sys
-s = socket.socket()
-s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind(("0.0.0.0", int(sys.argv[2])))
-s.listen(16)
+s = socket.create_server(("", int(sys.argv[2])), family=socket.AF_INET6, dualstack_ipv6=True)
 while True:
     c, _ = s.accept()
     c.sendall(sys.argv[1].encode())
@@ -249,15 +247,15 @@ async fn template_lb_reaches_only_this_chassis_backends() {
             "ls-tlb",
             "lr-tlb",
             "00:00:00:7b:00:01",
-            ["10.250.7.1/24"],
+            ["10.250.7.1/24", "fd00:250:7::1/64"],
         ));
     let pods = [
-        ("c", "00:00:00:7b:00:11", "10.250.7.11"),
-        ("a", "00:00:00:7b:00:12", "10.250.7.12"),
-        ("b", "00:00:00:7b:00:13", "10.250.7.13"),
+        ("c", "00:00:00:7b:00:11", "10.250.7.11", "fd00:250:7::11"),
+        ("a", "00:00:00:7b:00:12", "10.250.7.12", "fd00:250:7::12"),
+        ("b", "00:00:00:7b:00:13", "10.250.7.13", "fd00:250:7::13"),
     ];
-    for (p, mac, ip) in pods {
-        b.add(SwitchPort::new("ls-tlb", p).addresses([format!("{mac} {ip}")]));
+    for (p, mac, ip, ip6) in pods {
+        b.add(SwitchPort::new("ls-tlb", p).addresses([format!("{mac} {ip} {ip6}")]));
     }
     nb.commit(b).await.unwrap();
     let mut netns = Pods {
@@ -265,8 +263,27 @@ async fn template_lb_reaches_only_this_chassis_backends() {
         names: Vec::new(),
         servers: Vec::new(),
     };
-    for (p, mac, ip) in pods {
+    for (p, mac, ip, ip6) in pods {
         netns.add(&ovs, &bridge, p, mac, ip, "10.250.7.1").await;
+        let ns = netns.netns(p);
+        let cidr = format!("{ip6}/64");
+        run(
+            "ip",
+            &["-n", &ns, "addr", "add", &cidr, "dev", "eth0", "nodad"],
+        );
+        run(
+            "ip",
+            &[
+                "-n",
+                &ns,
+                "-6",
+                "route",
+                "add",
+                "default",
+                "via",
+                "fd00:250:7::1",
+            ],
+        );
     }
     netns.serve("a", 8080);
     netns.serve("b", 8080);
@@ -274,8 +291,11 @@ async fn template_lb_reaches_only_this_chassis_backends() {
     assert_eq!(netns.settle_then("c", "10.250.7.13", 8080, "b", 1), ["b"]);
 
     // The template load balancer (a Kubernetes name escaped into a variable name) and an ordinary one, in one
-    // Load_Balancer_Group on the switch.
+    // Load_Balancer_Group on the switch. IPv6 needs a load balancer of its own whose VIP is a variable too
+    // (23.03's ovn-northd refuses a literal IPv6 VIP in a template load balancer).
     let var = template_var_name("svc.itp-test.web.tcp.80");
+    let vip6 = template_var_name("svc.itp-test.web.vip6");
+    let var6 = template_var_name("svc.itp-test.web.tcp.80.v6");
     let mut b = Batch::new();
     b.add(
         LoadBalancer::new("svc.itp-test.web.tcp")
@@ -285,18 +305,34 @@ async fn template_lb_reaches_only_this_chassis_backends() {
             .option("address-family", "ipv4"),
     )
     .add(
+        LoadBalancer::new("svc.itp-test.web.tcp.v6")
+            .protocol(LoadBalancerProtocol::Tcp)
+            .vip(format!("^{vip6}:80"), [format!("^{var6}")])
+            .option("template", "true")
+            .option("address-family", "ipv6"),
+    )
+    .add(
         LoadBalancer::new("svc.itp-test.plain.tcp")
             .protocol(LoadBalancerProtocol::Tcp)
             .vip("10.96.0.20:80", ["10.250.7.13:8080"]),
     )
     // This chassis lists a, another chassis lists b.
-    .add(ChassisTemplateVars::new(&chassis).var(&var, "10.250.7.12:8080"))
+    .add(
+        ChassisTemplateVars::new(&chassis)
+            .var(&var, "10.250.7.12:8080")
+            .var(&vip6, "fd00:96::10")
+            .var(&var6, "[fd00:250:7::12]:8080"),
+    )
     .add(ChassisTemplateVars::new("another-node").var(&var, "10.250.7.13:8080"));
     nb.commit(b).await.unwrap();
-    let lbs: Vec<Atom> = ["svc.itp-test.web.tcp", "svc.itp-test.plain.tcp"]
-        .iter()
-        .map(|n| Atom::Uuid(nb.load_balancer(n).unwrap().uuid))
-        .collect();
+    let lbs: Vec<Atom> = [
+        "svc.itp-test.web.tcp",
+        "svc.itp-test.web.tcp.v6",
+        "svc.itp-test.plain.tcp",
+    ]
+    .iter()
+    .map(|n| Atom::Uuid(nb.load_balancer(n).unwrap().uuid))
+    .collect();
     let mut b = Batch::new();
     b.raw(
         Operation::insert("Load_Balancer_Group")
@@ -316,6 +352,11 @@ async fn template_lb_reaches_only_this_chassis_backends() {
         got.iter().all(|g| g == "a"),
         "only this chassis' a: {got:?}"
     );
+    let got = netns.settle_then("c", "fd00:96::10", 80, "a", 3);
+    assert!(got.iter().all(|g| g == "a"), "IPv6: {got:?}");
+    // Hairpin: the backend reaches itself through the VIP.
+    let got = netns.settle_then("a", "10.96.0.10", 80, "a", 2);
+    assert!(got.iter().all(|g| g == "a"), "hairpin: {got:?}");
     let got = netns.settle_then("c", "10.96.0.20", 80, "b", 2);
     assert!(got.iter().all(|g| g == "b"), "the ordinary VIP: {got:?}");
 

@@ -4,7 +4,8 @@
 //! enforced on a switch that spans every node.
 //!
 //! What OVN 23.03 (NB schema 7.0.0) does, found by experiment with ovn-northd, ovn-controller and the
-//! userspace datapath (the test `template_lb_root` shows the datapath part):
+//! userspace datapath (`bins/kube-ovn-sandbox/tests/template_lb_root.rs` shows the datapath part on one and on
+//! two chassis):
 //! - A template load balancer may keep a literal IPv4 VIP (`"10.96.0.10:80"`) with template backends
 //!   (`"^VAR"`); its port is written after the VIP as usual. ovn-northd puts the literal VIP in the match and
 //!   `ct_lb_mark(backends=^VAR)` in the action; ovn-controller expands the action per chassis.
@@ -28,6 +29,7 @@
 //!   writes its affinity flows for the variable as if it were one IPv6 backend, ovn-controller cannot parse
 //!   them, and connections are spread over the backends.
 //! - Template and ordinary load balancers can share one `Load_Balancer_Group` attached to a switch; both work.
+//!   Hairpin (a backend reaching itself through the VIP) works.
 //! - Clearing a variable, or every variable of a chassis, is safe. Deleting the row of a chassis whose
 //!   ovn-controller runs is not: ovn-controller 23.03.1 keeps the old flows (the VIP still reaches the old
 //!   backends), and when a row for that chassis is created again it aborts ("assertion
