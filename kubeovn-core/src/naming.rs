@@ -28,6 +28,17 @@ pub const NODE_PORT_PREFIX: &str = "node-";
 /// The node's interface on the join switch.
 pub const NODE_NIC: &str = "ovn0";
 
+/// The load balancer of a Service for one protocol (`tcp`, `udp`, `sctp`): `svc.<namespace>.<name>.<proto>`
+/// (namespaces and Service names are DNS labels, without dots, so the name is unambiguous).
+pub fn service_lb(namespace: &str, name: &str, protocol: &str) -> String {
+    format!("svc.{namespace}.{name}.{protocol}")
+}
+
+/// The load balancer group holding a VPC's Service load balancers, attached to its switches.
+pub fn lb_group(vpc: &str) -> String {
+    format!("lbg.{vpc}")
+}
+
 /// Keys of the external_ids Kube-OVN puts on northbound rows.
 pub mod external_ids {
     /// Marks rows Kube-OVN owns; value [`VENDOR`](super::VENDOR). GC only ever touches such rows.
@@ -56,6 +67,10 @@ pub mod external_ids {
     pub const IPV4_NETWORK: &str = "ipv4_network";
     /// IPv6 network of a port.
     pub const IPV6_NETWORK: &str = "ipv6_network";
+    /// `<namespace>/<name>` of a Service's load balancer.
+    pub const SERVICE: &str = "service";
+    /// VPC of a Service's load balancer (whose group holds it).
+    pub const VPC: &str = "vpc";
 }
 
 /// Router policy priorities Kube-OVN uses on a VPC's router.

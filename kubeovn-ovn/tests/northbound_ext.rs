@@ -180,6 +180,105 @@ async fn load_balancers_and_vips() {
 }
 
 #[tokio::test]
+async fn load_balancer_groups_exact_vips_and_group_delete() {
+    let Some(srv) = server() else { return };
+    let nb = OvsdbNorthbound::connect(&srv.unix_remote()).await.unwrap();
+    let lb = |backends: &[&str]| {
+        LoadBalancer::new("svc.default.web.tcp")
+            .protocol(LoadBalancerProtocol::Tcp)
+            .vip("10.96.0.10:80", backends)
+            .option("reject", "true")
+            .external_id("service", "default/web")
+            .exact()
+    };
+    // Group, member and attachment in the same transaction as the switch and the load balancer.
+    let mut b = Batch::new();
+    b.add(LogicalSwitch::new("ls0"));
+    b.add(Router::new("lr0"));
+    b.add(lb(&["10.16.0.2:8080", "10.16.0.3:8080"]));
+    b.add(kubeovn_ovn::northbound::LoadBalancerGroup::new("lbg.vpc"));
+    b.lb_group_add("lbg.vpc", ["svc.default.web.tcp"]);
+    b.lb_group_attach("lbg.vpc", LbTarget::Switch("ls0".into()));
+    b.lb_group_attach("lbg.vpc", LbTarget::Router("lr0".into()));
+    nb.commit(b.clone()).await.unwrap();
+    assert!(nb.plan(&b).unwrap().is_none(), "idempotent");
+    let g = nb.load_balancer_group("lbg.vpc").unwrap();
+    assert_eq!(g.load_balancer.len(), 1);
+    let members = nbctl(
+        &srv,
+        &[
+            "--bare",
+            "--columns=load_balancer",
+            "list",
+            "Load_Balancer_Group",
+        ],
+    );
+    let lb_uuid = nbctl(
+        &srv,
+        &["--bare", "--columns=_uuid", "list", "Load_Balancer"],
+    );
+    assert_eq!(members, lb_uuid);
+    let on_switch = nbctl(
+        &srv,
+        &["get", "Logical_Switch", "ls0", "load_balancer_group"],
+    );
+    assert!(
+        on_switch.starts_with('[') && on_switch.len() > 2,
+        "{on_switch}"
+    );
+    assert_eq!(
+        nb.load_balancers_by_external_id("service", "default/web")
+            .len(),
+        1
+    );
+
+    // Exact: a backend list that shrinks and an option dropped are one update of that row.
+    let mut b = Batch::new();
+    b.add(
+        LoadBalancer::new("svc.default.web.tcp")
+            .protocol(LoadBalancerProtocol::Tcp)
+            .vip("10.96.0.10:80", ["10.16.0.3:8080"])
+            .external_id("service", "default/web")
+            .exact(),
+    );
+    let plan = nb.plan(&b).unwrap().unwrap();
+    assert_eq!(plan.txn.ops.len(), 1, "one update");
+    nb.commit(b).await.unwrap();
+    let got = nb.load_balancer("svc.default.web.tcp").unwrap();
+    assert_eq!(got.vips["10.96.0.10:80"], "10.16.0.3:8080");
+    assert!(got.options.is_empty(), "{:?}", got.options);
+
+    // Removing the member, then deleting the group detaches it from the switch and the router first.
+    let mut b = Batch::new();
+    b.lb_group_remove("lbg.vpc", ["svc.default.web.tcp"]);
+    nb.commit(b).await.unwrap();
+    assert!(nb
+        .load_balancer_group("lbg.vpc")
+        .unwrap()
+        .load_balancer
+        .is_empty());
+    let mut b = Batch::new();
+    b.delete_lb_group("lbg.vpc");
+    nb.commit(b.clone()).await.unwrap();
+    nb.commit(b).await.unwrap();
+    assert!(nb.load_balancer_group("lbg.vpc").is_none());
+    assert_eq!(
+        nbctl(
+            &srv,
+            &["get", "Logical_Switch", "ls0", "load_balancer_group"]
+        ),
+        "[]"
+    );
+    assert_eq!(
+        nbctl(
+            &srv,
+            &["get", "Logical_Router", "lr0", "load_balancer_group"]
+        ),
+        "[]"
+    );
+}
+
+#[tokio::test]
 async fn nat_dhcp_and_nb_global() {
     let Some(srv) = server() else { return };
     nbctl(&srv, &["init"]);

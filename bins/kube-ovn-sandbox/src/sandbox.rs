@@ -295,10 +295,16 @@ async fn create_json(api: &Api<DynamicObject>, v: Value) -> Result<(), SandboxEr
 /// network namespace, so a second ovs-vswitchd on the netdev datapath cannot open its bridges.
 pub fn other_vswitchd() -> Option<(u32, String)> {
     let rd = std::fs::read_dir("/proc").ok()?;
+    let netns = |dir: &Path| std::fs::read_link(dir.join("ns/net")).ok();
+    let ours = netns(Path::new("/proc/self"));
     rd.flatten().find_map(|e| {
         let pid: u32 = e.file_name().to_str()?.parse().ok()?;
         let comm = std::fs::read_to_string(e.path().join("comm")).ok()?;
         if comm.trim() != "ovs-vswitchd" || !ProcRecord::of("", pid).alive() {
+            return None;
+        }
+        // One in another network namespace has its own tap.
+        if ours.is_some() && netns(&e.path()) != ours {
             return None;
         }
         let cmd = std::fs::read(e.path().join("cmdline")).ok()?;
@@ -420,7 +426,9 @@ async fn start_all(
     cmd.arg("--listen")
         .arg(&settings.api_addr)
         .arg("--kubeconfig")
-        .arg(dir.kubeconfig());
+        .arg(dir.kubeconfig())
+        .arg("--service-cluster-ip-range")
+        .arg(&settings.service_cidr);
     let api = spawn_detached("kube-ovn-testapi", cmd, &log)?;
     pids.push(api.clone());
     save_pids(dir, pids)?;
@@ -470,6 +478,8 @@ async fn start_all(
         .arg(&settings.join_cidr)
         .arg("--node-switch-gateway")
         .arg(first_host(&settings.join_cidr)?)
+        .arg("--service-cluster-ip-range")
+        .arg(&settings.service_cidr)
         .arg("--log-level")
         .arg("info");
     let ctl = spawn_detached("kube-ovn-controller", cmd, &log)?;
@@ -649,7 +659,9 @@ pub fn daemon_args(cmd: &mut Command, dir: &StateDir, s: &Settings) {
         .arg("--node-nic")
         .arg(&s.node_nic)
         .arg("--pod-cidrs")
-        .arg(format!("{},{}", s.default_cidr, s.demo_cidr));
+        .arg(format!("{},{}", s.default_cidr, s.demo_cidr))
+        .arg("--service-cluster-ip-range")
+        .arg(&s.service_cidr);
 }
 
 async fn create_demo_subnet(client: &kube::Client, s: &Settings) -> Result<(), SandboxError> {

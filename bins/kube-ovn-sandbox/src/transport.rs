@@ -31,7 +31,10 @@ impl Transport {
 }
 
 /// Runs `f` on a new thread inside the network namespace at `netns`.
-fn in_netns<T: Send>(netns: &Path, f: impl FnOnce() -> io::Result<T> + Send) -> io::Result<T> {
+pub(crate) fn in_netns<T: Send>(
+    netns: &Path,
+    f: impl FnOnce() -> io::Result<T> + Send,
+) -> io::Result<T> {
     std::thread::scope(|s| {
         s.spawn(|| {
             let ns = File::open(netns)?;

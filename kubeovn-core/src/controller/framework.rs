@@ -139,6 +139,11 @@ impl<K> Key<K> {
     pub fn namespace(&self) -> Option<&str> {
         self.ns_len.and_then(|n| self.text.get(..n as usize))
     }
+
+    /// `namespace/name`, or `name`.
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
 }
 
 impl<K: Resource> Key<K> {
@@ -602,6 +607,18 @@ impl<C: Context> Builder<C> {
         }
         let (store, writer) = reflector::store::<K>();
         self.add_slot::<K>(None, Arc::new(store), writer, Watch::default());
+    }
+
+    /// Watches kind `K` into `store` (no reconciler), e.g. a store that also keeps an index.
+    pub fn watch_in<K: Object>(
+        &mut self,
+        store: Arc<dyn ObjectStore<K>>,
+        writer: impl StoreWriter<K>,
+    ) {
+        if self.slots.contains_key(&TypeId::of::<K>()) {
+            return;
+        }
+        self.add_slot::<K>(None, store, writer, Watch::default());
     }
 
     /// Registers reconciler `R` (its kind watched into kube-runtime's store).

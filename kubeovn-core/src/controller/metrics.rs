@@ -28,6 +28,9 @@ struct Inner {
     handler_errors: Family<Labels, Counter>,
     handler_panics: Family<Labels, Counter>,
     reconcile: Family<Labels, Histogram, fn() -> Histogram>,
+    services: Gauge,
+    service_backends: Gauge,
+    service_programming: Histogram,
 }
 
 /// One kind's reconciler run times and failures (shares the registered metrics; cheap to clone).
@@ -117,6 +120,24 @@ impl Metrics {
             "Handler panics per kind (caught; the key is retried)",
             handler_panics.clone(),
         );
+        let services = Gauge::default();
+        let service_backends = Gauge::default();
+        let service_programming = latency_histogram();
+        registry.register(
+            "services",
+            "Services with load balancers in OVN",
+            services.clone(),
+        );
+        registry.register(
+            "service_backends",
+            "Backends over every Service VIP",
+            service_backends.clone(),
+        );
+        registry.register(
+            "service_programming_seconds",
+            "Time from a Service's run to its load balancers' change committed in NB",
+            service_programming.clone(),
+        );
         registry.register(
             "reconcile_seconds",
             "Reconciler run time per kind and outcome",
@@ -133,6 +154,9 @@ impl Metrics {
             handler_errors,
             handler_panics,
             reconcile,
+            services,
+            service_backends,
+            service_programming,
         }))
     }
 
@@ -205,6 +229,18 @@ impl Metrics {
                 .get_or_create(&vec![("kind", kind.to_owned())])
                 .clone(),
         }
+    }
+
+    /// Sets the number of Services with load balancers and of their backends.
+    pub fn services(&self, services: usize, backends: usize) {
+        let clamp = |v: usize| i64::try_from(v).unwrap_or(i64::MAX);
+        self.0.services.set(clamp(services));
+        self.0.service_backends.set(clamp(backends));
+    }
+
+    /// Records one Service change programmed in NB.
+    pub fn service_programmed(&self, d: Duration) {
+        self.0.service_programming.observe(d.as_secs_f64());
     }
 
     /// Counts a handler panic.

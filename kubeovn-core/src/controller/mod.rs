@@ -44,6 +44,7 @@ mod pod;
 pub mod podinfo;
 mod podstore;
 mod rebuild;
+pub mod service;
 mod subnet;
 #[cfg(test)]
 mod testing;
@@ -190,6 +191,10 @@ pub(crate) struct Ctx {
     pub waiting: pod::Waiting,
     /// Users' reservations (IP records) the allocator holds or that wait for their subnet.
     pub reservations: Mutex<ip::Reservations>,
+    /// EndpointSlices, indexed by Service.
+    pub slices: service::SliceStore,
+    /// What each Service has in OVN.
+    pub services: service::ServiceState,
 }
 
 impl Context for Ctx {
@@ -424,6 +429,9 @@ impl Controller {
         kinds.reconcile::<vpc::Vpcs>();
         kinds.reconcile::<subnet::Subnets>();
         kinds.reconcile::<ippool::Pools>();
+        let (slices, slices_w) = service::SliceStore::new();
+        kinds.watch_in(Arc::new(slices.clone()), slices_w);
+        kinds.reconcile::<service::Services>();
         let (kinds, kinds_start) = kinds.build();
         for i in kinds_start.informers {
             spawn(i);
@@ -500,6 +508,8 @@ impl Controller {
             pods,
             waiting: pod::Waiting::default(),
             reservations: Mutex::default(),
+            slices,
+            services: service::ServiceState::default(),
         });
         let (report, orphans) =
             rebuild::rebuild(&ctx, &[join.clone(), default.clone()], records, ips)?;
@@ -511,6 +521,7 @@ impl Controller {
         subnet::reconcile_info(&ctx, &default).await?;
         // What went away while the controller was down is released before it reports started.
         gc::at_start(&ctx, orphans).await?;
+        service::remove_stale(&ctx).await?;
         Ok((ctx, kinds_start.workers))
     }
 }

@@ -7,8 +7,8 @@ use std::net::IpAddr;
 use ipnetwork::IpNetwork;
 use kubeovn_ipam::{Addresses, Mac};
 use kubeovn_ovn::northbound::{
-    Batch, LogicalRouterPolicyAction, LogicalSwitch, Op, Patch, PortGroup, RouterPolicy,
-    StaticRoute, SwitchPort,
+    Batch, LbTarget, LoadBalancerGroup, LogicalRouterPolicyAction, LogicalSwitch, Op, Patch,
+    PortGroup, RouterPolicy, StaticRoute, SwitchPort,
 };
 
 use crate::naming::{self, external_ids as ext, priority};
@@ -36,6 +36,8 @@ pub struct SubnetInfo {
     pub default: bool,
     /// Whether this is the join subnet (node ports live there).
     pub join: bool,
+    /// Whether the VPC's Service load balancers apply to the switch (`enableLb`, default true).
+    pub enable_lb: bool,
 }
 
 impl SubnetInfo {
@@ -151,6 +153,14 @@ pub fn subnet_batch(s: &SubnetInfo, mac: &str) -> Batch {
     excl.dedup();
     ls = ls.exclude_ips(excl);
     b.add(ls);
+    // Services reach the switch's pods through the VPC's group: attached once, whatever the Services.
+    let group = naming::lb_group(&s.vpc);
+    if s.enable_lb {
+        b.add(LoadBalancerGroup::new(&group));
+        b.lb_group_attach(&group, LbTarget::Switch(s.name.clone()));
+    } else {
+        b.lb_group_detach(&group, LbTarget::Switch(s.name.clone()));
+    }
     let mut patch = Patch::new(&s.name, &s.vpc, mac, s.router_networks());
     patch.external_ids = vendor_ids();
     b.patch(patch);
@@ -397,6 +407,7 @@ mod tests {
             namespaces: vec![],
             default: true,
             join: false,
+            enable_lb: true,
         }
     }
 

@@ -111,6 +111,7 @@ pub(crate) fn info_from_config(c: &SubnetConfig, vpc: &str, join: bool) -> Resul
         namespaces: Vec::new(),
         default: !join,
         join,
+        enable_lb: true,
     })
 }
 
@@ -158,6 +159,7 @@ fn info_from_spec(name: &str, spec: &SubnetSpec, config: &Config) -> Result<Subn
         namespaces: spec.namespaces.clone(),
         default: spec.default,
         join: name == config.join_subnet.name,
+        enable_lb: spec.enable_lb.unwrap_or(true),
         name: name.to_owned(),
     })
 }
@@ -589,6 +591,11 @@ async fn reconcile(ctx: &Ctx, obj: &Decoded<Subnet>) -> Result<()> {
         let mut b = plan::subnet_delete_batch(old, &nodes);
         b.ops
             .retain(|op| !matches!(op, kubeovn_ovn::northbound::Op::DeleteSwitch(_)));
+        // The old VPC's Services no longer apply to the switch.
+        b.lb_group_detach(
+            &crate::naming::lb_group(&old.vpc),
+            kubeovn_ovn::northbound::LbTarget::Switch(name.to_owned()),
+        );
         ctx.writer.commit(b).await?;
         ctx.enqueue(Key::<Vpc>::cluster(&old.vpc));
     }
@@ -1189,6 +1196,10 @@ mod behaviour {
         run(&h, "s1").await.expect("run");
         assert!(h.nb.router_port("blue-s1").is_some());
         assert!(h.nb.switch_port("s1-blue").is_some());
+        // The switch holds the new VPC's Service group only.
+        let groups = h.nb.switch("s1").expect("switch").load_balancer_group;
+        let blue = h.nb.load_balancer_group("lbg.blue").expect("blue group");
+        assert_eq!(groups.into_iter().collect::<Vec<_>>(), [blue.uuid]);
         assert!(h.nb.router_port("ovn-cluster-s1").is_none());
         assert!(h.nb.switch_port("s1-ovn-cluster").is_none());
         assert!(h.nb.port_group("s1.n1").is_none());

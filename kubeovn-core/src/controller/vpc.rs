@@ -44,6 +44,7 @@ impl Reconciler<Ctx> for Vpcs {
         }
         let mut b = Batch::new();
         b.delete_router(key.name());
+        b.delete_lb_group(naming::lb_group(key.name()));
         ctx.writer.commit(b).await.map(|()| Action::Done)
     }
 }
@@ -80,6 +81,8 @@ async fn reconcile(ctx: &Ctx, vpc: &Vpc) -> Result<()> {
         },
         router: name.to_owned(),
         subnets,
+        load_balancer_group: naming::lb_group(name),
+        load_balancers: ctx.services.lbs_of(name),
         ..current.clone()
     };
     if status == current {

@@ -264,6 +264,12 @@ pub struct VpcStatus {
     /// Subnets of the VPC.
     #[serde(default, deserialize_with = "null_default")]
     pub subnets: Vec<String>,
+    /// The load balancer group holding the VPC's Service load balancers (attached to its switches).
+    #[serde(default, deserialize_with = "null_default")]
+    pub load_balancer_group: String,
+    /// The Service load balancers of the VPC (`svc.<namespace>.<name>.<protocol>`).
+    #[serde(default, deserialize_with = "null_default")]
+    pub load_balancers: Vec<String>,
     /// Peered VPCs.
     #[serde(default, deserialize_with = "null_default")]
     pub vpc_peerings: Vec<String>,

@@ -1,5 +1,6 @@
 //! Load balancers, their VIPs, and their attachment to switches and routers (`lb-add`, `ls-lb-add`,
-//! `lr-lb-add`).
+//! `lr-lb-add`), directly or through load balancer groups (`Load_Balancer_Group`): a switch or router holds a
+//! group once, and northd works per group instead of per load balancer and datapath.
 
 use std::collections::BTreeMap;
 
@@ -8,16 +9,20 @@ use crate::datum::{Atom, Datum};
 use crate::error::Error;
 use crate::model::Model;
 use crate::models::nb;
+use crate::ops::Condition;
 use crate::ops::Operation;
-use crate::rowdiff::{map_datum, merged, merged_opt, Map};
+use crate::rowdiff::{map_datum, map_of, merged, merged_opt, Map};
+use crate::uuid::Uuid;
 
 pub use crate::models::nb::LoadBalancerProtocol;
 
 type Lb = nb::LoadBalancer;
+type Lbg = nb::LoadBalancerGroup;
 type Ls = nb::LogicalSwitch;
 type Lr = nb::LogicalRouter;
 
-/// A load balancer; `vips` are merged into the existing ones (see [`super::Op::LbRemoveVip`]).
+/// A load balancer; `vips` and `options` are merged into the existing ones (see [`super::Op::LbRemoveVip`]),
+/// or replace them with [`LoadBalancer::exact`].
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LoadBalancer {
     /// Name.
@@ -30,6 +35,8 @@ pub struct LoadBalancer {
     pub options: Map,
     /// `external_ids` (merged).
     pub external_ids: Map,
+    /// `vips` and `options` become exactly these (keys not listed are removed).
+    pub exact: bool,
 }
 
 impl LoadBalancer {
@@ -63,7 +70,28 @@ impl LoadBalancer {
         self.options.insert(k.into(), v.into());
         self
     }
+    /// Makes `vips` and `options` exactly these: what the row has beyond them is removed (in the same
+    /// update, so a changed backend list is one small write).
+    pub fn exact(mut self) -> Self {
+        self.exact = true;
+        self
+    }
     ext_ids!();
+    execute!();
+}
+
+/// A load balancer group (`Load_Balancer_Group`); members are added with [`super::Batch::lb_group_add`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LoadBalancerGroup {
+    /// Name.
+    pub name: String,
+}
+
+impl LoadBalancerGroup {
+    /// A group named `name`.
+    pub fn new(name: impl Into<String>) -> Self {
+        LoadBalancerGroup { name: name.into() }
+    }
     execute!();
 }
 
@@ -86,7 +114,11 @@ impl Planner<'_, '_> {
                     .iter()
                     .map(|(k, v)| (k.clone(), Some(v.clone())))
                     .collect();
-                if let Some(m) = merged_opt(row.get(Lb::VIPS), &vips) {
+                if lb.exact {
+                    if map_of(row.get(Lb::VIPS)) != lb.vips {
+                        cols.push((Lb::VIPS, map_datum(&lb.vips)));
+                    }
+                } else if let Some(m) = merged_opt(row.get(Lb::VIPS), &vips) {
                     cols.push((Lb::VIPS, map_datum(&m)));
                 }
                 if let Some(p) = &lb.protocol {
@@ -100,7 +132,11 @@ impl Planner<'_, '_> {
                         cols.push((Lb::PROTOCOL, Datum::set([p])));
                     }
                 }
-                if let Some(m) = merged(row.get(Lb::OPTIONS), &lb.options) {
+                if lb.exact {
+                    if map_of(row.get(Lb::OPTIONS)) != lb.options {
+                        cols.push((Lb::OPTIONS, map_datum(&lb.options)));
+                    }
+                } else if let Some(m) = merged(row.get(Lb::OPTIONS), &lb.options) {
                     cols.push((Lb::OPTIONS, map_datum(&m)));
                 }
                 Self::ext_ids(&mut cols, &row, &lb.external_ids);
@@ -195,6 +231,145 @@ impl Planner<'_, '_> {
                 Self::mutate_row(table, t.as_deref(), name)
                     .delete(COLUMN, Datum::Set(vec![lb_ref])),
             );
+        }
+        Ok(())
+    }
+
+    pub(super) fn load_balancer_group(&mut self, g: &LoadBalancerGroup) -> Result<(), Error> {
+        if self.find(Lbg::TABLE, &g.name).is_some()
+            || self.new_names.contains_key(&(Lbg::TABLE, g.name.clone()))
+        {
+            return Ok(());
+        }
+        let n = self.named();
+        let ins = Operation::insert(Lbg::TABLE)
+            .uuid_name(&n)
+            .value(Lbg::NAME, g.name.as_str());
+        self.push_insert(Lbg::TABLE, ins.into());
+        self.new_names.insert((Lbg::TABLE, g.name.clone()), n);
+        Ok(())
+    }
+
+    /// Deletes a group after removing it from every switch and router that holds it (their references are
+    /// strong: the server refuses to delete a referenced group).
+    pub(super) fn delete_load_balancer_group(&mut self, name: &str) -> Result<(), Error> {
+        let Some(row) = self.find(Lbg::TABLE, name).cloned() else {
+            return Ok(());
+        };
+        let u = row.uuid();
+        for table in [Ls::TABLE, Lr::TABLE] {
+            let holders: Vec<Uuid> = self
+                .view
+                .rows(table)
+                .filter(|r| r.uuids(Ls::LOAD_BALANCER_GROUP).any(|x| x == u))
+                .map(|r| r.uuid())
+                .collect();
+            for h in holders {
+                self.txn.push(
+                    Operation::mutate(table)
+                        .uuid(h)
+                        .delete(Ls::LOAD_BALANCER_GROUP, Datum::set([u])),
+                );
+            }
+        }
+        self.delete_named(Lbg::TABLE, name);
+        Ok(())
+    }
+
+    /// Adds (or removes) load balancers, by name, to (from) a group.
+    pub(super) fn lb_group_members(
+        &mut self,
+        group: &str,
+        lbs: &[String],
+        add: bool,
+    ) -> Result<(), Error> {
+        let row = match self.named_row(Lbg::TABLE, group) {
+            Ok(r) => r,
+            Err(_) if !add => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        let mut atoms = Vec::new();
+        for name in lbs {
+            match self.lb_ref(name) {
+                Some(Atom::Uuid(u)) => {
+                    let has = row
+                        .as_ref()
+                        .is_some_and(|r| r.uuids(Lbg::LOAD_BALANCER).any(|x| x == u));
+                    if has != add {
+                        atoms.push(Atom::Uuid(u));
+                    }
+                }
+                Some(a) if add => atoms.push(a),
+                Some(_) => {}
+                None if add => {
+                    return Err(NbError::NotFound {
+                        table: Lb::TABLE,
+                        name: name.clone(),
+                    }
+                    .into())
+                }
+                None => {}
+            }
+        }
+        if atoms.is_empty() {
+            return Ok(());
+        }
+        let m = match &row {
+            Some(r) => Operation::mutate(Lbg::TABLE).uuid(r.uuid()),
+            None => Operation::mutate(Lbg::TABLE).filter(Condition::eq(Lbg::NAME, group)),
+        };
+        self.txn.push(if add {
+            m.insert(Lbg::LOAD_BALANCER, Datum::Set(atoms))
+        } else {
+            m.delete(Lbg::LOAD_BALANCER, Datum::Set(atoms))
+        });
+        Ok(())
+    }
+
+    /// Attaches (or detaches) a group to a switch or router.
+    pub(super) fn lb_group_attach(
+        &mut self,
+        group: &str,
+        target: &LbTarget,
+        attach: bool,
+    ) -> Result<(), Error> {
+        // The switch's and the router's column have the same name.
+        const COLUMN: &str = Ls::LOAD_BALANCER_GROUP;
+        let (table, name) = match target {
+            LbTarget::Switch(n) => (Ls::TABLE, n),
+            LbTarget::Router(n) => (Lr::TABLE, n),
+        };
+        let g = match (
+            self.find(Lbg::TABLE, group),
+            self.new_names.get(&(Lbg::TABLE, group.to_owned())),
+        ) {
+            (Some(r), _) => Atom::Uuid(r.uuid()),
+            (None, Some(n)) => Atom::NamedUuid(n.clone()),
+            (None, None) if !attach => return Ok(()),
+            (None, None) => {
+                return Err(NbError::NotFound {
+                    table: Lbg::TABLE,
+                    name: group.to_owned(),
+                }
+                .into())
+            }
+        };
+        let t = match self.named_row(table, name) {
+            Ok(t) => t,
+            Err(_) if !attach => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        let has = match (&g, &t) {
+            (Atom::Uuid(u), Some(t)) => t.uuids(COLUMN).any(|x| x == *u),
+            _ => false,
+        };
+        if attach != has {
+            let m = Self::mutate_row(table, t.as_deref(), name);
+            self.txn.push(if attach {
+                m.insert(COLUMN, Datum::Set(vec![g]))
+            } else {
+                m.delete(COLUMN, Datum::Set(vec![g]))
+            });
         }
         Ok(())
     }

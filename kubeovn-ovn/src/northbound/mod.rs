@@ -156,7 +156,7 @@ mod template;
 pub use acl::{Acl, AclAction, AclDirection, AclParent, AclSeverity, Meter, MeterUnit};
 pub use global::{DhcpOptions, NbGlobal};
 pub use group::{AddressSet, PortGroup};
-pub use lb::{LbTarget, LoadBalancer, LoadBalancerProtocol};
+pub use lb::{LbTarget, LoadBalancer, LoadBalancerGroup, LoadBalancerProtocol};
 pub use nat::{Nat, NatType};
 pub use raw::{RawOp, RawResult};
 pub use router::{
@@ -275,6 +275,28 @@ pub enum Op {
         /// true: attach; false: detach.
         attach: bool,
     },
+    /// Ensure a load balancer group.
+    LoadBalancerGroup(LoadBalancerGroup),
+    /// Delete a load balancer group by name (switches and routers drop it first).
+    DeleteLoadBalancerGroup(String),
+    /// Add (or remove) load balancers, by name, to (from) a group.
+    LbGroupMembers {
+        /// Group.
+        group: String,
+        /// Load balancers.
+        lbs: Vec<String>,
+        /// true: add; false: remove.
+        add: bool,
+    },
+    /// Attach (or detach) a load balancer group to a switch or router.
+    LbGroupAttach {
+        /// Group.
+        group: String,
+        /// Switch or router.
+        target: LbTarget,
+        /// true: attach; false: detach.
+        attach: bool,
+    },
     /// Ensure a NAT rule.
     Nat(Nat),
     /// Delete the NAT rules of `router` of this type whose identifying IP (logical for snat, external
@@ -327,6 +349,7 @@ into_op!(
     Acl,
     Meter,
     LoadBalancer,
+    LoadBalancerGroup,
     Nat,
     DhcpOptions,
     NbGlobal,
@@ -493,6 +516,50 @@ impl Batch {
             attach: false,
         })
     }
+    /// Deletes a load balancer group (detaching it from switches and routers first).
+    pub fn delete_lb_group(&mut self, name: impl Into<String>) -> &mut Self {
+        self.add(Op::DeleteLoadBalancerGroup(name.into()))
+    }
+    /// Adds load balancers to a group.
+    pub fn lb_group_add<I: IntoIterator<Item = S>, S: Into<String>>(
+        &mut self,
+        group: &str,
+        lbs: I,
+    ) -> &mut Self {
+        self.add(Op::LbGroupMembers {
+            group: group.to_owned(),
+            lbs: lbs.into_iter().map(Into::into).collect(),
+            add: true,
+        })
+    }
+    /// Removes load balancers from a group.
+    pub fn lb_group_remove<I: IntoIterator<Item = S>, S: Into<String>>(
+        &mut self,
+        group: &str,
+        lbs: I,
+    ) -> &mut Self {
+        self.add(Op::LbGroupMembers {
+            group: group.to_owned(),
+            lbs: lbs.into_iter().map(Into::into).collect(),
+            add: false,
+        })
+    }
+    /// Attaches a load balancer group to a switch or router.
+    pub fn lb_group_attach(&mut self, group: &str, target: LbTarget) -> &mut Self {
+        self.add(Op::LbGroupAttach {
+            group: group.to_owned(),
+            target,
+            attach: true,
+        })
+    }
+    /// Detaches a load balancer group from a switch or router.
+    pub fn lb_group_detach(&mut self, group: &str, target: LbTarget) -> &mut Self {
+        self.add(Op::LbGroupAttach {
+            group: group.to_owned(),
+            target,
+            attach: false,
+        })
+    }
     /// Deletes NAT rules (see [`Op::DeleteNat`]).
     pub fn delete_nat(&mut self, router: &str, nat_type: NatType, ip: &str) -> &mut Self {
         self.add(Op::DeleteNat {
@@ -559,6 +626,10 @@ pub trait Northbound: Send + Sync {
     fn meter(&self, name: &str) -> Option<nb::Meter>;
     /// A load balancer by name.
     fn load_balancer(&self, name: &str) -> Option<nb::LoadBalancer>;
+    /// The load balancers whose `external_ids:key` is `value`.
+    fn load_balancers_by_external_id(&self, key: &str, value: &str) -> Vec<nb::LoadBalancer>;
+    /// A load balancer group by name.
+    fn load_balancer_group(&self, name: &str) -> Option<nb::LoadBalancerGroup>;
     /// A router's NAT rules.
     fn nats(&self, router: &str) -> Vec<nb::Nat>;
     /// The DHCP options of `cidr` whose external_ids include `external_ids`.
@@ -587,6 +658,7 @@ pub const TABLES: &[&str] = &[
     nb::Meter::TABLE,
     nb::MeterBand::TABLE,
     nb::LoadBalancer::TABLE,
+    nb::LoadBalancerGroup::TABLE,
     nb::Nat::TABLE,
     nb::DhcpOptions::TABLE,
     nb::NbGlobal::TABLE,
@@ -648,6 +720,7 @@ impl OvsdbNorthbound {
             .index(nb::LogicalSwitch::TABLE, NAME)
             .index(nb::LogicalRouter::TABLE, NAME)
             .index(nb::LoadBalancer::TABLE, NAME)
+            .index(nb::LoadBalancerGroup::TABLE, NAME)
             .index(
                 nb::ChassisTemplateVar::TABLE,
                 nb::ChassisTemplateVar::CHASSIS,
@@ -791,8 +864,9 @@ type Named<'a> = Vec<(&'static str, &'a str)>;
 /// The named rows `op` ensures or uses, and those it deletes.
 fn touches(op: &Op) -> (Named<'_>, Named<'_>) {
     use nb::{
-        AddressSet as As, LoadBalancer as Lb, LogicalRouter as Lr, LogicalRouterPort as Lrp,
-        LogicalSwitch as Ls, LogicalSwitchPort as Lsp, Meter as M, PortGroup as Pg,
+        AddressSet as As, LoadBalancer as Lb, LoadBalancerGroup as Lbg, LogicalRouter as Lr,
+        LogicalRouterPort as Lrp, LogicalSwitch as Ls, LogicalSwitchPort as Lsp, Meter as M,
+        PortGroup as Pg,
     };
     fn lb_target(t: &LbTarget) -> (&'static str, &str) {
         match t {
@@ -839,6 +913,15 @@ fn touches(op: &Op) -> (Named<'_>, Named<'_>) {
         Op::LbRemoveVip { lb, .. } => uses.push((Lb::TABLE, lb.as_str())),
         Op::LbAttach { lb, target, .. } => {
             uses.extend([(Lb::TABLE, lb.as_str()), lb_target(target)])
+        }
+        Op::LoadBalancerGroup(g) => uses.push((Lbg::TABLE, g.name.as_str())),
+        Op::DeleteLoadBalancerGroup(n) => dels.push((Lbg::TABLE, n.as_str())),
+        Op::LbGroupMembers { group, lbs, .. } => {
+            uses.push((Lbg::TABLE, group.as_str()));
+            uses.extend(lbs.iter().map(|l| (Lb::TABLE, l.as_str())));
+        }
+        Op::LbGroupAttach { group, target, .. } => {
+            uses.extend([(Lbg::TABLE, group.as_str()), lb_target(target)])
         }
         Op::ChassisTemplateVars(ChassisTemplateVars { chassis, .. })
         | Op::RemoveTemplateVars { chassis, .. } => {
@@ -1027,6 +1110,14 @@ impl Planner<'_, '_> {
             Op::DeleteLoadBalancer(name) => self.delete_load_balancer(name),
             Op::LbRemoveVip { lb, vip } => self.lb_remove_vip(lb, vip),
             Op::LbAttach { lb, target, attach } => self.lb_attach(lb, target, *attach),
+            Op::LoadBalancerGroup(g) => self.load_balancer_group(g),
+            Op::DeleteLoadBalancerGroup(name) => self.delete_load_balancer_group(name),
+            Op::LbGroupMembers { group, lbs, add } => self.lb_group_members(group, lbs, *add),
+            Op::LbGroupAttach {
+                group,
+                target,
+                attach,
+            } => self.lb_group_attach(group, target, *attach),
             Op::Nat(n) => self.nat(n),
             Op::DeleteNat {
                 router,
@@ -1158,6 +1249,19 @@ impl Northbound for OvsdbNorthbound {
     }
 
     fn load_balancer(&self, name: &str) -> Option<nb::LoadBalancer> {
+        self.typed(name)
+    }
+
+    fn load_balancers_by_external_id(&self, key: &str, value: &str) -> Vec<nb::LoadBalancer> {
+        self.cache
+            .view()
+            .rows(nb::LoadBalancer::TABLE)
+            .filter(|r| r.map_get(nb::LoadBalancer::EXTERNAL_IDS, key) == Some(value))
+            .filter_map(|r| r.to_model().ok())
+            .collect()
+    }
+
+    fn load_balancer_group(&self, name: &str) -> Option<nb::LoadBalancerGroup> {
         self.typed(name)
     }
 

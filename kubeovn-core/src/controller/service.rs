@@ -1,0 +1,936 @@
+//! Services: one OVN load balancer per Service and protocol, in its VPC's load balancer group.
+//!
+//! Kube-OVN up to v1.15 folds every Service of a VPC into six shared load balancers attached to every switch
+//! (one affinity timeout for all, flows growing with Services x switches). Here, as in ovn-kubernetes, each
+//! Service owns `svc.<ns>.<name>.<proto>` ([`naming::service_lb`]) and the VPC's group
+//! (`lbg.<vpc>`, [`naming::lb_group`]) holds them; the subnet kind attaches the group to each switch with
+//! `enableLb` once, so a Service's change touches only its own row.
+//!
+//! - VIPs: every ClusterIP (both families), `externalIPs` and `status.loadBalancer.ingress` IP, times each
+//!   port. Backends: the Service's EndpointSlices (label `kubernetes.io/service-name`), the slice port of the
+//!   same name and protocol, per family; ready endpoints, else serving-and-terminating ones.
+//! - A VIP without backends stays with an empty backend list and `options:reject=true`: clients are refused
+//!   at once (TCP reset, ICMP unreachable) instead of timing out.
+//! - `sessionAffinity: ClientIP`: `options:affinity_timeout` with the Service's own timeout (OVN's limit is
+//!   65535 s; a longer one is clamped, with a Warning event).
+//! - VPC: the VPC of the endpoints' subnets (Kube-OVN's rule for custom VPCs), else the Service's
+//!   `ovn.kubernetes.io/vpc` annotation, else the VPC the load balancer is already in, else the default one.
+//! - Headless and ExternalName Services get nothing.
+//!
+//! Every run writes the whole desired row ([`LoadBalancer::exact`]); the planner sends only what differs, so
+//! an endpoint change is one `update` of one row's `vips`, and a restart with nothing changed sends nothing.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::net::IpAddr;
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use ipnetwork::IpNetwork;
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::runtime::events::EventType;
+use kube::runtime::reflector;
+use kube::runtime::watcher::Event;
+use kube::ResourceExt;
+use kubeovn_ovn::northbound::{Batch, LoadBalancer, LoadBalancerGroup, LoadBalancerProtocol};
+
+use super::error::{ControllerError, Result};
+use super::framework::{Action, Key, Kinds, ObjectStore, Reconciler, Relations, StoreWriter};
+use super::Ctx;
+use crate::crd::{Decoded, Subnet, Vpc};
+use crate::naming::{self, external_ids as ext};
+
+/// The label that ties an EndpointSlice to its Service.
+pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
+/// The most OVN accepts for `options:affinity_timeout`.
+pub const MAX_AFFINITY_TIMEOUT: i32 = 65535;
+/// Kubernetes' default ClientIP affinity timeout.
+const DEFAULT_AFFINITY_TIMEOUT: i32 = 10800;
+/// The protocols a Service port can have, each a load balancer of its own.
+const PROTOCOLS: [LoadBalancerProtocol; 3] = [
+    LoadBalancerProtocol::Tcp,
+    LoadBalancerProtocol::Udp,
+    LoadBalancerProtocol::Sctp,
+];
+
+/// The EndpointSlice store: kube-runtime's, plus an index from `(namespace, service)` to slice names, so a
+/// Service finds its slices without scanning every slice of the cluster.
+#[derive(Clone)]
+pub(crate) struct SliceStore {
+    store: reflector::Store<EndpointSlice>,
+    index: Arc<RwLock<SliceIndex>>,
+}
+
+type SliceIndex = HashMap<(String, String), BTreeSet<String>>;
+
+/// Applies watch events to a [`SliceStore`].
+pub(crate) struct SliceWriter {
+    writer: reflector::store::Writer<EndpointSlice>,
+    store: reflector::Store<EndpointSlice>,
+    index: Arc<RwLock<SliceIndex>>,
+    /// The index being rebuilt by a (re-)list.
+    buffer: Option<SliceIndex>,
+}
+
+/// `(namespace, service)` of a slice, if it names one.
+fn owner(s: &EndpointSlice) -> Option<(String, String)> {
+    let svc = s.labels().get(SERVICE_NAME_LABEL)?;
+    Some((s.namespace().unwrap_or_default(), svc.clone()))
+}
+
+fn index_add(index: &mut SliceIndex, s: &EndpointSlice) {
+    if let Some(o) = owner(s) {
+        index.entry(o).or_default().insert(s.name_any());
+    }
+}
+
+fn index_remove(index: &mut SliceIndex, s: &EndpointSlice) {
+    if let Some(o) = owner(s) {
+        if let Some(set) = index.get_mut(&o) {
+            set.remove(&s.name_any());
+            if set.is_empty() {
+                index.remove(&o);
+            }
+        }
+    }
+}
+
+impl SliceStore {
+    /// An empty store and its writer.
+    pub(crate) fn new() -> (SliceStore, SliceWriter) {
+        let (store, writer) = reflector::store::<EndpointSlice>();
+        let index = Arc::new(RwLock::new(SliceIndex::new()));
+        (
+            SliceStore {
+                store: store.clone(),
+                index: index.clone(),
+            },
+            SliceWriter {
+                writer,
+                store,
+                index,
+                buffer: None,
+            },
+        )
+    }
+
+    /// The slices of Service `namespace/name`.
+    pub(crate) fn of(&self, namespace: &str, name: &str) -> Vec<Arc<EndpointSlice>> {
+        let names: Vec<String> = self
+            .index
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&(namespace.to_owned(), name.to_owned()))
+            .map(|s| s.iter().cloned().collect())
+            .unwrap_or_default();
+        names
+            .iter()
+            .filter_map(|n| {
+                self.store
+                    .get(&reflector::ObjectRef::new(n).within(namespace))
+            })
+            .collect()
+    }
+}
+
+impl ObjectStore<EndpointSlice> for SliceStore {
+    fn get(&self, key: &Key<EndpointSlice>) -> Option<Arc<EndpointSlice>> {
+        ObjectStore::get(&self.store, key)
+    }
+    fn list(&self) -> Vec<Arc<EndpointSlice>> {
+        self.store.state()
+    }
+    fn len(&self) -> usize {
+        self.store.len()
+    }
+    fn ready(
+        &self,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), String>> + Send>> {
+        ObjectStore::ready(&self.store)
+    }
+}
+
+impl StoreWriter<EndpointSlice> for SliceWriter {
+    fn apply(&mut self, ev: &Event<EndpointSlice>) {
+        match ev {
+            Event::Init => self.buffer = Some(SliceIndex::new()),
+            Event::InitApply(s) => {
+                if let Some(b) = self.buffer.as_mut() {
+                    index_add(b, s);
+                }
+            }
+            Event::InitDone => {
+                if let Some(b) = self.buffer.take() {
+                    *self.index.write().unwrap_or_else(|e| e.into_inner()) = b;
+                }
+            }
+            Event::Apply(s) => {
+                let mut index = self.index.write().unwrap_or_else(|e| e.into_inner());
+                // The label may have changed: the slice leaves its old Service first.
+                let r = reflector::ObjectRef::from_obj(s);
+                if let Some(old) = self.store.get(&r) {
+                    index_remove(&mut index, &old);
+                }
+                index_add(&mut index, s);
+            }
+            Event::Delete(s) => {
+                index_remove(
+                    &mut self.index.write().unwrap_or_else(|e| e.into_inner()),
+                    s,
+                );
+            }
+        }
+        self.writer.apply_watcher_event(ev);
+    }
+}
+
+/// What the controller last programmed for a Service (for the Vpc status, metrics and events).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Programmed {
+    /// The VPC whose group holds its load balancers.
+    pub vpc: String,
+    /// Its load balancers.
+    pub lbs: Vec<String>,
+    /// Backends over all VIPs.
+    pub backends: usize,
+    /// The warnings last reported as events (reported again only when they change).
+    pub warnings: Vec<(String, String)>,
+}
+
+/// The Services programmed, by key.
+#[derive(Default)]
+pub(crate) struct ServiceState(RwLock<HashMap<Key<Service>, Programmed>>);
+
+impl ServiceState {
+    fn get(&self, k: &Key<Service>) -> Option<Programmed> {
+        self.0
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(k)
+            .cloned()
+    }
+
+    fn set(&self, k: &Key<Service>, p: Option<Programmed>) {
+        let mut m = self.0.write().unwrap_or_else(|e| e.into_inner());
+        match p {
+            Some(p) => m.insert(k.clone(), p),
+            None => m.remove(k),
+        };
+    }
+
+    /// The load balancers of VPC `vpc`'s Services, sorted.
+    pub(crate) fn lbs_of(&self, vpc: &str) -> Vec<String> {
+        let m = self.0.read().unwrap_or_else(|e| e.into_inner());
+        let mut v: Vec<String> = m
+            .values()
+            .filter(|p| p.vpc == vpc)
+            .flat_map(|p| p.lbs.iter().cloned())
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// (Services with load balancers, backends).
+    fn totals(&self) -> (usize, usize) {
+        let m = self.0.read().unwrap_or_else(|e| e.into_inner());
+        (m.len(), m.values().map(|p| p.backends).sum())
+    }
+}
+
+/// One protocol's load balancer as a Service wants it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DesiredLb {
+    /// VIP (`ip:port`, `[ip6]:port`) to backends (`ip:port,...`, empty: refuse).
+    pub vips: BTreeMap<String, String>,
+}
+
+/// What a Service wants in OVN, computed from the Service and its slices alone.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Desired {
+    /// Load balancers by protocol (absent: none for that protocol).
+    pub lbs: BTreeMap<&'static str, DesiredLb>,
+    /// `options:affinity_timeout`, if ClientIP affinity.
+    pub affinity_timeout: Option<i32>,
+    /// Backend addresses (for the VPC choice).
+    pub backend_ips: BTreeSet<IpAddr>,
+    /// Problems to report as Warning events: (reason, message).
+    pub warnings: Vec<(String, String)>,
+}
+
+/// `ip:port`, with brackets for IPv6.
+pub fn endpoint(ip: IpAddr, port: i32) -> String {
+    match ip {
+        IpAddr::V4(a) => format!("{a}:{port}"),
+        IpAddr::V6(a) => format!("[{a}]:{port}"),
+    }
+}
+
+fn protocol_of(p: Option<&str>) -> Option<&'static str> {
+    match p.unwrap_or("TCP") {
+        "TCP" => Some("tcp"),
+        "UDP" => Some("udp"),
+        "SCTP" => Some("sctp"),
+        _ => None,
+    }
+}
+
+/// Whether the Service gets load balancers: not headless, not ExternalName.
+pub fn is_balanced(svc: &Service) -> bool {
+    let Some(spec) = &svc.spec else { return false };
+    if spec.type_.as_deref() == Some("ExternalName") {
+        return false;
+    }
+    !matches!(spec.cluster_ip.as_deref(), Some("None"))
+}
+
+/// The Service's load balancers from its spec and status and its slices.
+pub fn desired(svc: &Service, slices: &[Arc<EndpointSlice>]) -> Desired {
+    let mut d = Desired::default();
+    let Some(spec) = svc.spec.as_ref().filter(|_| is_balanced(svc)) else {
+        return d;
+    };
+    let mut ips: Vec<IpAddr> = Vec::new();
+    let mut bad = Vec::new();
+    let cluster_ips: Vec<&String> = match &spec.cluster_ips {
+        Some(v) if !v.is_empty() => v.iter().collect(),
+        _ => spec.cluster_ip.iter().collect(),
+    };
+    let ingress = svc
+        .status
+        .as_ref()
+        .and_then(|s| s.load_balancer.as_ref())
+        .and_then(|l| l.ingress.as_ref())
+        .into_iter()
+        .flatten()
+        .filter_map(|i| i.ip.as_ref());
+    for s in cluster_ips
+        .into_iter()
+        .chain(spec.external_ips.iter().flatten())
+        .chain(ingress)
+    {
+        if s.is_empty() || s == "None" {
+            continue;
+        }
+        match s.parse::<IpAddr>() {
+            Ok(ip) if !ips.contains(&ip) => ips.push(ip),
+            Ok(_) => {}
+            Err(_) => bad.push(s.clone()),
+        }
+    }
+    if !bad.is_empty() {
+        d.warnings.push((
+            "InvalidServiceIP".into(),
+            format!("not an IP address, left out: {}", bad.join(", ")),
+        ));
+    }
+    if spec.session_affinity.as_deref() == Some("ClientIP") {
+        let t = spec
+            .session_affinity_config
+            .as_ref()
+            .and_then(|c| c.client_ip.as_ref())
+            .and_then(|c| c.timeout_seconds)
+            .unwrap_or(DEFAULT_AFFINITY_TIMEOUT);
+        if t > MAX_AFFINITY_TIMEOUT {
+            d.warnings.push((
+                "AffinityTimeoutClamped".into(),
+                format!(
+                    "sessionAffinityConfig.clientIP.timeoutSeconds {t} is above OVN's limit; {MAX_AFFINITY_TIMEOUT} s is used"
+                ),
+            ));
+        }
+        d.affinity_timeout = Some(t.clamp(1, MAX_AFFINITY_TIMEOUT));
+    }
+    for port in spec.ports.iter().flatten() {
+        let Some(proto) = protocol_of(port.protocol.as_deref()) else {
+            d.warnings.push((
+                "UnsupportedProtocol".into(),
+                format!(
+                    "port {} has protocol {:?}; only TCP, UDP and SCTP are balanced",
+                    port.port,
+                    port.protocol.as_deref().unwrap_or_default()
+                ),
+            ));
+            continue;
+        };
+        let name = port.name.as_deref().unwrap_or_default();
+        for ip in &ips {
+            let backends = backends(slices, name, proto, ip.is_ipv4());
+            d.backend_ips.extend(backends.iter().map(|(ip, _)| *ip));
+            let list: Vec<String> = backends.iter().map(|(ip, p)| endpoint(*ip, *p)).collect();
+            d.lbs
+                .entry(proto)
+                .or_default()
+                .vips
+                .insert(endpoint(*ip, port.port), list.join(","));
+        }
+    }
+    d
+}
+
+/// The backends of the Service port named `name`/`proto` in family v4/v6: ready endpoints, else serving and
+/// terminating ones (as kube-proxy does), sorted and without duplicates.
+fn backends(
+    slices: &[Arc<EndpointSlice>],
+    name: &str,
+    proto: &str,
+    v4: bool,
+) -> BTreeSet<(IpAddr, i32)> {
+    let mut ready = BTreeSet::new();
+    let mut terminating = BTreeSet::new();
+    let family = if v4 { "IPv4" } else { "IPv6" };
+    for s in slices.iter().filter(|s| s.address_type == family) {
+        let Some(port) = s.ports.iter().flatten().find(|p| {
+            p.name.as_deref().unwrap_or_default() == name
+                && protocol_of(p.protocol.as_deref()) == Some(proto)
+        }) else {
+            continue;
+        };
+        let Some(num) = port.port else { continue };
+        for e in s.endpoints.iter().flatten() {
+            let Some(ip) = e.addresses.first().and_then(|a| a.parse::<IpAddr>().ok()) else {
+                continue;
+            };
+            if ip.is_ipv4() != v4 {
+                continue;
+            }
+            let c = e.conditions.as_ref();
+            // Unset conditions read as ready and serving, not terminating (the API's defaults).
+            let is_ready = c.and_then(|c| c.ready).unwrap_or(true);
+            let serving = c.and_then(|c| c.serving).unwrap_or(is_ready);
+            let term = c.and_then(|c| c.terminating).unwrap_or(false);
+            if is_ready {
+                ready.insert((ip, num));
+            } else if serving && term {
+                terminating.insert((ip, num));
+            }
+        }
+    }
+    if ready.is_empty() {
+        terminating
+    } else {
+        ready
+    }
+}
+
+/// The VPC of the subnet holding each address; the one most backends are in (the default VPC wins a tie).
+fn vpc_of_backends(ctx: &Ctx, ips: &BTreeSet<IpAddr>) -> (Option<String>, BTreeSet<String>, bool) {
+    let subnets: Vec<(IpNetwork, String)> = ctx
+        .subnet_list()
+        .iter()
+        .flat_map(|s| s.cidrs.iter().map(|c| (*c, s.vpc.clone())))
+        .collect();
+    let mut count: BTreeMap<String, usize> = BTreeMap::new();
+    let mut unknown = false;
+    for ip in ips {
+        match subnets.iter().find(|(c, _)| c.contains(*ip)) {
+            Some((_, vpc)) => *count.entry(vpc.clone()).or_default() += 1,
+            None => unknown = true,
+        }
+    }
+    let all: BTreeSet<String> = count.keys().cloned().collect();
+    let best = count
+        .iter()
+        .max_by_key(|(v, n)| (**n, **v == ctx.config.default_vpc))
+        .map(|(v, _)| v.clone());
+    (best, all, unknown)
+}
+
+/// The Service kind: its load balancers.
+pub(crate) struct Services;
+
+#[async_trait::async_trait]
+impl Reconciler<Ctx> for Services {
+    type Object = Service;
+    type Error = ControllerError;
+    const NAME: &'static str = "service";
+
+    async fn reconcile(ctx: &Arc<Ctx>, svc: Arc<Service>) -> Result<Action> {
+        reconcile(ctx, &svc).await
+    }
+
+    async fn cleanup(
+        ctx: &Arc<Ctx>,
+        key: &Key<Service>,
+        _: Option<Arc<Service>>,
+    ) -> Result<Action> {
+        remove(ctx, key).await.map(|()| Action::Done)
+    }
+
+    fn relations(r: &mut Relations<'_, Ctx, Service>) {
+        // A slice's change runs its Service (the old one too, if the label moved).
+        r.on::<EndpointSlice>(|_: &Kinds, old, new| {
+            let mut keys: Vec<Key<Service>> = old
+                .into_iter()
+                .chain(new)
+                .filter_map(owner)
+                .map(|(ns, name)| Key::namespaced(&ns, &name))
+                .collect();
+            keys.dedup();
+            keys
+        });
+    }
+}
+
+async fn reconcile(ctx: &Ctx, svc: &Service) -> Result<Action> {
+    let key = Key::of(svc);
+    let (ns, name) = (key.namespace().unwrap_or_default(), key.name());
+    if svc.metadata.deletion_timestamp.is_some() || !is_balanced(svc) {
+        remove(ctx, &key).await?;
+        return Ok(Action::Done);
+    }
+    let started = Instant::now();
+    let slices = ctx.slices.of(ns, name);
+    let mut d = desired(svc, &slices);
+    let prev = ctx.services.get(&key);
+
+    // The VPC: the endpoints' subnets, else the annotation, else where the load balancers are, else default.
+    let (from_backends, vpcs, unknown) = vpc_of_backends(ctx, &d.backend_ips);
+    if unknown && !ctx.kinds.is_idle::<Decoded<Subnet>>() {
+        // An endpoint in no known subnet while subnets are still being loaded: decide once they are.
+        return Ok(Action::Requeue(Duration::from_millis(200)));
+    }
+    if vpcs.len() > 1 {
+        d.warnings.push((
+            "EndpointsInSeveralVpcs".into(),
+            format!(
+                "endpoints are in the VPCs {}; the Service is programmed in {}",
+                vpcs.iter().cloned().collect::<Vec<_>>().join(", "),
+                from_backends.as_deref().unwrap_or_default()
+            ),
+        ));
+    }
+    let existing_vpc = |proto: &str| {
+        ctx.nb
+            .load_balancer(&naming::service_lb(ns, name, proto))
+            .and_then(|lb| lb.external_ids.get(ext::VPC).cloned())
+    };
+    let vpc = from_backends
+        .or_else(|| svc.annotations().get(crate::annotations::VPC).cloned())
+        .or_else(|| prev.as_ref().map(|p| p.vpc.clone()))
+        .or_else(|| PROTOCOLS.iter().find_map(|p| existing_vpc(p.as_str())))
+        .unwrap_or_else(|| ctx.config.default_vpc.clone());
+    let group = naming::lb_group(&vpc);
+
+    let mut b = Batch::new();
+    let mut lbs = Vec::new();
+    let mut backends = 0;
+    // Whether NB changes: a new or deleted row, or other VIPs (for the programming-time metric).
+    let mut changed = false;
+    for proto in PROTOCOLS {
+        let lb_name = naming::service_lb(ns, name, proto.as_str());
+        let existing = ctx.nb.load_balancer(&lb_name);
+        match d.lbs.get(proto.as_str()) {
+            Some(want) => {
+                let mut lb = LoadBalancer::new(&lb_name)
+                    .protocol(proto.clone())
+                    .option("reject", "true")
+                    .external_id(ext::VENDOR, naming::VENDOR)
+                    .external_id(ext::SERVICE, key.as_str())
+                    .external_id(ext::VPC, &vpc)
+                    .exact();
+                if let Some(t) = d.affinity_timeout {
+                    lb = lb.option("affinity_timeout", t.to_string());
+                }
+                backends += want
+                    .vips
+                    .values()
+                    .map(|v| v.split(',').filter(|s| !s.is_empty()).count())
+                    .sum::<usize>();
+                lb.vips = want.vips.clone();
+                changed |= existing.as_ref().is_none_or(|e| e.vips != want.vips);
+                b.add(LoadBalancerGroup::new(&group));
+                b.add(lb);
+                b.lb_group_add(&group, [lb_name.as_str()]);
+                let old = existing.and_then(|e| e.external_ids.get(ext::VPC).cloned());
+                if let Some(old) = old.filter(|o| *o != vpc) {
+                    b.lb_group_remove(&naming::lb_group(&old), [lb_name.as_str()]);
+                }
+                lbs.push(lb_name);
+            }
+            None if existing.is_some() => {
+                b.delete_load_balancer(&lb_name);
+                changed = true;
+            }
+            None => {}
+        }
+    }
+    ctx.writer.commit(b).await?;
+    if changed {
+        ctx.metrics.service_programmed(started.elapsed());
+    }
+    let new = Programmed {
+        vpc: vpc.clone(),
+        lbs,
+        backends,
+        warnings: d.warnings.clone(),
+    };
+    let prev_warnings = prev
+        .as_ref()
+        .map(|p| p.warnings.clone())
+        .unwrap_or_default();
+    for (reason, msg) in &d.warnings {
+        if !prev_warnings.iter().any(|(r, m)| r == reason && m == msg) {
+            ctx.event(svc, EventType::Warning, reason, msg.clone())
+                .await;
+        }
+    }
+    let moved = prev.as_ref().map(|p| (&p.vpc, &p.lbs)) != Some((&new.vpc, &new.lbs));
+    if moved {
+        if let Some(p) = &prev {
+            if p.vpc != new.vpc {
+                ctx.kinds
+                    .enqueue_after(Key::<Vpc>::cluster(&p.vpc), VPC_STATUS_DELAY);
+            }
+        }
+        ctx.kinds
+            .enqueue_after(Key::<Vpc>::cluster(&new.vpc), VPC_STATUS_DELAY);
+    }
+    let empty = new.lbs.is_empty();
+    ctx.services.set(&key, (!empty).then_some(new));
+    publish(ctx);
+    Ok(Action::Done)
+}
+
+/// How long a Vpc's status waits for more Service changes before it is written (one write for a burst).
+const VPC_STATUS_DELAY: Duration = Duration::from_secs(1);
+
+/// Deletes a Service's load balancers (the groups drop them: their references are weak).
+async fn remove(ctx: &Ctx, key: &Key<Service>) -> Result<()> {
+    let (ns, name) = (key.namespace().unwrap_or_default(), key.name());
+    let mut b = Batch::new();
+    for proto in PROTOCOLS {
+        let lb = naming::service_lb(ns, name, proto.as_str());
+        if ctx.nb.load_balancer(&lb).is_some() {
+            b.delete_load_balancer(lb);
+        }
+    }
+    if !b.is_empty() {
+        ctx.writer.commit(b).await?;
+    }
+    if let Some(p) = ctx.services.get(key) {
+        ctx.kinds
+            .enqueue_after(Key::<Vpc>::cluster(&p.vpc), VPC_STATUS_DELAY);
+    }
+    ctx.services.set(key, None);
+    publish(ctx);
+    Ok(())
+}
+
+fn publish(ctx: &Ctx) {
+    let (services, backends) = ctx.services.totals();
+    ctx.metrics.services(services, backends);
+}
+
+/// Removes the load balancers of Services deleted while the controller was down (the informers have
+/// listed; the rest is the reconcilers' work).
+pub(crate) async fn remove_stale(ctx: &Ctx) -> Result<usize> {
+    let mut b = Batch::new();
+    let mut n = 0;
+    for lb in ctx
+        .nb
+        .load_balancers_by_external_id(ext::VENDOR, naming::VENDOR)
+    {
+        let Some(owner) = lb.external_ids.get(ext::SERVICE) else {
+            continue;
+        };
+        let key = match owner.split_once('/') {
+            Some((ns, name)) => Key::<Service>::namespaced(ns, name),
+            None => continue,
+        };
+        if ctx.kinds.get(&key).is_none() {
+            b.delete_load_balancer(&lb.name);
+            n += 1;
+        }
+    }
+    if n > 0 {
+        tracing::info!(
+            load_balancers = n,
+            "removing load balancers of deleted Services"
+        );
+        ctx.writer.commit(b).await?;
+    }
+    Ok(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controller::testing::Harness;
+    use kubeovn_ovn::northbound::Northbound;
+    use serde_json::json;
+
+    fn service(v: serde_json::Value) -> Service {
+        serde_json::from_value(v).expect("service")
+    }
+
+    fn slice(
+        name: &str,
+        svc: &str,
+        family: &str,
+        ports: serde_json::Value,
+        eps: serde_json::Value,
+    ) -> EndpointSlice {
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "default", "labels": {SERVICE_NAME_LABEL: svc}},
+            "addressType": family, "ports": ports, "endpoints": eps,
+        }))
+        .expect("slice")
+    }
+
+    fn web(cluster_ips: &[&str]) -> Service {
+        service(json!({
+            "metadata": {"name": "web", "namespace": "default"},
+            "spec": {"clusterIP": cluster_ips[0], "clusterIPs": cluster_ips,
+                "ports": [{"name": "http", "port": 80, "targetPort": 8080},
+                          {"name": "dns", "port": 53, "protocol": "UDP"}]}
+        }))
+    }
+
+    #[test]
+    fn vips_per_family_and_port_backends_by_name_ready_else_terminating() {
+        let v4 = slice(
+            "web-a",
+            "web",
+            "IPv4",
+            json!([{"name": "http", "port": 8080}, {"name": "dns", "port": 5353, "protocol": "UDP"}]),
+            json!([
+                {"addresses": ["10.16.0.5"], "conditions": {"ready": true}},
+                {"addresses": ["10.16.0.6"]},
+                {"addresses": ["10.16.0.7"], "conditions": {"ready": false, "serving": true, "terminating": true}},
+                {"addresses": ["10.16.0.8"], "conditions": {"ready": false}},
+            ]),
+        );
+        let v6 = slice(
+            "web-b",
+            "web",
+            "IPv6",
+            json!([{"name": "http", "port": 8080}]),
+            json!([{"addresses": ["fd00::5"]}]),
+        );
+        let d = desired(
+            &web(&["10.96.0.10", "fd00:96::10"]),
+            &[Arc::new(v4.clone()), Arc::new(v6)],
+        );
+        let tcp = &d.lbs["tcp"].vips;
+        assert_eq!(tcp["10.96.0.10:80"], "10.16.0.5:8080,10.16.0.6:8080");
+        assert_eq!(tcp["[fd00:96::10]:80"], "[fd00::5]:8080");
+        let udp = &d.lbs["udp"].vips;
+        assert_eq!(udp["10.96.0.10:53"], "10.16.0.5:5353,10.16.0.6:5353");
+        // No IPv6 slice port named dns: the VIP stays, without backends (it refuses).
+        assert_eq!(udp["[fd00:96::10]:53"], "");
+        assert!(d.warnings.is_empty(), "{:?}", d.warnings);
+
+        // Nothing ready: the serving, terminating endpoint takes over; the not-serving one never.
+        let only_term = slice(
+            "web-a",
+            "web",
+            "IPv4",
+            json!([{"name": "http", "port": 8080}]),
+            json!([
+                {"addresses": ["10.16.0.7"], "conditions": {"ready": false, "serving": true, "terminating": true}},
+                {"addresses": ["10.16.0.8"], "conditions": {"ready": false, "serving": false, "terminating": true}},
+            ]),
+        );
+        let d = desired(&web(&["10.96.0.10"]), &[Arc::new(only_term)]);
+        assert_eq!(d.lbs["tcp"].vips["10.96.0.10:80"], "10.16.0.7:8080");
+    }
+
+    #[test]
+    fn headless_external_name_affinity_and_external_ips() {
+        let headless = service(json!({"metadata": {"name": "h", "namespace": "default"},
+            "spec": {"clusterIP": "None", "ports": [{"port": 80}]}}));
+        assert_eq!(desired(&headless, &[]), Desired::default());
+        let ext = service(json!({"metadata": {"name": "e", "namespace": "default"},
+            "spec": {"type": "ExternalName", "externalName": "example.com"}}));
+        assert_eq!(desired(&ext, &[]), Desired::default());
+
+        let s = service(json!({"metadata": {"name": "s", "namespace": "default"},
+            "spec": {"clusterIP": "10.96.0.11", "externalIPs": ["192.0.2.7", "bogus"],
+                "sessionAffinity": "ClientIP",
+                "sessionAffinityConfig": {"clientIP": {"timeoutSeconds": 86400}},
+                "ports": [{"port": 443, "protocol": "SCTP"}]},
+            "status": {"loadBalancer": {"ingress": [{"ip": "198.51.100.9"}]}}}));
+        let d = desired(&s, &[]);
+        let vips: Vec<&String> = d.lbs["sctp"].vips.keys().collect();
+        assert_eq!(
+            vips,
+            ["10.96.0.11:443", "192.0.2.7:443", "198.51.100.9:443"]
+        );
+        assert_eq!(d.affinity_timeout, Some(MAX_AFFINITY_TIMEOUT));
+        let reasons: Vec<&str> = d.warnings.iter().map(|(r, _)| r.as_str()).collect();
+        assert_eq!(reasons, ["InvalidServiceIP", "AffinityTimeoutClamped"]);
+    }
+
+    async fn lb(h: &Harness, name: &str) -> Option<kubeovn_ovn::models::nb::LoadBalancer> {
+        h.nb.load_balancer(name)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_service_gets_its_load_balancers_in_the_vpc_group_and_follows_its_slices() {
+        let h = Harness::start().await;
+        // The start attached the default VPC's group to the default and join switches.
+        let group = h.nb.load_balancer_group("lbg.ovn-cluster").expect("group");
+        for sw in ["ovn-default", "join"] {
+            let ls = h.nb.switch(sw).expect("switch");
+            assert!(ls.load_balancer_group.contains(&group.uuid), "{sw}");
+        }
+        let svc = h.create(&web(&["10.96.0.10"])).await;
+        let key = Key::of(&svc);
+        h.run::<Services>(key.clone()).await.expect("run");
+        // No slices yet: the VIPs refuse.
+        let tcp = lb(&h, "svc.default.web.tcp").await.expect("tcp lb");
+        assert_eq!(tcp.vips["10.96.0.10:80"], "");
+        assert_eq!(tcp.options["reject"], "true");
+        assert_eq!(tcp.external_ids["service"], "default/web");
+        assert_eq!(tcp.external_ids["vpc"], "ovn-cluster");
+        let udp = lb(&h, "svc.default.web.udp").await.expect("udp lb");
+        let group = h.nb.load_balancer_group("lbg.ovn-cluster").expect("group");
+        assert!(group.load_balancer.contains(&tcp.uuid) && group.load_balancer.contains(&udp.uuid));
+        assert!(lb(&h, "svc.default.web.sctp").await.is_none());
+
+        // A slice appears: the relation queues the Service, and its run fills the backends.
+        h.create(&slice(
+            "web-a",
+            "web",
+            "IPv4",
+            json!([{"name": "http", "port": 8080}]),
+            json!([{"addresses": ["10.16.0.5"]}, {"addresses": ["10.16.0.6"]}]),
+        ))
+        .await;
+        assert!(h.queued::<Service>().await.contains(&key));
+        h.run::<Services>(key.clone()).await.expect("run");
+        let tcp = lb(&h, "svc.default.web.tcp").await.expect("tcp lb");
+        assert_eq!(tcp.vips["10.96.0.10:80"], "10.16.0.5:8080,10.16.0.6:8080");
+        assert_eq!(
+            h.ctx.services.lbs_of("ovn-cluster"),
+            ["svc.default.web.tcp", "svc.default.web.udp"]
+        );
+
+        // Running again writes nothing.
+        let before = h.nb_rows();
+        h.run::<Services>(key.clone()).await.expect("run");
+        assert_eq!(h.nb_rows(), before);
+
+        // The UDP port goes: its load balancer goes with it.
+        let api: kube::Api<Service> = kube::Api::namespaced(h.client.clone(), "default");
+        let mut s = api.get("web").await.expect("get");
+        s.spec
+            .as_mut()
+            .expect("spec")
+            .ports
+            .as_mut()
+            .expect("ports")
+            .truncate(1);
+        let s = api
+            .replace("web", &Default::default(), &s)
+            .await
+            .expect("replace");
+        h.stored(&s).await;
+        h.run::<Services>(key.clone()).await.expect("run");
+        assert!(lb(&h, "svc.default.web.udp").await.is_none());
+
+        // Deleted: its load balancers go.
+        api.delete("web", &Default::default())
+            .await
+            .expect("delete");
+        h.gone(&key).await;
+        h.run::<Services>(key.clone()).await.expect("run");
+        assert!(lb(&h, "svc.default.web.tcp").await.is_none());
+        assert!(h.ctx.services.lbs_of("ovn-cluster").is_empty());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_restart_writes_nothing_and_removes_load_balancers_of_services_deleted_meanwhile() {
+        let h = Harness::start().await;
+        for name in ["web", "old"] {
+            let mut s = web(&[if name == "web" {
+                "10.96.0.10"
+            } else {
+                "10.96.0.11"
+            }]);
+            s.metadata.name = Some(name.into());
+            let s = h.create(&s).await;
+            h.run::<Services>(Key::of(&s)).await.expect("run");
+        }
+        assert!(lb(&h, "svc.default.old.tcp").await.is_some());
+        // Restart with only `web` in the API server.
+        let h = h
+            .restart_with(|client| async move {
+                let api: kube::Api<Service> = kube::Api::namespaced(client, "default");
+                api.create(&Default::default(), &web(&["10.96.0.10"]))
+                    .await
+                    .expect("create");
+            })
+            .await;
+        assert!(
+            lb(&h, "svc.default.old.tcp").await.is_none(),
+            "stale load balancer removed at start"
+        );
+        assert!(lb(&h, "svc.default.old.udp").await.is_none());
+        let before = h.nb_rows();
+        h.run::<Services>(Key::namespaced("default", "web"))
+            .await
+            .expect("run");
+        assert_eq!(
+            h.nb_rows(),
+            before,
+            "an unchanged Service writes nothing after a restart"
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_service_of_custom_vpc_endpoints_lives_in_that_vpc_and_its_status() {
+        use crate::controller::subnet::Subnets;
+        use crate::controller::vpc::Vpcs;
+        use crate::crd::{Subnet, Vpc, VpcSpec};
+        let h = Harness::start().await;
+        h.create_cluster(&Vpc::new("blue", VpcSpec::default()))
+            .await;
+        h.run::<Vpcs>(Key::cluster("blue")).await.expect("vpc");
+        h.create_raw::<Subnet>(json!({"metadata": {"name": "blue-net"},
+            "spec": {"cidrBlock": "10.70.0.0/24", "vpc": "blue"}}))
+            .await;
+        h.run::<Subnets>(Key::cluster("blue-net"))
+            .await
+            .expect("subnet");
+        let blue = h.nb.load_balancer_group("lbg.blue").expect("blue group");
+        assert!(h
+            .nb
+            .switch("blue-net")
+            .expect("switch")
+            .load_balancer_group
+            .contains(&blue.uuid));
+
+        let svc = h.create(&web(&["10.96.0.10"])).await;
+        h.create(&slice(
+            "web-a",
+            "web",
+            "IPv4",
+            json!([{"name": "http", "port": 8080}]),
+            json!([{"addresses": ["10.70.0.5"]}]),
+        ))
+        .await;
+        h.run::<Services>(Key::of(&svc)).await.expect("run");
+        let tcp = h.nb.load_balancer("svc.default.web.tcp").expect("lb");
+        assert_eq!(tcp.external_ids["vpc"], "blue");
+        let blue = h.nb.load_balancer_group("lbg.blue").expect("blue group");
+        assert!(blue.load_balancer.contains(&tcp.uuid));
+        let default =
+            h.nb.load_balancer_group("lbg.ovn-cluster")
+                .expect("default group");
+        assert!(
+            !default.load_balancer.contains(&tcp.uuid),
+            "not reachable from the default VPC"
+        );
+
+        // The Vpc status lists it.
+        h.run::<Vpcs>(Key::cluster("blue")).await.expect("vpc");
+        let vpc: Vpc = h.get("blue").await.expect("vpc");
+        let st = vpc.status.expect("status");
+        assert_eq!(st.load_balancer_group, "lbg.blue");
+        assert_eq!(
+            st.load_balancers,
+            ["svc.default.web.tcp", "svc.default.web.udp"]
+        );
+    }
+}
