@@ -15,12 +15,10 @@ use std::time::{Duration, Instant};
 
 use kube_ovn_sandbox::ovn::{missing_programs, OvnOptions, OvnStack};
 use kubeovn_ovn::northbound::{
-    template_var_name, Batch, ChassisTemplateVars, LoadBalancer, LoadBalancerProtocol,
-    LogicalSwitch, Northbound, OvsdbNorthbound, Patch, Router, SwitchPort,
+    template_var_name, Batch, ChassisTemplateVars, LbTarget, LoadBalancer, LoadBalancerGroup,
+    LoadBalancerProtocol, LogicalSwitch, Northbound, OvsdbNorthbound, Patch, Router, SwitchPort,
 };
-use kubeovn_ovn::ops::{Condition, Operation};
 use kubeovn_ovn::vswitch::{OpenVSwitch, OvsBatch, OvsdbOpenVSwitch, PortSpec};
-use kubeovn_ovn::{Atom, Datum};
 
 #[path = "../../../test-support/skip.rs"]
 mod skip;
@@ -325,26 +323,17 @@ async fn template_lb_reaches_only_this_chassis_backends() {
     )
     .add(ChassisTemplateVars::new("another-node").var(&var, "10.250.7.13:8080"));
     nb.commit(b).await.unwrap();
-    let lbs: Vec<Atom> = [
-        "svc.itp-test.web.tcp",
-        "svc.itp-test.web.tcp.v6",
-        "svc.itp-test.plain.tcp",
-    ]
-    .iter()
-    .map(|n| Atom::Uuid(nb.load_balancer(n).unwrap().uuid))
-    .collect();
     let mut b = Batch::new();
-    b.raw(
-        Operation::insert("Load_Balancer_Group")
-            .uuid_name("lbg")
-            .value("name", "lbg.tlb")
-            .value("load_balancer", Datum::Set(lbs)),
-    );
-    b.raw(
-        Operation::mutate("Logical_Switch")
-            .filter(Condition::eq("name", "ls-tlb"))
-            .insert("load_balancer_group", Datum::named_uuid("lbg")),
-    );
+    b.add(LoadBalancerGroup::new("lbg.tlb"))
+        .lb_group_add(
+            "lbg.tlb",
+            [
+                "svc.itp-test.web.tcp",
+                "svc.itp-test.web.tcp.v6",
+                "svc.itp-test.plain.tcp",
+            ],
+        )
+        .lb_group_attach("lbg.tlb", LbTarget::Switch("ls-tlb".into()));
     nb.commit(b).await.unwrap();
 
     let got = netns.settle_then("c", "10.96.0.10", 80, "a", 6);
@@ -615,10 +604,7 @@ async fn template_lb_is_local_on_each_of_two_chassis() {
             .option("template", "true")
             .option("address-family", "ipv4"),
     )
-    .lb_attach(
-        "svc.itp-test.web.tcp",
-        kubeovn_ovn::northbound::LbTarget::Switch("ls-tlb".into()),
-    )
+    .lb_attach("svc.itp-test.web.tcp", LbTarget::Switch("ls-tlb".into()))
     .add(ChassisTemplateVars::new("tlb-n1").var(&var, "10.250.8.12:8080"))
     .add(ChassisTemplateVars::new("tlb-n2").var(&var, "10.250.8.22:8080"));
     nb.commit(b).await.unwrap();
