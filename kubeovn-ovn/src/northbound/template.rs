@@ -16,14 +16,14 @@
 //!   `^vip_variable[:^port_variable|:port]`"), with or without `options:address-family=ipv6`. The VIP must
 //!   then be a variable too (`"^VIP6:80"`, with `VIP6 = "fd00::10"` on every chassis) and the load balancer
 //!   needs `options:address-family=ipv6`; backends are written `[ip]:port`. `address-family` is one per load
-//!   balancer, so a dual-stack Service needs one template load balancer per family. Without
-//!   `address-family` the load balancer is taken as IPv4.
+//!   balancer, so a dual-stack Service needs one template load balancer per family; set it on IPv4 ones too.
 //! - Variable names are OVN identifiers: letters, digits (not first), `_` and `.`; a `-` or `/` makes
 //!   ovn-controller read the token as an address and fail ([`template_var_name`] escapes any string into one).
-//! - An empty or undefined variable: ovn-controller cannot parse the flow's action ("bad IP address") and
-//!   leaves the VIP's flow out on that chassis, so the packet is not translated and goes on to the VIP address
-//!   itself (dropped where nothing routes the service CIDR, as kube-proxy drops a Local Service without local
-//!   endpoints; a `discard` static route for the service CIDR on the router makes that explicit).
+//! - An empty variable turns the VIP's flow on that chassis into a conntrack pass without translation; an
+//!   undefined one makes ovn-controller fail to parse the action ("bad IP address") and leave the flow out.
+//!   Either way the packet is not translated and goes on to the VIP address itself: dropped where nothing
+//!   routes the service CIDR, as kube-proxy drops for a Local Service without local endpoints (a `discard`
+//!   static route for the service CIDR on the router would make that explicit; not tried here).
 //!   `options:reject=true` cannot refuse it: ovn-northd only rejects VIPs whose backends are empty in NB.
 //! - `options:affinity_timeout` (sessionAffinity ClientIP) does not work on template load balancers: ovn-northd
 //!   writes its affinity flows for the variable as if it were one IPv6 backend, ovn-controller cannot parse
