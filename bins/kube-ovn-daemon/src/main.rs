@@ -153,7 +153,9 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Opts, Error> {
             "--node-nic" => o.nic = v,
             "--pod-cidrs" | "--service-cluster-ip-range" => {
                 for s in v.split(',').filter(|s| !s.is_empty()) {
-                    let c = s.parse().map_err(|_| bad(format!("{flag}: bad CIDR {s}")))?;
+                    let c = s
+                        .parse()
+                        .map_err(|_| bad(format!("{flag}: bad CIDR {s}")))?;
                     if !o.pod_cidrs.contains(&c) {
                         o.pod_cidrs.push(c);
                     }
