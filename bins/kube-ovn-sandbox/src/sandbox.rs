@@ -848,7 +848,7 @@ async fn demo_service_report(
     let ip: IpAddr = svc.spec.as_ref()?.cluster_ip.as_deref()?.parse().ok()?;
     let vip = std::net::SocketAddr::new(ip, u16::try_from(DEMO_SERVICE.1).ok()?);
     let name = format!("default/{}", DEMO_SERVICE.0);
-    // The backends it should reach: the Ready pods it selects.
+    // The backends it should reach: every pod it selects (they turn Ready within seconds of `up`).
     let selector = svc.spec.as_ref()?.selector.clone().unwrap_or_default();
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     let t0 = std::time::Instant::now();
@@ -860,12 +860,6 @@ async fn demo_service_report(
             .unwrap_or_default()
             .into_iter()
             .filter(|p| selector.iter().all(|(k, v)| p.labels().get(k) == Some(v)))
-            .filter(|p| {
-                p.status
-                    .as_ref()
-                    .and_then(|s| s.conditions.as_ref())
-                    .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-            })
             .map(|p| p.name_any())
             .collect();
         let r = report::service_report(&name, vip, eps, Duration::from_secs(1)).await;
