@@ -20,9 +20,9 @@ where
     s.parse().unwrap()
 }
 use kubeovn_ovn::northbound::{
-    Acl, AclParent, AddressSet, Batch, DhcpOptions, LbTarget, LoadBalancer, LogicalSwitch, Meter,
-    Nat, NbGlobal, Northbound, Op, OvsdbNorthbound, Patch, PortGroup, Router, RouterPolicy,
-    StaticRoute, SwitchPort,
+    Acl, AclParent, AddressSet, Batch, ChassisTemplateVars, DhcpOptions, LbTarget, LoadBalancer,
+    LogicalSwitch, Meter, Nat, NbGlobal, Northbound, Op, OvsdbNorthbound, Patch, PortGroup, Router,
+    RouterPolicy, StaticRoute, SwitchPort,
 };
 use kubeovn_ovn::ops::{Operation, Transaction};
 use kubeovn_ovn::serde_json::{json, Value as Json};
@@ -280,6 +280,36 @@ async fn scenario(nb: &OvsdbNorthbound, c: &Client) -> Vec<BTreeMap<String, Vec<
     batches.push(b);
     let mut b = Batch::new();
     b.delete_switch("join").delete_router("ovn-cluster");
+    batches.push(b);
+    // Chassis template variables: a row created and merged into by one batch, then values changed, variables
+    // removed (one missing), and another chassis' row deleted.
+    let mut b = Batch::new();
+    b.add(
+        LoadBalancer::new("svc.ns.web.tcp")
+            .vip("10.96.0.20:80", ["^svc.ns.web.tcp.80"])
+            .option("template", "true")
+            .option("address-family", "ipv4"),
+    )
+    .add(
+        ChassisTemplateVars::new("node1")
+            .var("svc.ns.web.tcp.80", "10.16.0.5:8080")
+            .var("stale", "x"),
+    )
+    .add(
+        ChassisTemplateVars::new("node1")
+            .var("stale", "y")
+            .var("vip6", "fd00::10")
+            .external_id("vendor", "kube-ovn"),
+    )
+    .add(ChassisTemplateVars::new("node2").var("svc.ns.web.tcp.80", ""));
+    batches.push(b);
+    let mut b = Batch::new();
+    b.add(
+        ChassisTemplateVars::new("node1").var("svc.ns.web.tcp.80", "10.16.0.5:8080,10.16.0.6:8080"),
+    )
+    .remove_template_vars("node1", ["stale", "missing"])
+    .delete_chassis_template_vars("node2")
+    .delete_chassis_template_vars("node3");
     batches.push(b);
     for b in batches {
         nb.commit(b.clone()).await.unwrap();

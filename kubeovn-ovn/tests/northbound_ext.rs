@@ -10,9 +10,9 @@ use std::collections::BTreeMap;
 use common::{OvsdbServer, Storage};
 use kubeovn_ovn::models::nb::{self, LoadBalancerGroup};
 use kubeovn_ovn::northbound::{
-    Acl, AclAction, AclDirection, AclParent, AclSeverity, Batch, DhcpOptions, LbTarget,
-    LoadBalancer, LoadBalancerProtocol, LogicalSwitch, Meter, MeterUnit, Nat, NatType, NbError,
-    NbGlobal, Northbound, OvsdbNorthbound, PortGroup, Router,
+    Acl, AclAction, AclDirection, AclParent, AclSeverity, Batch, ChassisTemplateVars, DhcpOptions,
+    LbTarget, LoadBalancer, LoadBalancerProtocol, LogicalSwitch, Meter, MeterUnit, Nat, NatType,
+    NbError, NbGlobal, Northbound, OvsdbNorthbound, PortGroup, Router,
 };
 use kubeovn_ovn::ops::{Condition, Operation};
 use kubeovn_ovn::{Datum, Error, Model};
@@ -519,4 +519,106 @@ async fn an_enum_value_of_a_newer_server_reads_as_unknown() {
     b.delete_acl(pg.clone(), AclDirection::ToLport, 1000, "ip4");
     nb.commit(b).await.unwrap();
     assert!(nb.acls(&pg).is_empty());
+}
+
+/// The variables of `chassis` as ovn-nbctl reads them.
+fn template_vars(srv: &OvsdbServer, chassis: &str) -> String {
+    nbctl(srv, &["get", "Chassis_Template_Var", chassis, "variables"])
+}
+
+#[tokio::test]
+async fn chassis_template_vars_merge_remove_and_delete() {
+    let Some(srv) = server() else { return };
+    let nb = OvsdbNorthbound::connect(&srv.unix_remote()).await.unwrap();
+    let mut b = Batch::new();
+    b.add(
+        ChassisTemplateVars::new("node1")
+            .var("svc.ns.web.tcp.80", "10.16.0.5:8080")
+            .var("empty", "")
+            .external_id("vendor", "kube-ovn"),
+    );
+    nb.commit(b.clone()).await.unwrap();
+    assert_eq!(
+        template_vars(&srv, "node1"),
+        r#"{empty="", svc.ns.web.tcp.80="10.16.0.5:8080"}"#
+    );
+    assert!(nb.plan(&b).unwrap().is_none(), "idempotent");
+    let row = nb.chassis_template_var("node1").unwrap();
+    assert_eq!(row.variables["svc.ns.web.tcp.80"], "10.16.0.5:8080");
+    assert_eq!(row.external_ids["vendor"], "kube-ovn");
+    assert!(nb.chassis_template_var("node2").is_none());
+
+    // Another client adds a variable; a change of ours is one mutation that keeps it, even before our replica
+    // has seen it.
+    nbctl(
+        &srv,
+        &["set", "Chassis_Template_Var", "node1", "variables:other=x"],
+    );
+    let mut b = Batch::new();
+    b.add(ChassisTemplateVars::new("node1").var("svc.ns.web.tcp.80", "10.16.0.6:8080"));
+    let plan = nb.plan(&b).unwrap().unwrap();
+    assert_eq!(plan.txn.ops.len(), 1, "{:?}", plan.txn.ops);
+    assert!(
+        matches!(plan.txn.ops[0], Operation::Mutate { .. }),
+        "{:?}",
+        plan.txn.ops
+    );
+    nb.commit(b).await.unwrap();
+    assert_eq!(
+        template_vars(&srv, "node1"),
+        r#"{empty="", other=x, svc.ns.web.tcp.80="10.16.0.6:8080"}"#
+    );
+
+    // Remove by name (a missing one ignored); again a no-op.
+    let mut b = Batch::new();
+    b.remove_template_vars("node1", ["empty", "missing"]);
+    nb.commit(b.clone()).await.unwrap();
+    assert_eq!(
+        template_vars(&srv, "node1"),
+        r#"{other=x, svc.ns.web.tcp.80="10.16.0.6:8080"}"#
+    );
+    assert!(nb.plan(&b).unwrap().is_none(), "idempotent");
+
+    // A row created and merged into by one batch; removing from a chassis without a row does nothing.
+    let mut b = Batch::new();
+    b.add(
+        ChassisTemplateVars::new("node2")
+            .var("a", "1")
+            .var("b", "2"),
+    )
+    .add(
+        ChassisTemplateVars::new("node2")
+            .var("b", "3")
+            .var("c", "4"),
+    )
+    .remove_template_vars("node2", ["a"])
+    .remove_template_vars("node3", ["a"]);
+    nb.commit(b).await.unwrap();
+    assert_eq!(template_vars(&srv, "node2"), "{b=\"3\", c=\"4\"}");
+
+    // Delete a chassis' row; again a no-op. Deleting and using one chassis in a batch is refused.
+    let mut b = Batch::new();
+    b.delete_chassis_template_vars("node2");
+    nb.commit(b.clone()).await.unwrap();
+    nb.commit(b).await.unwrap();
+    assert!(nb.chassis_template_var("node2").is_none());
+    assert!(
+        nbctl(
+            &srv,
+            &[
+                "--bare",
+                "--columns=chassis",
+                "list",
+                "Chassis_Template_Var"
+            ]
+        ) == "node1"
+    );
+    let mut b = Batch::new();
+    b.delete_chassis_template_vars("node1")
+        .add(ChassisTemplateVars::new("node1").var("a", "1"));
+    let err = nb.commit(b).await.unwrap_err();
+    assert!(
+        matches!(err, Error::Nb(NbError::DeletedAndUsed { .. })),
+        "{err:?}"
+    );
 }

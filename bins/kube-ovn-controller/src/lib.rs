@@ -14,7 +14,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use kubeovn_core::controller::{Config, LeaseConfig};
+use kubeovn_core::controller::{Config, LeaseConfig, SessionAffinity};
 use kubeovn_ovn::northbound::{OvsdbNorthbound, NB_DB};
 use kubeovn_ovn::session::{Backoff, Session};
 
@@ -22,7 +22,7 @@ use kubeovn_ovn::session::{Backoff, Session};
 pub const USAGE: &str = "usage: kube-ovn-controller [crd] [--kubeconfig FILE] [--ovn-nb-addr REMOTE[,REMOTE...]]
   [--default-ls NAME] [--default-cidr CIDR] [--default-gateway IP] [--default-exclude-ips IPS]
   [--node-switch NAME] [--node-switch-cidr CIDR] [--node-switch-gateway IP] [--cluster-router NAME]
-  [--service-cluster-ip-range CIDR[,CIDR]]
+  [--service-cluster-ip-range CIDR[,CIDR]] [--service-session-affinity hash|timeout]
   [--metrics-addr IP:PORT] [--leader-elect] [--lease-namespace NS] [--pod-name NAME]
   [--gc-interval SECONDS] [--pod-workers N] [--log-level error|warn|info|debug]
 REMOTE: unix:PATH, tcp:IP:PORT or ssl:IP:PORT; several (a raft cluster) comma-separated, writes go to the leader";
@@ -103,6 +103,13 @@ impl Args {
                 "--node-switch-gateway" => c.join_subnet.gateway = value()?,
                 "--cluster-router" => c.default_vpc = value()?,
                 "--service-cluster-ip-range" => c.service_cidr = value()?,
+                "--service-session-affinity" => {
+                    c.session_affinity = match value()?.as_str() {
+                        "hash" => SessionAffinity::SourceHash,
+                        "timeout" => SessionAffinity::Timeout,
+                        v => return Err(format!("--service-session-affinity: {v:?} is not hash or timeout")),
+                    }
+                }
                 "--metrics-addr" => {
                     a.metrics_addr = Some(
                         value()?

@@ -25,6 +25,9 @@ const USAGE: &str = "usage: kube-ovn-daemon --node-name NAME [options]
   --mtu N                        pod and join interface MTU (default 1400)
   --node-nic NAME                join interface (default ovn0)
   --pod-cidrs CIDR[,CIDR]        routed through the join gateway besides the default VPC's subnets
+  --service-cluster-ip-range CIDR[,CIDR]
+                                 Services' ClusterIPs, routed through the join gateway too: the node reaches
+                                 them through the join switch's load balancers
   --pod-source kube|static:FILE  pods' network data (default kube: this node's pods' annotations)
   --kubeconfig PATH              kubeconfig (default: KUBECONFIG, ~/.kube/config or in-cluster)
   --pod-network-timeout SECS     wait for allocated/routed (default 30)
@@ -148,12 +151,15 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Opts, Error> {
                     .ok_or_else(|| bad(format!("bad MTU {v}")))?
             }
             "--node-nic" => o.nic = v,
-            "--pod-cidrs" => {
-                o.pod_cidrs = v
-                    .split(',')
-                    .filter(|s| !s.is_empty())
-                    .map(|s| s.parse().map_err(|_| bad(format!("bad CIDR {s}"))))
-                    .collect::<Result<_, _>>()?
+            "--pod-cidrs" | "--service-cluster-ip-range" => {
+                for s in v.split(',').filter(|s| !s.is_empty()) {
+                    let c = s
+                        .parse()
+                        .map_err(|_| bad(format!("{flag}: bad CIDR {s}")))?;
+                    if !o.pod_cidrs.contains(&c) {
+                        o.pod_cidrs.push(c);
+                    }
+                }
             }
             "--pod-source" => o.pod_source = v,
             "--kubeconfig" => o.kubeconfig = Some(v.into()),

@@ -4,7 +4,9 @@
 //! [`sandbox`] starts and stops everything, each process in the background with its pid recorded in the
 //! [`state`] directory ([`procs`]); [`kubelet`] is the node agent that gives every pod a network namespace
 //! through our CNI shim ([`cni`] runs a conflist as a container runtime does); [`report`] prints the pods, a
-//! ping matrix and a TCP and UDP one ([`transport`]); [`exec`] enters a pod's namespace.
+//! ping matrix and a TCP and UDP one ([`transport`]); [`exec`] enters a pod's namespace. The kubelet's
+//! process also keeps the EndpointSlices of Services with selectors ([`endpoints`]), as
+//! kube-controller-manager does in a cluster.
 //!
 //! [`ovn`] starts a single-node OVN (NB, SB, ovn-northd, ovs-vswitchd on the userspace datapath,
 //! ovn-controller) in a directory, each process with its own sockets, and stops it by pid; the end-to-end
@@ -25,6 +27,8 @@
 pub mod cgroup;
 // What a unit test does when it cannot run here (a failure under CI); shared with the test crates.
 pub mod cni;
+pub mod containers;
+pub mod endpoints;
 pub mod exec;
 pub mod kubelet;
 pub mod ovn;

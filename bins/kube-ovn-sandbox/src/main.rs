@@ -13,6 +13,7 @@ const USAGE: &str = "usage: kube-ovn-sandbox [--state-dir DIR] COMMAND
   down      stop everything `up` started and remove its network namespaces and links
   status    the processes and the pods' sandboxes
   exec NAMESPACE/POD -- COMMAND...   run a command in a pod's network namespace
+  logs NAMESPACE/POD [-c CONTAINER]  print a container's output (stdout and stderr, across restarts)
 
   --state-dir DIR       default $KUBE_OVN_SANDBOX_DIR or /var/lib/kube-ovn-sandbox
 up options:
@@ -25,6 +26,7 @@ up options:
   --default-cidr CIDR   (10.16.0.0/16)    --join-cidr CIDR     (100.64.0.0/16)
   --demo-cidr CIDR      (10.66.0.0/24)    --demo-namespace NS  (demo)
   --demo-pods N         (3 per namespace) --netns-prefix P     (sbx)
+  --service-cidr CIDR[,CIDR]  (10.96.0.0/12) where Services' ClusterIPs come from
   --pod-timeout SECS    (90)";
 
 enum Cmd {
@@ -32,6 +34,7 @@ enum Cmd {
     Down,
     Status,
     Exec(String, Vec<String>),
+    Logs(String, Option<String>),
     Kubelet,
 }
 
@@ -44,6 +47,7 @@ fn parse(args: Vec<String>) -> Result<(StateDir, Cmd), String> {
         ..UpOptions::default()
     };
     let mut command: Option<String> = None;
+    let mut container: Option<String> = None;
     let mut positional = Vec::new();
     let mut rest = Vec::new();
     let mut it = args.into_iter();
@@ -68,6 +72,7 @@ fn parse(args: Vec<String>) -> Result<(StateDir, Cmd), String> {
             "--bin-dir" => up.bin_dir = Some(PathBuf::from(value()?)),
             "--no-install" => up.install = false,
             "--no-demo" => up.no_demo = true,
+            "-c" | "--container" => container = Some(value()?),
             "--node-name" => s.node_name = value()?,
             "--bridge" => s.bridge = value()?,
             "--node-nic" => s.node_nic = value()?,
@@ -83,6 +88,7 @@ fn parse(args: Vec<String>) -> Result<(StateDir, Cmd), String> {
                 s.demo_pods = value()?.parse().map_err(|e| format!("--demo-pods: {e}"))?
             }
             "--netns-prefix" => s.netns_prefix = value()?,
+            "--service-cidr" => s.service_cidr = value()?,
             "--pod-timeout" => {
                 let secs: u64 = value()?
                     .parse()
@@ -110,6 +116,12 @@ fn parse(args: Vec<String>) -> Result<(StateDir, Cmd), String> {
             }
             Cmd::Exec(target.clone(), rest)
         }
+        Some("logs") => {
+            let [target] = positional.as_slice() else {
+                return Err(format!("logs takes NAMESPACE/POD [-c CONTAINER]\n{USAGE}"));
+            };
+            Cmd::Logs(target.clone(), container)
+        }
         Some(other) => return Err(format!("unknown command {other:?}\n{USAGE}")),
         None => return Err(USAGE.to_owned()),
     };
@@ -128,7 +140,23 @@ fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
 }
 
 fn main() -> ExitCode {
-    let (dir, cmd) = match parse(std::env::args().skip(1).collect()) {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some(kube_ovn_sandbox::containers::SHIM_COMMAND) {
+        // The kubelet's monitor of one container: before any thread exists (it enters a namespace).
+        let code = kube_ovn_sandbox::containers::shim(&args[1..]);
+        return ExitCode::from(u8::try_from(code & 0xff).unwrap_or(1));
+    }
+    if args.first().map(String::as_str) == Some(kube_ovn_sandbox::transport::SERVE_NAME_COMMAND) {
+        // The demo's backends: answer with the pod's name.
+        let port = args.get(1).and_then(|p| p.parse().ok()).unwrap_or(8080);
+        let name = std::env::var("HOSTNAME").unwrap_or_else(|_| "?".into());
+        if let Err(e) = kube_ovn_sandbox::transport::serve_name(port, &name) {
+            eprintln!("kube-ovn-sandbox serve-name: {e}");
+            return ExitCode::FAILURE;
+        }
+        return ExitCode::SUCCESS;
+    }
+    let (dir, cmd) = match parse(args) {
         Ok(x) => x,
         Err(e) => {
             eprintln!("{e}");
@@ -141,6 +169,20 @@ fn main() -> ExitCode {
             let e = kube_ovn_sandbox::exec::exec(&dir, &target, &argv);
             eprintln!("kube-ovn-sandbox: {e}");
             ExitCode::from(127)
+        }
+        Cmd::Logs(target, container) => {
+            match kube_ovn_sandbox::kubelet::log_file(&dir, &target, container.as_deref()) {
+                Ok(path) => {
+                    // A container that has not written anything yet has no log file: no output.
+                    let text = std::fs::read(&path).unwrap_or_default();
+                    let _ = std::io::Write::write_all(&mut std::io::stdout(), &text);
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("kube-ovn-sandbox logs: {e}");
+                    ExitCode::FAILURE
+                }
+            }
         }
         Cmd::Down => match sandbox::down(&dir) {
             Ok(()) => {
@@ -180,6 +222,7 @@ fn main() -> ExitCode {
                 Err(c) => return c,
             };
             rt.block_on(async {
+                let kubeconfig = dir.kubeconfig();
                 let k = match kube_ovn_sandbox::kubelet::Kubelet::new(dir).await {
                     Ok(k) => k,
                     Err(e) => {
@@ -199,7 +242,20 @@ fn main() -> ExitCode {
                         Err(_) => std::future::pending().await,
                     }
                 };
-                match k.run(shutdown).await {
+                // The EndpointSlice controller runs beside the kubelet, in the same process, until the same
+                // signal.
+                let shutdown = futures::FutureExt::shared(Box::pin(shutdown));
+                let slices = async {
+                    let r = match kube_ovn_sandbox::kubelet::client(&kubeconfig).await {
+                        Ok(c) => kube_ovn_sandbox::endpoints::run(c, shutdown.clone()).await,
+                        Err(e) => Err(e),
+                    };
+                    if let Err(e) = r {
+                        eprintln!("endpointslices: {e}");
+                    }
+                };
+                let (kubelet, ()) = tokio::join!(k.run(shutdown.clone()), slices);
+                match kubelet {
                     Ok(()) => ExitCode::SUCCESS,
                     Err(e) => {
                         eprintln!("kubelet: {e}");

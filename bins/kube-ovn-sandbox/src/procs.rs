@@ -71,6 +71,63 @@ impl ProcRecord {
 }
 
 impl ProcRecord {
+    /// Stops the process group this process leads (a container's monitor and everything it started):
+    /// SIGTERM to the group, SIGKILL after `grace`, until no member is left. The group is only signalled while
+    /// it is ours: its leader is this record's process (a zombie included), or the leader is gone and its pid
+    /// not reused.
+    pub fn stop_group(&self, grace: Duration) {
+        use nix::sys::signal::{killpg, Signal};
+        use nix::unistd::Pid;
+        // A pid that exists again with another start time was reused, which the kernel does not do while our group
+        // has members: nothing of ours is left then.
+        let ours = proc_stat(self.pid)
+            .is_none_or(|st| self.start_time == 0 || st.start_time == self.start_time);
+        let Ok(raw) = i32::try_from(self.pid) else {
+            return;
+        };
+        if !ours || raw <= 1 {
+            return;
+        }
+        let pgid = Pid::from_raw(raw);
+        if group_members(self.pid) == 0 {
+            return;
+        }
+        let _ = killpg(pgid, Signal::SIGTERM);
+        let t0 = Instant::now();
+        while group_members(self.pid) > 0 {
+            if t0.elapsed() > grace {
+                let _ = killpg(pgid, Signal::SIGKILL);
+            }
+            if t0.elapsed() > grace + Duration::from_secs(5) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Collects the exit of this process if it is a child of the caller that has ended (a no-op otherwise),
+    /// so that a long-running parent does not keep zombies.
+    pub fn reap(&self) {
+        use nix::sys::wait::{waitpid, WaitPidFlag};
+        if let Ok(raw) = i32::try_from(self.pid) {
+            let _ = waitpid(nix::unistd::Pid::from_raw(raw), Some(WaitPidFlag::WNOHANG));
+        }
+    }
+}
+
+/// The live (not zombie) processes in process group `pgid`.
+pub fn group_members(pgid: u32) -> usize {
+    let Ok(rd) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    rd.flatten()
+        .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()))
+        .filter_map(proc_stat)
+        .filter(|st| st.pgrp == pgid && st.state != 'Z' && st.state != 'X')
+        .count()
+}
+
+impl ProcRecord {
     /// Waits (at most `timeout`) until the process is gone from `/proc`: a stopped child of an exited `up`
     /// stays a zombie until init reaps it, and still counts as running for tools that scan `/proc`.
     pub fn wait_reaped(&self, timeout: Duration) {
@@ -88,6 +145,7 @@ impl ProcRecord {
 
 struct Stat {
     state: char,
+    pgrp: u32,
     start_time: u64,
 }
 
@@ -99,6 +157,7 @@ fn proc_stat(pid: u32) -> Option<Stat> {
     // rest starts at field 3 (state); field 22 is index 19.
     Some(Stat {
         state: fields.first()?.chars().next()?,
+        pgrp: fields.get(2)?.parse().ok()?,
         start_time: fields.get(19)?.parse().ok()?,
     })
 }
@@ -158,6 +217,27 @@ mod tests {
         assert!(rec.start_time > 0);
         rec.stop(Duration::from_secs(2));
         assert!(!rec.alive());
+    }
+
+    #[test]
+    fn stop_group_takes_the_children() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut cmd = Command::new("sh");
+        // A child that ignores SIGTERM: the group still goes, after the grace period.
+        cmd.args(["-c", "sh -c 'trap \"\" TERM; sleep 30' & sleep 30"]);
+        let rec = spawn_detached("sh", cmd, &dir.path().join("sh.log")).expect("spawn");
+        let t0 = Instant::now();
+        while group_members(rec.pid) < 3 && t0.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(group_members(rec.pid) >= 3);
+        rec.stop_group(Duration::from_millis(200));
+        assert_eq!(group_members(rec.pid), 0);
+        rec.reap();
+        assert!(
+            std::fs::metadata(format!("/proc/{}", rec.pid)).is_err(),
+            "reaped"
+        );
     }
 
     #[test]

@@ -295,6 +295,97 @@ pub async fn transport_matrix(eps: &[Endpoint], timeout: Duration) -> TransportM
     TransportMatrix { labels, cells }
 }
 
+/// Which backends of a Service answered each endpoint's requests to its ClusterIP.
+#[derive(Debug, Clone)]
+pub struct ServiceReport {
+    /// `namespace/name` of the Service.
+    pub service: String,
+    /// The VIP asked.
+    pub vip: std::net::SocketAddr,
+    /// Per endpoint: its label, the TCP and the UDP answers (backend name, or why not), in order.
+    pub rows: Vec<(String, Vec<Result<String, String>>, Vec<Result<String, String>>)>,
+}
+
+/// How many TCP connections and UDP requests each endpoint sends to the demo Service.
+pub const SERVICE_TRIES: usize = 6;
+
+impl ServiceReport {
+    /// Whether every request was answered.
+    pub fn all_ok(&self) -> bool {
+        self.rows
+            .iter()
+            .all(|(_, t, u)| t.iter().chain(u).all(Result::is_ok))
+    }
+
+    /// The backends that answered anyone.
+    pub fn backends(&self) -> std::collections::BTreeSet<String> {
+        self.rows
+            .iter()
+            .flat_map(|(_, t, u)| t.iter().chain(u))
+            .filter_map(|r| r.as_ref().ok().cloned())
+            .collect()
+    }
+
+    /// One line per endpoint: `tcp: web-1 x3, web-2 x3  udp: ...`.
+    pub fn render(&self) -> String {
+        fn tally(v: &[Result<String, String>]) -> String {
+            let mut count: std::collections::BTreeMap<&str, usize> = Default::default();
+            let mut failed = None;
+            for r in v {
+                match r {
+                    Ok(n) => *count.entry(n.as_str()).or_default() += 1,
+                    Err(e) => failed = Some(e.as_str()),
+                }
+            }
+            let mut s: Vec<String> = count.iter().map(|(n, c)| format!("{n} x{c}")).collect();
+            if let Some(e) = failed {
+                s.push(format!("FAIL ({e})"));
+            }
+            s.join(", ")
+        }
+        let w = self.rows.iter().map(|r| r.0.len()).max().unwrap_or(0);
+        let mut out = String::new();
+        for (label, t, u) in &self.rows {
+            out.push_str(&format!(
+                "  {label:<w$}  tcp: {:<30}  udp: {}\n",
+                tally(t),
+                tally(u)
+            ));
+        }
+        out
+    }
+}
+
+/// Asks the Service's name servers at `vip` from every endpoint's namespace, [`SERVICE_TRIES`] times over TCP
+/// and over UDP.
+pub async fn service_report(
+    service: &str,
+    vip: std::net::SocketAddr,
+    eps: &[Endpoint],
+    timeout: Duration,
+) -> ServiceReport {
+    let eps = eps.to_vec();
+    let rows = tokio::task::spawn_blocking(move || {
+        eps.iter()
+            .map(|e| {
+                let ask = |udp| {
+                    (0..SERVICE_TRIES)
+                        .map(|_| transport::ask_name(&e.netns, vip, udp, timeout))
+                        .collect::<Vec<_>>()
+                };
+                (e.label.clone(), ask(false), ask(true))
+            })
+            .collect()
+    })
+    .await
+    .unwrap_or_default();
+    ServiceReport {
+        service: service.to_owned(),
+        vip,
+        rows,
+    }
+}
+
 /// What `up` and `status` measured between the endpoints.
 #[derive(Debug, Clone)]
 pub struct Reachability {
@@ -302,12 +393,16 @@ pub struct Reachability {
     pub ping: PingMatrix,
     /// TCP and UDP.
     pub transport: TransportMatrix,
+    /// The demo Service, if there is one.
+    pub service: Option<ServiceReport>,
 }
 
 impl Reachability {
-    /// Whether every pair answered ping and carried TCP and UDP.
+    /// Whether every pair answered ping and carried TCP and UDP, and the demo Service answered everyone.
     pub fn all_ok(&self) -> bool {
-        self.ping.all_ok() && self.transport.all_ok()
+        self.ping.all_ok()
+            && self.transport.all_ok()
+            && self.service.as_ref().is_none_or(ServiceReport::all_ok)
     }
 }
 

@@ -2,12 +2,12 @@
 //! pid recorded in the state directory.
 
 use std::io::Write;
-use std::net::{Ipv4Addr, SocketAddr, TcpListener};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Service};
 use kube::api::{Api, ApiResource, DynamicObject, PostParams};
 use kube::ResourceExt;
 use serde_json::{json, Value};
@@ -295,10 +295,16 @@ async fn create_json(api: &Api<DynamicObject>, v: Value) -> Result<(), SandboxEr
 /// network namespace, so a second ovs-vswitchd on the netdev datapath cannot open its bridges.
 pub fn other_vswitchd() -> Option<(u32, String)> {
     let rd = std::fs::read_dir("/proc").ok()?;
+    let netns = |dir: &Path| std::fs::read_link(dir.join("ns/net")).ok();
+    let ours = netns(Path::new("/proc/self"));
     rd.flatten().find_map(|e| {
         let pid: u32 = e.file_name().to_str()?.parse().ok()?;
         let comm = std::fs::read_to_string(e.path().join("comm")).ok()?;
         if comm.trim() != "ovs-vswitchd" || !ProcRecord::of("", pid).alive() {
+            return None;
+        }
+        // One in another network namespace has its own tap.
+        if ours.is_some() && netns(&e.path()) != ours {
             return None;
         }
         let cmd = std::fs::read(e.path().join("cmdline")).ok()?;
@@ -420,7 +426,9 @@ async fn start_all(
     cmd.arg("--listen")
         .arg(&settings.api_addr)
         .arg("--kubeconfig")
-        .arg(dir.kubeconfig());
+        .arg(dir.kubeconfig())
+        .arg("--service-cluster-ip-range")
+        .arg(&settings.service_cidr);
     let api = spawn_detached("kube-ovn-testapi", cmd, &log)?;
     pids.push(api.clone());
     save_pids(dir, pids)?;
@@ -470,6 +478,8 @@ async fn start_all(
         .arg(&settings.join_cidr)
         .arg("--node-switch-gateway")
         .arg(first_host(&settings.join_cidr)?)
+        .arg("--service-cluster-ip-range")
+        .arg(&settings.service_cidr)
         .arg("--log-level")
         .arg("info");
     let ctl = spawn_detached("kube-ovn-controller", cmd, &log)?;
@@ -649,7 +659,9 @@ pub fn daemon_args(cmd: &mut Command, dir: &StateDir, s: &Settings) {
         .arg("--node-nic")
         .arg(&s.node_nic)
         .arg("--pod-cidrs")
-        .arg(format!("{},{}", s.default_cidr, s.demo_cidr));
+        .arg(format!("{},{}", s.default_cidr, s.demo_cidr))
+        .arg("--service-cluster-ip-range")
+        .arg(&s.service_cidr);
 }
 
 async fn create_demo_subnet(client: &kube::Client, s: &Settings) -> Result<(), SandboxError> {
@@ -699,15 +711,30 @@ async fn create_demo_subnet(client: &kube::Client, s: &Settings) -> Result<(), S
     .await
 }
 
+/// The demo pods: `web-N` in default serve their name on TCP and UDP 8080 (this program's `serve-name`,
+/// run by the sandbox kubelet in the pod's namespace) behind the Service `default/web`; `app-N` in the demo
+/// namespace run nothing.
 async fn create_demo_pods(client: &kube::Client, s: &Settings) -> Result<(), SandboxError> {
+    let exe = std::env::current_exe()
+        .map_err(|e| SandboxError::io("locate this program", Path::new("/proc/self/exe"), e))?;
+    let port = DEMO_BACKEND_PORT;
     for (ns, prefix) in [("default", "web"), (s.demo_namespace.as_str(), "app")] {
         let api: Api<Pod> = Api::namespaced(client.clone(), ns);
         for i in 1..=s.demo_pods {
+            let container = if prefix == "web" {
+                json!({"name": "main", "image": "kube-ovn-sandbox",
+                       "command": [exe, crate::transport::SERVE_NAME_COMMAND, port.to_string()],
+                       "ports": [{"name": "tcp", "containerPort": port},
+                                 {"name": "udp", "containerPort": port, "protocol": "UDP"}],
+                       "readinessProbe": {"tcpSocket": {"port": "tcp"}, "periodSeconds": 1}})
+            } else {
+                json!({"name": "main", "image": "registry.k8s.io/pause:3.10"})
+            };
             let pod: Pod = serde_json::from_value(json!({
                 "apiVersion": "v1", "kind": "Pod",
                 "metadata": {"name": format!("{prefix}-{i}"), "namespace": ns,
-                             "labels": {"app": "kube-ovn-sandbox-demo"}},
-                "spec": {"containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10"}]}
+                             "labels": {"app": "kube-ovn-sandbox-demo", "role": prefix}},
+                "spec": {"containers": [container]}
             }))
             .map_err(|e| failed("pod", e.to_string()))?;
             match api.create(&PostParams::default(), &pod).await {
@@ -716,6 +743,20 @@ async fn create_demo_pods(client: &kube::Client, s: &Settings) -> Result<(), San
                 Err(e) => return Err(failed("create pod", e.to_string())),
             }
         }
+    }
+    let svc: Service = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": DEMO_SERVICE.0, "namespace": "default"},
+        "spec": {"selector": {"role": "web"},
+                 "ports": [{"name": "tcp", "port": DEMO_SERVICE.1, "targetPort": "tcp"},
+                           {"name": "udp", "port": DEMO_SERVICE.1, "targetPort": "udp", "protocol": "UDP"}]}
+    }))
+    .map_err(|e| failed("service", e.to_string()))?;
+    let api: Api<Service> = Api::namespaced(client.clone(), "default");
+    match api.create(&PostParams::default(), &svc).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(e)) if e.code == 409 => {}
+        Err(e) => return Err(failed("create service", e.to_string())),
     }
     Ok(())
 }
@@ -760,6 +801,24 @@ pub async fn show(
             t.details()
         );
     }
+    let service = demo_service_report(&client, &eps).await;
+    if let Some(r) = &service {
+        println!(
+            "\nService {} (ClusterIP {}; backends answer with their pod name): {} TCP connections and {} UDP \
+             requests from each pod and the node:\n{}",
+            r.service,
+            r.vip,
+            report::SERVICE_TRIES,
+            report::SERVICE_TRIES,
+            r.render()
+        );
+        let seen: Vec<String> = r.backends().into_iter().collect();
+        if r.all_ok() {
+            println!("every request answered; backends seen: {}", seen.join(", "));
+        } else {
+            println!("some requests were not answered");
+        }
+    }
     let d = dir.root().display();
     println!(
         "\nnext:\n  kubectl --kubeconfig {d}/kubeconfig get pods -A -o wide\n  \
@@ -769,7 +828,47 @@ pub async fn show(
     Ok(report::Reachability {
         ping: m,
         transport: t,
+        service,
     })
+}
+
+/// The demo Service's name and port.
+const DEMO_SERVICE: (&str, i32) = ("web", 80);
+/// The port the demo's backends serve their name on.
+const DEMO_BACKEND_PORT: u16 = 8080;
+
+/// Asks the demo Service (`default/web`), if it exists and has a ClusterIP, from every endpoint. Its load
+/// balancer is programmed asynchronously: a first round that finds no backend is retried for a few seconds.
+async fn demo_service_report(
+    client: &kube::Client,
+    eps: &[report::Endpoint],
+) -> Option<report::ServiceReport> {
+    let api: Api<Service> = Api::namespaced(client.clone(), "default");
+    let svc = api.get_opt(DEMO_SERVICE.0).await.ok().flatten()?;
+    let ip: IpAddr = svc.spec.as_ref()?.cluster_ip.as_deref()?.parse().ok()?;
+    let vip = std::net::SocketAddr::new(ip, u16::try_from(DEMO_SERVICE.1).ok()?);
+    let name = format!("default/{}", DEMO_SERVICE.0);
+    // The backends it should reach: every pod it selects (they turn Ready within seconds of `up`).
+    let selector = svc.spec.as_ref()?.selector.clone().unwrap_or_default();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let t0 = std::time::Instant::now();
+    loop {
+        let ready: std::collections::BTreeSet<String> = pods
+            .list(&Default::default())
+            .await
+            .map(|l| l.items)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|p| selector.iter().all(|(k, v)| p.labels().get(k) == Some(v)))
+            .map(|p| p.name_any())
+            .collect();
+        let r = report::service_report(&name, vip, eps, Duration::from_secs(1)).await;
+        let complete = !ready.is_empty() && r.backends().is_superset(&ready);
+        if (r.all_ok() && complete) || t0.elapsed() > Duration::from_secs(15) {
+            return Some(r);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 /// `down`: stops every recorded process (kubelet first), removes every pod sandbox (CNI DEL while the daemon

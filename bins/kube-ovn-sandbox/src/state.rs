@@ -49,6 +49,14 @@ pub struct Settings {
     /// The daemon's metrics endpoint.
     #[serde(default)]
     pub daemon_metrics_addr: String,
+    /// The service CIDR(s) Services' ClusterIPs come from (`CIDR[,CIDR]`), given to the API
+    /// server and to the controller as `--service-cluster-ip-range`.
+    #[serde(default = "default_service_cidr")]
+    pub service_cidr: String,
+}
+
+fn default_service_cidr() -> String {
+    "10.96.0.0/12".into()
 }
 
 impl Default for Settings {
@@ -67,6 +75,7 @@ impl Default for Settings {
             netns_dir: PathBuf::from(kubeovn_netdev::NETNS_RUN_DIR),
             demo_pods: 3,
             daemon_metrics_addr: "127.0.0.1:10665".into(),
+            service_cidr: default_service_cidr(),
         }
     }
 }

@@ -31,7 +31,10 @@ impl Transport {
 }
 
 /// Runs `f` on a new thread inside the network namespace at `netns`.
-fn in_netns<T: Send>(netns: &Path, f: impl FnOnce() -> io::Result<T> + Send) -> io::Result<T> {
+pub(crate) fn in_netns<T: Send>(
+    netns: &Path,
+    f: impl FnOnce() -> io::Result<T> + Send,
+) -> io::Result<T> {
     std::thread::scope(|s| {
         s.spawn(|| {
             let ns = File::open(netns)?;
@@ -147,6 +150,62 @@ pub fn check(src: &Path, dst: &Path, ip: IpAddr, timeout: Duration) -> Transport
     Transport {
         tcp: tcp(src, dst, ip, timeout),
         udp: udp(src, dst, ip, timeout),
+    }
+}
+
+/// The hidden command the demo's backend pods run: `kube-ovn-sandbox serve-name PORT` answers every TCP
+/// connection and every UDP datagram on PORT (both families) with `$HOSTNAME` (the pod's name), so a client
+/// of a Service sees which backend it reached.
+pub const SERVE_NAME_COMMAND: &str = "serve-name";
+
+/// Serves `name` on TCP and UDP `port` until the process ends.
+pub fn serve_name(port: u16, name: &str) -> io::Result<()> {
+    let any = std::net::Ipv6Addr::UNSPECIFIED;
+    // A dual-stack socket on [::] takes IPv4 too; a node without IPv6 gets an IPv4 one.
+    let tcp = TcpListener::bind((any, port)).or_else(|_| TcpListener::bind(("0.0.0.0", port)))?;
+    let udp = UdpSocket::bind((any, port)).or_else(|_| UdpSocket::bind(("0.0.0.0", port)))?;
+    let reply = name.as_bytes().to_vec();
+    let udp_reply = reply.clone();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 1500];
+        while let Ok((_, from)) = udp.recv_from(&mut buf) {
+            let _ = udp.send_to(&udp_reply, from);
+        }
+    });
+    for c in tcp.incoming() {
+        match c {
+            Ok(mut c) => {
+                let _ = c.write_all(&reply);
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Asks the name server at `addr` from the namespace at `src`, over TCP or UDP: the name that answered.
+pub fn ask_name(src: &Path, addr: std::net::SocketAddr, udp: bool, timeout: Duration) -> Result<String, String> {
+    let got = in_netns(src, || {
+        let mut buf = [0u8; 256];
+        if udp {
+            let s = UdpSocket::bind((unspecified(addr.is_ipv6()), 0))?;
+            s.set_read_timeout(Some(timeout))?;
+            s.send_to(b"?", addr)?;
+            let n = s.recv(&mut buf)?;
+            Ok(buf[..n].to_vec())
+        } else {
+            let mut c = TcpStream::connect_timeout(&addr, timeout)?;
+            c.set_read_timeout(Some(timeout))?;
+            let mut out = Vec::new();
+            c.read_to_end(&mut out)?;
+            Ok(out)
+        }
+    });
+    match got {
+        Ok(b) if !b.is_empty() => Ok(String::from_utf8_lossy(&b).into_owned()),
+        Ok(_) => Err("an empty answer".into()),
+        Err(e) => Err(format!("{} {addr}: {e}", if udp { "udp" } else { "tcp" })),
     }
 }
 

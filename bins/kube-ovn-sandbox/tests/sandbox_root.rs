@@ -1,180 +1,24 @@
 //! The whole sandbox as a user runs it (needs root, the OVN/OVS packages and kubectl): `up` brings up every
-//! process, the demo pods and an all-answering ping matrix; kubectl sees the pods; a pod created with
-//! kubectl gets a sandbox and is reachable from another pod through `exec`; deleting it removes its network
-//! namespace; `up` again is harmless; `down` leaves no process, network namespace or link behind.
+//! process, the demo pods and an all-answering ping matrix; kubectl sees the pods; pods created with kubectl
+//! get sandboxes and run their containers' commands there (an HTTP server reached from another pod and from
+//! the host, Ready only once its probe connects; a job restarted once; an exec probe turning Ready and back),
+//! with `logs` showing their output; the containers outlive a kubelet restart; deleting a pod stops its
+//! processes and removes its network namespace; `up` again is harmless; `down` leaves no process, network
+//! namespace or link behind.
+//!
+//! Run it in a network namespace of its own when another ovs-vswitchd runs on the machine:
+//! `unshare --net --mount -- sh -c 'mount -t sysfs sysfs /sys && ip link set lo up && cargo test -p
+//! kube-ovn-sandbox --test sandbox_root'`.
 
 #![allow(clippy::unwrap_used)]
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use kube_ovn_sandbox::ovn::missing_programs;
-use kube_ovn_sandbox::procs::ProcRecord;
-use serde_json::Value;
+use kube_ovn_sandbox::procs::{self, ProcRecord};
 
-#[path = "../../../test-support/cargo_build.rs"]
-mod cargo_build;
-
-#[path = "../../../test-support/skip.rs"]
-mod skip;
-
-/// Whether the test can run (root, OVN, kubectl, ping); if not, it is skipped ([`skip::skip`]: a failure
-/// under CI).
-fn runnable() -> bool {
-    if !skip::is_root() {
-        skip::skip("needs root (network namespaces, OVS bridge)");
-        return false;
-    }
-    if let Some(p) = missing_programs() {
-        skip::skip(&format!("{p} is not installed"));
-        return false;
-    }
-    for p in ["kubectl", "ping"] {
-        if Command::new(p).arg("--help").output().is_err() {
-            skip::skip(&format!("{p} is not installed"));
-            return false;
-        }
-    }
-    true
-}
-
-/// The directory of our binaries: this profile's target directory. `cargo test --workspace` builds them;
-/// the ones missing (`cargo test -p kube-ovn-sandbox` builds only this package's binary) are built here.
-fn bin_dir() -> PathBuf {
-    let sandbox = PathBuf::from(env!("CARGO_BIN_EXE_kube-ovn-sandbox"));
-    let dir = sandbox.parent().unwrap().to_owned();
-    let wanted = [
-        ("kube-ovn-testapi", "kube-ovn-testapi"),
-        ("kube-ovn-controller", "kube-ovn-controller"),
-        ("kube-ovn-daemon", "kube-ovn-daemon"),
-        ("kube-ovn-cni", "kube-ovn"),
-        ("kubectl-ko", "kubectl-ko"),
-        ("kube-ovn-monitor", "kube-ovn-monitor"),
-        ("kube-ovn-pinger", "kube-ovn-pinger"),
-    ];
-    let missing: Vec<&str> = wanted
-        .iter()
-        .filter(|(_, bin)| !dir.join(bin).exists())
-        .map(|(pkg, _)| *pkg)
-        .collect();
-    if missing.is_empty() {
-        return dir;
-    }
-    let mut args: Vec<&str> = Vec::new();
-    for p in &missing {
-        args.extend(["-p", p]);
-    }
-    cargo_build::cargo_build(&dir, &args);
-    dir
-}
-
-struct Sandbox {
-    dir: tempfile::TempDir,
-    bins: PathBuf,
-    prefix: String,
-    bridge: String,
-    nic: String,
-}
-
-impl Sandbox {
-    fn run(&self, args: &[&str]) -> Output {
-        let out = Command::new(env!("CARGO_BIN_EXE_kube-ovn-sandbox"))
-            .arg("--state-dir")
-            .arg(self.dir.path())
-            .args(args)
-            .env("KUBE_OVN_SANDBOX_BIN_DIR", &self.bins)
-            .output()
-            .unwrap();
-        eprintln!(
-            "$ kube-ovn-sandbox {}\n{}{}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        out
-    }
-
-    fn ko(&self, args: &[&str]) -> Output {
-        let out = Command::new(self.bins.join("kubectl-ko"))
-            .arg("--sandbox")
-            .arg(self.dir.path())
-            .args(args)
-            .output()
-            .unwrap();
-        eprintln!(
-            "$ kubectl-ko {}\n{}{}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        out
-    }
-
-    fn tool(&self, bin: &str, args: &[&str]) -> Output {
-        let out = Command::new(self.bins.join(bin))
-            .args(args)
-            .output()
-            .unwrap();
-        eprintln!(
-            "$ {bin} {}\n{}{}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        out
-    }
-
-    fn kubectl(&self, args: &[&str]) -> Output {
-        Command::new("kubectl")
-            .arg("--kubeconfig")
-            .arg(self.dir.path().join("kubeconfig"))
-            .args(args)
-            .output()
-            .unwrap()
-    }
-
-    fn pods(&self) -> Vec<Value> {
-        let out = self.kubectl(&["get", "pods", "-A", "-o", "json"]);
-        assert!(out.status.success(), "{out:?}");
-        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
-        v["items"].as_array().cloned().unwrap_or_default()
-    }
-
-    fn netns(&self) -> Vec<String> {
-        std::fs::read_dir("/var/run/netns")
-            .map(|rd| {
-                rd.flatten()
-                    .map(|e| e.file_name().to_string_lossy().into_owned())
-                    .filter(|n| n.starts_with(&format!("{}-", self.prefix)))
-                    .collect()
-            })
-            .unwrap_or_default()
-    }
-}
-
-impl Drop for Sandbox {
-    fn drop(&mut self) {
-        // A failed assertion still takes everything down.
-        let _ = Command::new(env!("CARGO_BIN_EXE_kube-ovn-sandbox"))
-            .arg("down")
-            .arg("--state-dir")
-            .arg(self.dir.path())
-            .output();
-    }
-}
-
-fn link_exists(name: &str) -> bool {
-    Path::new("/sys/class/net").join(name).exists()
-}
-
-fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
-    let t0 = Instant::now();
-    while !f() {
-        assert!(t0.elapsed() < timeout, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
+mod common;
+use common::*;
 
 #[test]
 fn up_ping_kubectl_exec_down() {
@@ -300,26 +144,110 @@ fn up_ping_kubectl_exec_down() {
         "{text}"
     );
 
-    // A pod created by someone else gets a sandbox; another pod reaches it through the router.
-    let out = sb.kubectl(&["run", "extra", "--image=registry.k8s.io/pause:3.10"]);
-    assert!(out.status.success(), "{out:?}");
+    // Pods whose containers run host processes in their network namespaces (the images are ignored):
+    // - web: a shell that says where it runs, waits 2 s, then serves HTTP on 8080; Ready only once its
+    //   tcpSocket probe (named port) connects;
+    // - job: fails once, then succeeds (restartPolicy OnFailure): one restart, then Succeeded;
+    // - extra: sleeps, Ready while its exec probe finds a file (and unready again when it is gone).
+    let flag = sb.dir.path().join("extra-ready");
+    let job_mark = sb.dir.path().join("job-ran");
+    let pods_json = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": [
+        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web", "namespace": "default"},
+         "spec": {"containers": [{"name": "web", "image": "any",
+            "command": ["sh", "-c"],
+            "args": ["echo serving on $(POD_IP); sleep 2; exec python3 -m http.server 8080"],
+            "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
+            "ports": [{"name": "http", "containerPort": 8080}],
+            "readinessProbe": {"tcpSocket": {"port": "http"}, "periodSeconds": 1}}]}},
+        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "job", "namespace": "default"},
+         "spec": {"restartPolicy": "OnFailure", "containers": [{"name": "job", "image": "any",
+            "command": ["sh", "-c", format!(
+                "if [ -e {m} ]; then echo second run; exit 0; fi; touch {m}; echo first run; exit 3",
+                m = job_mark.display())]}]}},
+        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "extra", "namespace": "default"},
+         "spec": {"containers": [{"name": "extra", "image": "registry.k8s.io/pause:3.10",
+            "args": ["sleep", "600"],
+            "readinessProbe": {"exec": {"command": ["test", "-e", flag.to_str().unwrap()]},
+                               "periodSeconds": 1, "failureThreshold": 1}}]}}
+    ]});
+    sb.apply(&pods_json);
+
+    // web: running but unready while it sleeps; Ready only when the server answers.
+    let mut saw_unready_running = false;
+    let mut web_ip = String::new();
+    wait_until("pod web to be Ready", Duration::from_secs(30), || {
+        let p = sb.pod("web");
+        let running = p["status"]["containerStatuses"][0]["state"]["running"].is_object();
+        if running && !ready(&p) {
+            saw_unready_running = true;
+        }
+        web_ip = p["status"]["podIP"].as_str().unwrap_or_default().to_owned();
+        ready(&p)
+    });
+    assert!(
+        saw_unready_running,
+        "web was never seen running and unready while its server slept"
+    );
+    // From the host, through the node's interface and the cluster router, right after Ready.
+    let out = Command::new("curl")
+        .args(["-sS", "--max-time", "5", &format!("http://{web_ip}:8080/")])
+        .output()
+        .unwrap();
+    let body = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success() && body.contains("Directory listing"),
+        "curl from the host to {web_ip}:8080: {out:?}"
+    );
+    // From a pod in the other subnet.
+    let out = sb.run(&[
+        "exec",
+        "demo/app-1",
+        "--",
+        "curl",
+        "-sS",
+        "--max-time",
+        "5",
+        &format!("http://{web_ip}:8080/"),
+    ]);
+    assert!(
+        out.status.success() && String::from_utf8_lossy(&out.stdout).contains("Directory listing"),
+        "curl from demo/app-1 to {web_ip}:8080"
+    );
+    let out = sb.run(&["logs", "default/web"]);
+    let log = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success());
+    assert!(log.contains(&format!("serving on {web_ip}")), "{log}");
+    assert!(log.contains("\"GET / HTTP/1.1\" 200"), "{log}");
+
+    // job: exit 3, restarted once, then exit 0 for good.
+    wait_until("pod job to succeed", Duration::from_secs(20), || {
+        sb.pod("job")["status"]["phase"] == "Succeeded"
+    });
+    let cs = sb.pod("job")["status"]["containerStatuses"][0].clone();
+    assert_eq!(cs["restartCount"], 1, "{cs}");
+    assert_eq!(cs["lastState"]["terminated"]["exitCode"], 3, "{cs}");
+    assert_eq!(cs["state"]["terminated"]["exitCode"], 0, "{cs}");
+    assert_eq!(cs["state"]["terminated"]["reason"], "Completed", "{cs}");
+    let out = sb.run(&["logs", "default/job", "-c", "job"]);
+    let log = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(log.contains("first run\nsecond run"), "{log}");
+
+    // extra: running, unready without the file; Ready with it; unready again once it is gone.
     let mut extra_ip = String::new();
     wait_until("pod extra to run", Duration::from_secs(30), || {
-        let out = sb.kubectl(&[
-            "get",
-            "pod",
-            "extra",
-            "-o",
-            "jsonpath={.status.phase} {.status.podIP}",
-        ]);
-        let s = String::from_utf8_lossy(&out.stdout).into_owned();
-        match s.split_once(' ') {
-            Some(("Running", ip)) if !ip.is_empty() => {
-                extra_ip = ip.to_owned();
-                true
-            }
-            _ => false,
-        }
+        let p = sb.pod("extra");
+        extra_ip = p["status"]["podIP"].as_str().unwrap_or_default().to_owned();
+        p["status"]["containerStatuses"][0]["state"]["running"].is_object()
+    });
+    std::thread::sleep(Duration::from_millis(1200));
+    assert!(!ready(&sb.pod("extra")), "Ready before its probe passed");
+    std::fs::write(&flag, "").unwrap();
+    wait_until("pod extra to be Ready", Duration::from_secs(10), || {
+        ready(&sb.pod("extra"))
+    });
+    std::fs::remove_file(&flag).unwrap();
+    wait_until("pod extra to be unready", Duration::from_secs(10), || {
+        !ready(&sb.pod("extra"))
     });
     let out = sb.run(&[
         "exec",
@@ -333,14 +261,47 @@ fn up_ping_kubectl_exec_down() {
         &extra_ip,
     ]);
     assert!(out.status.success(), "ping from demo/app-1 to {extra_ip}");
-    assert_eq!(sb.netns().len(), 5);
+    assert_eq!(sb.netns().len(), 7);
 
-    // Deleting it removes its namespace.
-    let out = sb.kubectl(&["delete", "pod", "extra"]);
+    // The kubelet restarts: the containers keep running and the new kubelet takes them over.
+    let web_version = sb.pod("web")["metadata"]["resourceVersion"].clone();
+    let web_group = sb.container_group("web");
+    let extra_group = sb.container_group("extra");
+    assert!(
+        procs::group_members(web_group) >= 2,
+        "web's monitor and server"
+    );
+    let pids_file = sb.dir.path().join("pids.json");
+    let mut pids: Vec<ProcRecord> =
+        serde_json::from_slice(&std::fs::read(&pids_file).unwrap()).unwrap();
+    let kubelet = pids.iter_mut().find(|p| p.name == "kubelet").unwrap();
+    kubelet.stop(Duration::from_secs(3));
+    assert!(
+        procs::group_members(web_group) >= 2,
+        "web outlives the kubelet"
+    );
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_kube-ovn-sandbox"));
+    cmd.arg("kubelet").arg("--state-dir").arg(sb.dir.path());
+    *kubelet =
+        procs::spawn_detached("kubelet", cmd, &sb.dir.path().join("logs/kubelet.log")).unwrap();
+    std::fs::write(&pids_file, serde_json::to_vec(&pids).unwrap()).unwrap();
+    assert_eq!(sb.container_group("web"), web_group, "not started again");
+
+    // Deleting a pod stops its processes (taken over from the previous kubelet) and removes its namespace.
+    let out = sb.kubectl(&["delete", "pod", "extra", "--wait=false"]);
     assert!(out.status.success(), "{out:?}");
     wait_until("pod extra's netns to go", Duration::from_secs(20), || {
-        sb.netns().len() == 4
+        sb.netns().len() == 6
     });
+    assert_eq!(
+        procs::group_members(extra_group),
+        0,
+        "extra's sleep left running"
+    );
+    // Probed every second by both kubelets, web's status was never written again: patches only on change.
+    let web = sb.pod("web");
+    assert!(ready(&web), "web stays Ready across the kubelet's restart");
+    assert_eq!(web["metadata"]["resourceVersion"], web_version, "{web}");
 
     // status is healthy; up again reports the running sandbox.
     assert!(sb.run(&["status"]).status.success());
@@ -352,23 +313,27 @@ fn up_ping_kubectl_exec_down() {
     let pids: Vec<ProcRecord> =
         serde_json::from_slice(&std::fs::read(sb.dir.path().join("pids.json")).unwrap()).unwrap();
     assert_eq!(pids.len(), 10, "{pids:?}");
-    let host_veths: Vec<String> = std::fs::read_dir(sb.dir.path().join("pods"))
-        .unwrap()
-        .flatten()
-        .map(|e| {
-            let v: Value = serde_json::from_slice(&std::fs::read(e.path()).unwrap()).unwrap();
+    let host_veths: Vec<String> = sb
+        .records()
+        .iter()
+        .map(|v| {
             kubeovn_netdev::host_nic_name(v["container_id"].as_str().unwrap(), "eth0")
                 .unwrap()
                 .0
         })
         .collect();
-    assert_eq!(host_veths.len(), 4);
+    assert_eq!(host_veths.len(), 6);
     assert!(host_veths.iter().all(|v| link_exists(v)), "{host_veths:?}");
     assert!(sb.run(&["down"]).status.success());
     for p in &pids {
         assert!(!p.alive(), "{} (pid {}) still running", p.name, p.pid);
     }
     assert!(sb.netns().is_empty(), "{:?}", sb.netns());
+    assert_eq!(
+        procs::group_members(web_group),
+        0,
+        "web's server left running"
+    );
     for l in host_veths.iter().chain([&sb.bridge, &sb.nic]) {
         assert!(!link_exists(l), "link {l} left behind");
     }

@@ -26,6 +26,82 @@ pub enum Error {
         /// `details` of the Status (name, group, kind), if any.
         details: Option<Box<Value>>,
     },
+    /// The server cannot start with this configuration (a bad `--service-cluster-ip-range`).
+    #[error("invalid configuration: {0}")]
+    Config(String),
+}
+
+/// One field's fault in a 422 Invalid answer (a `StatusCause`), as kube-apiserver's validation
+/// reports it: kubectl prints `field: message` for each.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cause {
+    /// `FieldValueInvalid`, `FieldValueRequired`, ...
+    pub reason: &'static str,
+    /// The field's path (`spec.ports[0].port`).
+    pub field: String,
+    /// What is wrong, starting with the kind of fault (`Invalid value: 0: must be ...`).
+    pub message: String,
+}
+
+impl Cause {
+    /// `field: Invalid value: VALUE: detail` (VALUE already rendered as Go prints it).
+    pub fn invalid(field: impl Into<String>, value: &str, detail: &str) -> Self {
+        Cause {
+            reason: "FieldValueInvalid",
+            field: field.into(),
+            message: format!("Invalid value: {value}: {detail}"),
+        }
+    }
+
+    /// `field: Required value` (with a detail when given).
+    pub fn required(field: impl Into<String>, detail: &str) -> Self {
+        Cause {
+            reason: "FieldValueRequired",
+            field: field.into(),
+            message: if detail.is_empty() {
+                "Required value".to_owned()
+            } else {
+                format!("Required value: {detail}")
+            },
+        }
+    }
+
+    /// `field: Duplicate value: VALUE`.
+    pub fn duplicate(field: impl Into<String>, value: &str) -> Self {
+        Cause {
+            reason: "FieldValueDuplicate",
+            field: field.into(),
+            message: format!("Duplicate value: {value}"),
+        }
+    }
+
+    /// `field: Unsupported value: "v": supported values: "a", "b"`.
+    pub fn unsupported(field: impl Into<String>, value: &str, supported: &[&str]) -> Self {
+        let list: Vec<String> = supported.iter().map(|s| format!("{s:?}")).collect();
+        Cause {
+            reason: "FieldValueNotSupported",
+            field: field.into(),
+            message: format!(
+                "Unsupported value: {value:?}: supported values: {}",
+                list.join(", ")
+            ),
+        }
+    }
+
+    /// `field: Forbidden: detail`.
+    pub fn forbidden(field: impl Into<String>, detail: &str) -> Self {
+        Cause {
+            reason: "FieldValueForbidden",
+            field: field.into(),
+            message: format!("Forbidden: {detail}"),
+        }
+    }
+}
+
+impl std::fmt::Display for Cause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.field, self.message)
+    }
 }
 
 /// Result with the crate's [`Error`].
@@ -116,6 +192,26 @@ impl Error {
         Self::status(422, "Invalid", message)
     }
 
+    /// 422 Invalid for the object `name` of `kind`, with one cause per faulty field, as
+    /// kube-apiserver answers (`Service "web" is invalid: spec.ports[0].port: ...`).
+    pub fn invalid_object(kind: &str, name: &str, causes: &[Cause]) -> Self {
+        let all: Vec<String> = causes.iter().map(Cause::to_string).collect();
+        let text = match all.as_slice() {
+            [one] => one.clone(),
+            _ => format!("[{}]", all.join(", ")),
+        };
+        let causes: Vec<Value> = causes
+            .iter()
+            .map(|c| json!({"reason": c.reason, "message": c.message, "field": c.field}))
+            .collect();
+        Self::status(
+            422,
+            "Invalid",
+            format!("{kind} \"{name}\" is invalid: {text}"),
+        )
+        .with_details(json!({"name": name, "group": "", "kind": kind, "causes": causes}))
+    }
+
     /// 400 BadRequest.
     pub fn bad_request(message: impl Into<String>) -> Self {
         Self::status(400, "BadRequest", message)
@@ -162,7 +258,7 @@ impl Error {
     pub fn code(&self) -> u16 {
         match self {
             Error::Status { code, .. } => *code,
-            Error::Io { .. } => 500,
+            Error::Io { .. } | Error::Config(_) => 500,
         }
     }
 
@@ -175,7 +271,7 @@ impl Error {
                 message,
                 details,
             } => (*code, *reason, message.clone(), details.as_deref().cloned()),
-            Error::Io { .. } => (500, "InternalError", self.to_string(), None),
+            Error::Io { .. } | Error::Config(_) => (500, "InternalError", self.to_string(), None),
         };
         let mut s = json!({
             "kind": "Status",

@@ -814,7 +814,10 @@ fn to_table(info: &ResourceInfo, items: &[Arc<Value>], rv: u64, q: &Query) -> Va
                 col("Name", "string"),
                 col("Type", "string"),
                 col("Cluster-IP", "string"),
+                col("External-IP", "string"),
+                col("Port(s)", "string"),
                 col("Age", "string"),
+                json!({"name": "Selector", "type": "string", "format": "", "description": "", "priority": 1}),
             ],
             Box::new(move |o| {
                 vec![
@@ -824,7 +827,10 @@ fn to_table(info: &ResourceInfo, items: &[Arc<Value>], rv: u64, q: &Query) -> Va
                         .and_then(Value::as_str)
                         .unwrap_or("ClusterIP")),
                     json!(s(o, "/spec/clusterIP")),
+                    json!(service_external_ip(o)),
+                    json!(service_ports(o)),
                     json!(age(o)),
+                    json!(service_selector(o)),
                 ]
             }),
         ),
@@ -850,6 +856,89 @@ fn to_table(info: &ResourceInfo, items: &[Arc<Value>], rv: u64, q: &Query) -> Va
         .collect();
     json!({"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": {"resourceVersion": rv.to_string()},
         "columnDefinitions": cols, "rows": rows})
+}
+
+/// The strings of a list field (`/spec/externalIPs`).
+fn str_list<'a>(o: &'a Value, p: &str) -> Vec<&'a str> {
+    o.pointer(p)
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect()
+}
+
+/// `kubectl get svc`'s EXTERNAL-IP, as kube-apiserver's printer fills it.
+fn service_external_ip(o: &Value) -> String {
+    let external = str_list(o, "/spec/externalIPs");
+    match o.pointer("/spec/type").and_then(Value::as_str) {
+        None | Some("ClusterIP" | "NodePort") if external.is_empty() => "<none>".into(),
+        None | Some("ClusterIP" | "NodePort") => external.join(","),
+        Some("LoadBalancer") => {
+            let mut all: Vec<&str> = o
+                .pointer("/status/loadBalancer/ingress")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(|i| i.get("ip").or_else(|| i.get("hostname"))?.as_str())
+                .collect();
+            all.extend(external);
+            if all.is_empty() {
+                "<pending>".into()
+            } else {
+                all.join(",")
+            }
+        }
+        Some("ExternalName") => o
+            .pointer("/spec/externalName")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_owned(),
+        Some(_) => "<unknown>".into(),
+    }
+}
+
+/// `kubectl get svc`'s PORT(S): `80/TCP`, `80:30080/TCP` with a node port.
+fn service_ports(o: &Value) -> String {
+    let ports: Vec<String> = o
+        .pointer("/spec/ports")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .map(|p| {
+            let port = p.get("port").and_then(Value::as_i64).unwrap_or(0);
+            let proto = p.get("protocol").and_then(Value::as_str).unwrap_or("TCP");
+            match p
+                .get("nodePort")
+                .and_then(Value::as_i64)
+                .filter(|n| *n != 0)
+            {
+                Some(n) => format!("{port}:{n}/{proto}"),
+                None => format!("{port}/{proto}"),
+            }
+        })
+        .collect();
+    if ports.is_empty() {
+        "<none>".into()
+    } else {
+        ports.join(",")
+    }
+}
+
+/// `kubectl get svc -o wide`'s SELECTOR.
+fn service_selector(o: &Value) -> String {
+    let sel: Vec<String> = o
+        .pointer("/spec/selector")
+        .and_then(Value::as_object)
+        .into_iter()
+        .flatten()
+        .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or("")))
+        .collect();
+    if sel.is_empty() {
+        "<none>".into()
+    } else {
+        sel.join(",")
+    }
 }
 
 fn event_line(ty: &str, obj: &Value) -> Bytes {

@@ -11,6 +11,11 @@
 //! strategic merge patches, delete with finalizers and deletecollection, all answering errors with
 //! `Status` objects. `kubectl get` receives `Table`s.
 //!
+//! Services are treated as kube-apiserver treats them ([`service`]): ClusterIPs allocated from
+//! [`Config::service_cluster_ip_range`] (both families when `ipFamilyPolicy` asks) and node ports
+//! from [`Config::service_node_port_range`], a taken or foreign one refused, `clusterIPs`
+//! immutable, both freed on deletion, and its defaults and port validation applied. Namespaces carry their `kubernetes.io/metadata.name` label.
+//!
 //! kubectl 1.27 to 1.33 work as against a cluster: the protobuf bodies of typed commands
 //! (`create namespace`, `create deployment`, `run`, `expose`, ...) are decoded ([`proto`]),
 //! `/openapi/v2` (protobuf for kubectl) and `/openapi/v3` describe the built-in kinds and every
@@ -34,6 +39,7 @@ pub mod patch;
 pub mod proto;
 pub mod resources;
 pub mod select;
+pub mod service;
 pub mod store;
 pub mod validate;
 
@@ -64,6 +70,12 @@ pub struct Config {
     pub max_body_bytes: usize,
     /// Interval between BOOKMARK events on watches that allow them.
     pub bookmark_interval: Duration,
+    /// Where Services' ClusterIPs come from, as kube-apiserver's `--service-cluster-ip-range`:
+    /// a CIDR, or an IPv4 and an IPv6 CIDR separated by a comma for dual stack.
+    pub service_cluster_ip_range: String,
+    /// Where NodePort and LoadBalancer Services' node ports come from, as kube-apiserver's
+    /// `--service-node-port-range` (`FIRST-LAST`).
+    pub service_node_port_range: String,
 }
 
 impl Default for Config {
@@ -73,6 +85,8 @@ impl Default for Config {
             history_limit: 100_000,
             max_body_bytes: 3 * 1024 * 1024,
             bookmark_interval: Duration::from_secs(1),
+            service_cluster_ip_range: service::DEFAULT_RANGE.to_owned(),
+            service_node_port_range: service::DEFAULT_NODE_PORT_RANGE.to_owned(),
         }
     }
 }
@@ -88,6 +102,10 @@ pub struct TestApiServer {
 impl TestApiServer {
     /// Binds `config.listen` and serves in the background of the current tokio runtime.
     pub async fn start(config: Config) -> Result<Self> {
+        let services = service::Allocator {
+            cluster_ips: service::ClusterIps::parse(&config.service_cluster_ip_range)?,
+            node_ports: service::NodePorts::parse(&config.service_node_port_range)?,
+        };
         let listener = TcpListener::bind(config.listen)
             .await
             .map_err(|source| Error::Io {
@@ -99,7 +117,7 @@ impl TestApiServer {
             source,
         })?;
         let shared = Arc::new(http::Shared {
-            store: Store::new(config.history_limit),
+            store: Store::with_services(config.history_limit, services),
             max_body: config.max_body_bytes,
             bookmark_interval: config.bookmark_interval,
         });

@@ -1,5 +1,8 @@
 //! `kube-ovn-testapi --listen 127.0.0.1:PORT --kubeconfig FILE`: serves the in-memory Kubernetes API
 //! on that address, writes a kubeconfig for it to FILE and runs until SIGTERM (or Ctrl-C).
+//! `--service-cluster-ip-range CIDR[,CIDR]` sets where Services' ClusterIPs come from
+//! (kube-apiserver's flag; default 10.96.0.0/12), `--service-node-port-range FIRST-LAST` their node
+//! ports (default 30000-32767).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -7,10 +10,11 @@ use std::process::ExitCode;
 
 use kube_ovn_testapi::{Config, TestApiServer};
 
-const USAGE: &str = "usage: kube-ovn-testapi --listen 127.0.0.1:PORT [--kubeconfig FILE]";
+const USAGE: &str = "usage: kube-ovn-testapi --listen 127.0.0.1:PORT [--kubeconfig FILE] \
+                     [--service-cluster-ip-range CIDR[,CIDR]] [--service-node-port-range FIRST-LAST]";
 
-fn parse_args() -> Result<(SocketAddr, Option<PathBuf>), String> {
-    let mut listen = None;
+fn parse_args() -> Result<(Config, Option<PathBuf>), String> {
+    let mut config = Config::default();
     let mut kubeconfig = None;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -26,25 +30,22 @@ fn parse_args() -> Result<(SocketAddr, Option<PathBuf>), String> {
         };
         match flag.as_str() {
             "--listen" => {
-                listen = Some(
-                    value()?
-                        .parse::<SocketAddr>()
-                        .map_err(|e| format!("--listen: {e}"))?,
-                )
+                config.listen = value()?
+                    .parse::<SocketAddr>()
+                    .map_err(|e| format!("--listen: {e}"))?
             }
             "--kubeconfig" => kubeconfig = Some(PathBuf::from(value()?)),
+            "--service-cluster-ip-range" => config.service_cluster_ip_range = value()?,
+            "--service-node-port-range" => config.service_node_port_range = value()?,
             "-h" | "--help" => return Err(USAGE.to_owned()),
             other => return Err(format!("unknown argument {other:?}\n{USAGE}")),
         }
     }
-    Ok((
-        listen.unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0))),
-        kubeconfig,
-    ))
+    Ok((config, kubeconfig))
 }
 
 fn main() -> ExitCode {
-    let (listen, kubeconfig) = match parse_args() {
+    let (config, kubeconfig) = match parse_args() {
         Ok(a) => a,
         Err(e) => {
             eprintln!("{e}");
@@ -63,12 +64,7 @@ fn main() -> ExitCode {
         }
     };
     rt.block_on(async move {
-        let server = match TestApiServer::start(Config {
-            listen,
-            ..Config::default()
-        })
-        .await
-        {
+        let server = match TestApiServer::start(config).await {
             Ok(s) => s,
             Err(e) => {
                 eprintln!("kube-ovn-testapi: {e}");

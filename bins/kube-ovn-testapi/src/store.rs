@@ -12,6 +12,7 @@ use tokio::sync::broadcast;
 
 use crate::error::{Error, Result};
 use crate::resources::{self, ResourceInfo};
+use crate::service::{self, Allocator};
 
 /// Watch event type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -127,6 +128,9 @@ struct Inner {
     objects: HashMap<String, Objects>,
     history: VecDeque<Arc<Event>>,
     compacted: u64,
+    /// The ClusterIPs and node ports of the stored Services, kept in step by
+    /// [`Store::commit_event`].
+    services: Allocator,
 }
 
 /// The in-memory store behind the server.
@@ -244,8 +248,14 @@ pub struct ListSnapshot {
 }
 
 impl Store {
-    /// An empty store with the built-in kinds and the default namespaces.
+    /// An empty store with the built-in kinds and the default namespaces, allocating ClusterIPs
+    /// from [`service::DEFAULT_RANGE`] and node ports from [`service::DEFAULT_NODE_PORT_RANGE`].
     pub fn new(history_limit: usize) -> Self {
+        Self::with_services(history_limit, Allocator::default())
+    }
+
+    /// [`Self::new`], allocating Services' ClusterIPs and node ports from `services`.
+    pub fn with_services(history_limit: usize, services: Allocator) -> Self {
         let (tx, _) = broadcast::channel(16384);
         let seed = SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -258,6 +268,7 @@ impl Store {
                 objects: HashMap::new(),
                 history: VecDeque::new(),
                 compacted: 0,
+                services,
             }),
             tx,
             history_limit: history_limit.max(1),
@@ -354,6 +365,10 @@ impl Store {
         } else {
             objects.insert((ns.clone(), name), obj.clone())
         };
+        if key == "/services" {
+            let after = (kind != EventType::Deleted).then_some(&*obj);
+            inner.services.commit(previous.as_deref(), after);
+        }
         let ev = Arc::new(Event::new(
             rv,
             key,
@@ -515,7 +530,12 @@ impl Store {
         m.insert("generation".into(), json!(1));
         m.remove("deletionTimestamp");
         m.remove("resourceVersion");
+        if info.key() == "/services" {
+            // Last: nothing after it fails, so the addresses it chose are committed.
+            service::prepare(&inner.services, &name, &mut obj, None)?;
+        }
         if info.key() == "/namespaces" {
+            name_label(&mut obj, &name);
             obj["status"] = json!({"phase": "Active"});
             // Also under an empty spec, which a protobuf body always carries.
             if obj.pointer("/spec/finalizers").is_none() {
@@ -706,6 +726,12 @@ impl Store {
                 .ok_or_else(|| Error::bad_request("the body must be a JSON object"))?;
             o.insert("kind".into(), Value::String(info.kind.clone()));
             o.insert("apiVersion".into(), Value::String(info.api_version()));
+        }
+        if info.key() == "/services" && !status_only {
+            service::prepare(&inner.services, name, &mut obj, Some(&old))?;
+        }
+        if info.key() == "/namespaces" {
+            name_label(&mut obj, name);
         }
         let old_meta = old.get("metadata").cloned().unwrap_or_else(|| json!({}));
         let generation = old_meta
@@ -902,6 +928,17 @@ impl Store {
                 .collect(),
         )
     }
+}
+
+/// Sets the `kubernetes.io/metadata.name` label of a Namespace to its name, as kube-apiserver does
+/// on every create and update (so a namespace selector can match a name).
+fn name_label(obj: &mut Value, name: &str) {
+    let Ok(m) = meta_mut(obj) else { return };
+    let labels = m.entry("labels").or_insert_with(|| json!({}));
+    if !labels.is_object() {
+        *labels = json!({});
+    }
+    labels["kubernetes.io/metadata.name"] = json!(name);
 }
 
 /// Checks a DNS-1123 subdomain name, as the API server does for most kinds.

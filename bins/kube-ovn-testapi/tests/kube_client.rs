@@ -6,8 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Service};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{
     Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams,
 };
@@ -712,5 +713,516 @@ async fn many_creates_reach_three_watchers_in_order() {
             }
         }
     }
+    server.shutdown().await;
+}
+
+fn svc(v: serde_json::Value) -> Service {
+    serde_json::from_value(v).unwrap()
+}
+
+/// The message of a refused request, failing the test on another code.
+fn refused(r: Result<Service, kube::Error>, code: u16) -> String {
+    match r {
+        Err(kube::Error::Api(s)) if s.code == code => s.message,
+        other => panic!("expected {code}, got {other:?}"),
+    }
+}
+
+/// A Service created without `clusterIP` gets one from the range, with the fields and defaults
+/// kube-apiserver fills; a taken or foreign address is refused with its message; an update
+/// that omits the address keeps it, one that changes it is refused; deletion frees it.
+#[tokio::test]
+async fn services_get_cluster_ips_and_kube_apiserver_defaults() {
+    let (server, client) = start(Config::default()).await;
+    let api: Api<Service> = Api::namespaced(client.clone(), "default");
+    let pp = PostParams::default();
+    let web = api
+        .create(
+            &pp,
+            &svc(json!({"metadata": {"name": "web"}, "spec": {"selector": {"app": "web"},
+                "ports": [{"name": "http", "port": 80}, {"name": "dns", "port": 53, "protocol": "UDP", "targetPort": "dns"}]}})),
+        )
+        .await
+        .unwrap();
+    let spec = web.spec.clone().unwrap();
+    let ip: std::net::Ipv4Addr = spec.cluster_ip.clone().unwrap().parse().unwrap();
+    let octets = ip.octets();
+    assert!(
+        octets[0] == 10
+            && (96..112).contains(&octets[1])
+            && ip != std::net::Ipv4Addr::new(10, 96, 0, 0),
+        "{ip} is not a usable address of 10.96.0.0/12"
+    );
+    assert_eq!(spec.cluster_ips, Some(vec![ip.to_string()]));
+    assert_eq!(spec.ip_families, Some(vec!["IPv4".to_owned()]));
+    assert_eq!(spec.ip_family_policy.as_deref(), Some("SingleStack"));
+    assert_eq!(spec.type_.as_deref(), Some("ClusterIP"));
+    assert_eq!(spec.session_affinity.as_deref(), Some("None"));
+    assert_eq!(spec.internal_traffic_policy.as_deref(), Some("Cluster"));
+    assert_eq!(spec.external_traffic_policy, None);
+    let ports = spec.ports.clone().unwrap();
+    assert_eq!(ports[0].protocol.as_deref(), Some("TCP"));
+    assert_eq!(ports[0].target_port, Some(IntOrString::Int(80)));
+    assert_eq!(
+        ports[1].target_port,
+        Some(IntOrString::String("dns".into()))
+    );
+    assert!(web.status.unwrap().load_balancer.is_some());
+
+    // Another Service gets another address.
+    let second = api
+        .create(
+            &pp,
+            &svc(json!({"metadata": {"name": "second"}, "spec": {"ports": [{"port": 80}]}})),
+        )
+        .await
+        .unwrap();
+    let second_ip = second.spec.unwrap().cluster_ip.unwrap();
+    assert_ne!(second_ip, ip.to_string());
+
+    // Taken and foreign addresses: kube-apiserver's 422s, nothing stored.
+    let rv = server.store().resource_version();
+    let msg = refused(
+        api.create(&pp, &svc(json!({"metadata": {"name": "dup"}, "spec": {"clusterIP": ip.to_string(), "ports": [{"port": 80}]}})))
+            .await,
+        422,
+    );
+    assert_eq!(
+        msg,
+        format!("Service \"dup\" is invalid: spec.clusterIPs: Invalid value: []string{{\"{ip}\"}}: failed to allocate IP {ip}: provided IP is already allocated")
+    );
+    let msg = refused(
+        api.create(&pp, &svc(json!({"metadata": {"name": "far"}, "spec": {"clusterIP": "10.200.0.1", "ports": [{"port": 80}]}})))
+            .await,
+        422,
+    );
+    assert!(
+        msg.contains("failed to allocate IP 10.200.0.1: the provided IP (10.200.0.1) is not in the valid range. The range of valid IPs is 10.96.0.0/12"),
+        "{msg}"
+    );
+    let msg = refused(
+        api.create(&pp, &svc(json!({"metadata": {"name": "net"}, "spec": {"clusterIP": "10.96.0.0", "ports": [{"port": 80}]}})))
+            .await,
+        422,
+    );
+    assert!(msg.contains("is not in the valid range"), "{msg}");
+    assert_eq!(server.store().resource_version(), rv);
+
+    // Replace without the address (kubectl replace/apply): kept. Changing it: refused.
+    let mut put = api.get("web").await.unwrap();
+    let s = put.spec.as_mut().unwrap();
+    s.cluster_ip = None;
+    s.cluster_ips = None;
+    s.ip_families = None;
+    s.ip_family_policy = None;
+    s.selector = Some([("app".to_owned(), "web2".to_owned())].into());
+    let put = api.replace("web", &pp, &put).await.unwrap();
+    let s = put.spec.clone().unwrap();
+    assert_eq!(s.cluster_ip, Some(ip.to_string()));
+    assert_eq!(s.cluster_ips, Some(vec![ip.to_string()]));
+    assert_eq!(s.ip_family_policy.as_deref(), Some("SingleStack"));
+    let msg = refused(
+        api.patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"clusterIP": "10.96.0.200"}})),
+        )
+        .await,
+        422,
+    );
+    assert_eq!(
+        msg,
+        "Service \"web\" is invalid: spec.clusterIPs[0]: Invalid value: []string{\"10.96.0.200\"}: may not change once set"
+    );
+
+    // Deletion frees the address: it can be asked for again.
+    api.delete("web", &DeleteParams::default()).await.unwrap();
+    let again = api
+        .create(&pp, &svc(json!({"metadata": {"name": "again"}, "spec": {"clusterIP": ip.to_string(), "ports": [{"port": 80}]}})))
+        .await
+        .unwrap();
+    assert_eq!(again.spec.unwrap().cluster_ips, Some(vec![ip.to_string()]));
+
+    // Type-dependent defaults, headless and ExternalName Services.
+    let np = api
+        .create(&pp, &svc(json!({"metadata": {"name": "np"}, "spec": {"type": "NodePort", "sessionAffinity": "ClientIP", "ports": [{"port": 80}]}})))
+        .await
+        .unwrap()
+        .spec
+        .unwrap();
+    assert_eq!(np.external_traffic_policy.as_deref(), Some("Cluster"));
+    let timeout = np
+        .session_affinity_config
+        .and_then(|c| c.client_ip?.timeout_seconds);
+    assert_eq!(timeout, Some(10800));
+    let hl = api
+        .create(&pp, &svc(json!({"metadata": {"name": "hl"}, "spec": {"clusterIP": "None", "selector": {"app": "x"}}})))
+        .await
+        .unwrap()
+        .spec
+        .unwrap();
+    assert_eq!(hl.cluster_ips, Some(vec!["None".to_owned()]));
+    let en = api
+        .create(&pp, &svc(json!({"metadata": {"name": "en"}, "spec": {"type": "ExternalName", "externalName": "example.com"}})))
+        .await
+        .unwrap()
+        .spec
+        .unwrap();
+    assert_eq!(
+        (en.cluster_ip, en.cluster_ips, en.ip_families),
+        (None, None, None)
+    );
+
+    // Ports kube-apiserver refuses.
+    for (ports, want) in [
+        (
+            json!([{"port": 0}]),
+            "spec.ports[0].port: Invalid value: 0: must be between 1 and 65535, inclusive",
+        ),
+        (
+            json!([{"name": "a", "port": 80}, {"name": "b", "port": 80}]),
+            "spec.ports[1]: Duplicate value: core.ServicePort{Name:\"\", Protocol:\"TCP\"",
+        ),
+        (
+            json!([{"port": 80}, {"port": 81}]),
+            "spec.ports[0].name: Required value",
+        ),
+        (json!([]), "spec.ports: Required value"),
+    ] {
+        let rv = server.store().resource_version();
+        let msg = refused(
+            api.create(
+                &pp,
+                &svc(json!({"metadata": {"name": "bad"}, "spec": {"ports": ports}})),
+            )
+            .await,
+            422,
+        );
+        assert!(msg.contains(want), "{msg}");
+        assert_eq!(
+            server.store().resource_version(),
+            rv,
+            "a refused Service changed the store"
+        );
+    }
+    // Same port on two protocols is fine.
+    api.create(&pp, &svc(json!({"metadata": {"name": "dns"}, "spec": {"ports": [{"name": "u", "port": 53, "protocol": "UDP"}, {"name": "t", "port": 53}]}})))
+        .await
+        .unwrap();
+    server.shutdown().await;
+}
+
+/// A dual-stack range gives both families when the policy asks, in the order of `ipFamilies`;
+/// a single-family range refuses RequireDualStack.
+#[tokio::test]
+async fn dual_stack_services_follow_ip_family_policy() {
+    let (server, client) = start(Config {
+        service_cluster_ip_range: "10.96.0.0/16,fd00:10:96::/112".into(),
+        ..Config::default()
+    })
+    .await;
+    let api: Api<Service> = Api::namespaced(client, "default");
+    let pp = PostParams::default();
+    let create = |name: &str, extra: serde_json::Value| {
+        let mut spec = json!({"ports": [{"port": 80}]});
+        spec.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        let s = svc(json!({"metadata": {"name": name}, "spec": spec}));
+        let api = api.clone();
+        async move { api.create(&PostParams::default(), &s).await }
+    };
+    let fam = |s: &Service| {
+        let s = s.spec.clone().unwrap();
+        (
+            s.cluster_ips.unwrap(),
+            s.ip_families.unwrap(),
+            s.ip_family_policy.unwrap(),
+        )
+    };
+    let (ips, families, _) = fam(&create("single", json!({})).await.unwrap());
+    assert_eq!(families, ["IPv4"]);
+    assert!(ips[0].starts_with("10.96."), "{ips:?}");
+    let (ips, families, policy) = fam(&create(
+        "prefer",
+        json!({"ipFamilyPolicy": "PreferDualStack"}),
+    )
+    .await
+    .unwrap());
+    assert_eq!(
+        (families.as_slice(), policy.as_str()),
+        (
+            &["IPv4".to_owned(), "IPv6".to_owned()][..],
+            "PreferDualStack"
+        )
+    );
+    assert!(
+        ips[0].starts_with("10.96.") && ips[1].starts_with("fd00:10:96::"),
+        "{ips:?}"
+    );
+    assert_ne!(ips[1], "fd00:10:96::", "the network address");
+    let (ips, families, policy) = fam(&create(
+        "v6first",
+        json!({"ipFamilyPolicy": "RequireDualStack", "ipFamilies": ["IPv6", "IPv4"]}),
+    )
+    .await
+    .unwrap());
+    assert_eq!(
+        (families, policy.as_str()),
+        (
+            vec!["IPv6".to_owned(), "IPv4".to_owned()],
+            "RequireDualStack"
+        )
+    );
+    assert!(
+        ips[0].starts_with("fd00:10:96::") && ips[1].starts_with("10.96."),
+        "{ips:?}"
+    );
+    let (ips, families, _) = fam(&create("v6only", json!({"ipFamilies": ["IPv6"]}))
+        .await
+        .unwrap());
+    assert_eq!((ips.len(), families), (1, vec!["IPv6".to_owned()]));
+    // Both asked for, both kept; one of them taken: refused.
+    let (ips, _, policy) = fam(&create(
+        "asked",
+        json!({"clusterIPs": ["fd00:10:96::99", "10.96.7.7"], "clusterIP": "fd00:10:96::99"}),
+    )
+    .await
+    .unwrap());
+    assert_eq!(
+        (ips, policy.as_str()),
+        (
+            vec!["fd00:10:96::99".to_owned(), "10.96.7.7".to_owned()],
+            "RequireDualStack"
+        )
+    );
+    let msg = refused(
+        create("taken", json!({"clusterIP": "fd00:10:96::99"})).await,
+        422,
+    );
+    assert!(
+        msg.contains("failed to allocate IP fd00:10:96::99: provided IP is already allocated"),
+        "{msg}"
+    );
+    server.shutdown().await;
+
+    let (server, client) = start(Config::default()).await;
+    let api: Api<Service> = Api::namespaced(client, "default");
+    let s = svc(
+        json!({"metadata": {"name": "req"}, "spec": {"ipFamilyPolicy": "RequireDualStack", "ports": [{"port": 80}]}}),
+    );
+    let msg = refused(api.create(&pp, &s).await, 422);
+    assert!(
+        msg.contains("this cluster is not configured for dual-stack services"),
+        "{msg}"
+    );
+    let prefer = svc(
+        json!({"metadata": {"name": "prefer"}, "spec": {"ipFamilyPolicy": "PreferDualStack", "ports": [{"port": 80}]}}),
+    );
+    let (ips, families, _) = fam(&api.create(&pp, &prefer).await.unwrap());
+    assert_eq!((ips.len(), families), (1, vec!["IPv4".to_owned()]));
+    server.shutdown().await;
+}
+
+/// A full range refuses the next Service and serves again once one is deleted (also when its
+/// namespace goes): a /30 has two usable addresses, never its network or broadcast address.
+#[tokio::test]
+async fn a_full_service_range_refuses_until_an_address_is_freed() {
+    let (server, client) = start(Config {
+        service_cluster_ip_range: "10.96.0.0/30".into(),
+        ..Config::default()
+    })
+    .await;
+    let nss: Api<Namespace> = Api::all(client.clone());
+    nss.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({"metadata": {"name": "team"}})).unwrap(),
+    )
+    .await
+    .unwrap();
+    let team: Api<Service> = Api::namespaced(client.clone(), "team");
+    let default: Api<Service> = Api::namespaced(client, "default");
+    let pp = PostParams::default();
+    let one =
+        |name: &str| svc(json!({"metadata": {"name": name}, "spec": {"ports": [{"port": 80}]}}));
+    let a = team.create(&pp, &one("a")).await.unwrap();
+    let b = default.create(&pp, &one("b")).await.unwrap();
+    let a_ip = a.spec.unwrap().cluster_ip.unwrap();
+    let mut got = vec![a_ip.clone(), b.spec.unwrap().cluster_ip.unwrap()];
+    got.sort();
+    assert_eq!(got, ["10.96.0.1", "10.96.0.2"]);
+    let rv = server.store().resource_version();
+    let msg = refused(default.create(&pp, &one("c")).await, 500);
+    assert!(msg.contains("range is full"), "{msg}");
+    assert_eq!(server.store().resource_version(), rv);
+    // The namespace's deletion takes its Service and frees the address.
+    nss.delete("team", &DeleteParams::default()).await.unwrap();
+    let c = default.create(&pp, &one("c")).await.unwrap();
+    assert_eq!(c.spec.unwrap().cluster_ip, Some(a_ip));
+    server.shutdown().await;
+}
+
+/// kube-apiserver labels every Namespace with its name, on create and on update.
+#[tokio::test]
+async fn namespaces_carry_their_name_label() {
+    let (server, client) = start(Config::default()).await;
+    let nss: Api<Namespace> = Api::all(client);
+    let label = |n: &Namespace| {
+        n.metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get("kubernetes.io/metadata.name"))
+            .cloned()
+    };
+    assert_eq!(
+        label(&nss.get("kube-system").await.unwrap()).as_deref(),
+        Some("kube-system")
+    );
+    let mut ns = nss
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "blue", "labels": {"team": "b"}}}))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(label(&ns).as_deref(), Some("blue"));
+    ns.metadata.labels =
+        Some([("kubernetes.io/metadata.name".to_owned(), "red".to_owned())].into());
+    let ns = nss
+        .replace("blue", &PostParams::default(), &ns)
+        .await
+        .unwrap();
+    assert_eq!(label(&ns).as_deref(), Some("blue"));
+    server.shutdown().await;
+}
+
+/// NodePort and LoadBalancer Services get node ports from the range, as kube-apiserver gives
+/// them: a taken or foreign one refused, kept by a replace that omits them, freed when the
+/// Service becomes a ClusterIP one.
+#[tokio::test]
+async fn node_ports_are_allocated_kept_and_freed() {
+    let (server, client) = start(Config {
+        service_node_port_range: "30000-30002".into(),
+        ..Config::default()
+    })
+    .await;
+    let api: Api<Service> = Api::namespaced(client, "default");
+    let pp = PostParams::default();
+    let node_ports = |s: &Service| -> Vec<Option<i32>> {
+        s.spec
+            .as_ref()
+            .unwrap()
+            .ports
+            .as_ref()
+            .unwrap()
+            .iter()
+            .map(|p| p.node_port)
+            .collect()
+    };
+    let np = api
+        .create(&pp, &svc(json!({"metadata": {"name": "np"}, "spec": {"type": "NodePort",
+            "ports": [{"name": "dns-udp", "port": 53, "protocol": "UDP"}, {"name": "dns", "port": 53}, {"name": "web", "port": 80}]}})))
+        .await
+        .unwrap();
+    // The same port number on two protocols shares its node port.
+    let got = node_ports(&np);
+    assert_eq!(got[0], got[1]);
+    assert_ne!(got[0], got[2]);
+    for n in got.iter().flatten() {
+        assert!((30000..=30002).contains(n), "{got:?}");
+    }
+    let rv = server.store().resource_version();
+    let msg = refused(
+        api.create(
+            &pp,
+            &svc(
+                json!({"metadata": {"name": "taken"}, "spec": {"type": "NodePort",
+            "ports": [{"port": 80, "nodePort": got[2]}]}}),
+            ),
+        )
+        .await,
+        422,
+    );
+    assert_eq!(
+        msg,
+        format!("Service \"taken\" is invalid: spec.ports[0].nodePort: Invalid value: {}: provided port is already allocated", got[2].unwrap())
+    );
+    let msg = refused(
+        api.create(
+            &pp,
+            &svc(
+                json!({"metadata": {"name": "far"}, "spec": {"type": "NodePort",
+            "ports": [{"port": 80, "nodePort": 31000}]}}),
+            ),
+        )
+        .await,
+        422,
+    );
+    assert!(
+        msg.ends_with(
+            "provided port is not in the valid range. The range of valid ports is 30000-30002"
+        ),
+        "{msg}"
+    );
+    assert_eq!(server.store().resource_version(), rv);
+    // A LoadBalancer that asks for none gets none; the next one takes the last free port.
+    let quiet = api
+        .create(
+            &pp,
+            &svc(
+                json!({"metadata": {"name": "quiet"}, "spec": {"type": "LoadBalancer",
+            "allocateLoadBalancerNodePorts": false, "ports": [{"port": 80}]}}),
+            ),
+        )
+        .await
+        .unwrap();
+    assert_eq!(node_ports(&quiet), [None]);
+    let lb = api
+        .create(&pp, &svc(json!({"metadata": {"name": "lb"}, "spec": {"type": "LoadBalancer", "ports": [{"port": 80}]}})))
+        .await
+        .unwrap();
+    assert_eq!(
+        lb.spec.unwrap().external_traffic_policy.as_deref(),
+        Some("Cluster")
+    );
+    let msg = refused(
+        api.create(&pp, &svc(json!({"metadata": {"name": "full"}, "spec": {"type": "NodePort", "ports": [{"port": 80}]}})))
+            .await,
+        500,
+    );
+    assert!(msg.contains("range is full"), "{msg}");
+
+    // A replace without the node ports keeps them.
+    let mut put = api.get("np").await.unwrap();
+    for p in put.spec.as_mut().unwrap().ports.as_mut().unwrap() {
+        p.node_port = None;
+    }
+    assert_eq!(
+        node_ports(&api.replace("np", &pp, &put).await.unwrap()),
+        got
+    );
+    // Back to ClusterIP: the node ports go, and another Service can have them.
+    let cip = api
+        .patch(
+            "np",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"type": "ClusterIP"}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(node_ports(&cip), [None, None, None]);
+    assert_eq!(cip.spec.unwrap().external_traffic_policy, None);
+    let again = api
+        .create(
+            &pp,
+            &svc(
+                json!({"metadata": {"name": "again"}, "spec": {"type": "NodePort",
+            "ports": [{"port": 80, "nodePort": got[2]}]}}),
+            ),
+        )
+        .await
+        .unwrap();
+    assert_eq!(node_ports(&again), [got[2]]);
     server.shutdown().await;
 }

@@ -13,11 +13,17 @@ struct Binary {
 
 impl Binary {
     fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    /// Starts the binary with more flags.
+    fn start_with(flags: &[&str]) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let kubeconfig = dir.path().join("kubeconfig");
         let child = Command::new(env!("CARGO_BIN_EXE_kube-ovn-testapi"))
             .args(["--listen", "127.0.0.1:0", "--kubeconfig"])
             .arg(&kubeconfig)
+            .args(flags)
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
@@ -542,6 +548,192 @@ fn kubectl_versions_create_run_expose_apply_explain() {
             out.contains("How big the gizmo is") && out.contains("color"),
             "{out}"
         );
+    }
+    b.terminate();
+}
+
+const DUAL_STACK_SERVICE: &str = "apiVersion: v1
+kind: Service
+metadata: {name: both}
+spec:
+  ipFamilyPolicy: PreferDualStack
+  ipFamilies: [IPv6, IPv4]
+  selector: {run: web}
+  ports: [{port: 80, targetPort: 8080}]
+";
+
+/// What a user types to give a pod a Service (`expose`, `create service`, `get svc`, `apply`)
+/// works with kubectl 1.27, 1.32 and 1.33 (protobuf bodies from 1.32 on): ClusterIPs come
+/// from `--service-cluster-ip-range`, both families when asked, a taken one is refused, and
+/// deleting a Service frees its address; a NodePort Service shows its node port.
+#[test]
+fn kubectl_expose_and_create_service_get_cluster_ips() {
+    if !have_kubectl() {
+        return;
+    }
+    let b = Binary::start_with(&[
+        "--service-cluster-ip-range",
+        "10.96.0.0/12,fd00:10:96::/108",
+    ]);
+    let dir = tempfile::tempdir().unwrap();
+    let both = write(dir.path(), "both.yaml", DUAL_STACK_SERVICE);
+    let versions: Vec<PathBuf> = kubectl_versions()
+        .into_iter()
+        .filter(|k| {
+            let n = k.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            n == "kubectl.1.27" || n == "kubectl.1.32" || n == "kubectl.1.33" || n == "kubectl"
+        })
+        .collect();
+    println!("kubectl versions: {versions:?}");
+    let mut seen = Vec::new();
+    for (i, k) in versions.iter().enumerate() {
+        let ns = format!("svc{i}");
+        b.ok_of(k, &["create", "namespace", &ns]);
+        let run = |args: &[&str]| {
+            let mut a: Vec<&str> = vec!["-n", &ns];
+            a.extend(args);
+            b.ok_of(k, &a)
+        };
+        run(&[
+            "run",
+            "web",
+            "--image=any",
+            "--",
+            "python3",
+            "-m",
+            "http.server",
+            "8080",
+        ]);
+        let out = run(&[
+            "expose",
+            "pod",
+            "web",
+            "--port",
+            "80",
+            "--target-port",
+            "8080",
+        ]);
+        assert!(out.contains("service/web exposed"), "{out}");
+        let out = run(&["create", "service", "clusterip", "x", "--tcp=80:8080"]);
+        assert!(out.contains("service/x created"), "{out}");
+
+        let list: serde_json::Value =
+            serde_json::from_str(&run(&["get", "svc", "-o", "json"])).unwrap();
+        let items = list["items"].as_array().unwrap();
+        assert_eq!(items.len(), 2, "{list}");
+        for svc in items {
+            let spec = &svc["spec"];
+            let ip: std::net::Ipv4Addr = spec["clusterIP"].as_str().unwrap().parse().unwrap();
+            assert!(
+                ip.octets()[0] == 10 && (96..112).contains(&ip.octets()[1]),
+                "{svc}"
+            );
+            assert_eq!(
+                spec["clusterIPs"],
+                serde_json::json!([ip.to_string()]),
+                "{svc}"
+            );
+            assert_eq!(spec["ipFamilies"], serde_json::json!(["IPv4"]), "{svc}");
+            assert_eq!(spec["ports"][0]["port"], 80, "{svc}");
+            assert_eq!(spec["ports"][0]["targetPort"], 8080, "{svc}");
+            assert_eq!(spec["ports"][0]["protocol"], "TCP", "{svc}");
+            assert!(!seen.contains(&ip), "{ip} handed out twice");
+            seen.push(ip);
+        }
+        let web_ip = items
+            .iter()
+            .find(|s| s["metadata"]["name"] == "web")
+            .unwrap()["spec"]["clusterIP"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+
+        // The table kubectl prints, as on a cluster.
+        let table = run(&["get", "svc"]);
+        let mut lines = table.lines();
+        let header: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
+        assert_eq!(
+            header,
+            [
+                "NAME",
+                "TYPE",
+                "CLUSTER-IP",
+                "EXTERNAL-IP",
+                "PORT(S)",
+                "AGE"
+            ],
+            "{table}"
+        );
+        let web: Vec<&str> = lines
+            .find(|l| l.starts_with("web "))
+            .unwrap()
+            .split_whitespace()
+            .collect();
+        assert_eq!(
+            web[..5],
+            ["web", "ClusterIP", &web_ip, "<none>", "80/TCP"],
+            "{table}"
+        );
+        run(&["create", "service", "nodeport", "np", "--tcp=80:8080"]);
+        let np = run(&["get", "svc", "np"]);
+        assert!(np.contains("NodePort") && np.contains("80:30"), "{np}");
+        let wide = run(&["get", "svc", "web", "-o", "wide"]);
+        assert!(
+            wide.contains("SELECTOR") && wide.contains("run=web"),
+            "{wide}"
+        );
+
+        // Taken: refused with kube-apiserver's message. Freed by deletion: given again.
+        let (ok, _, err) = b.kubectl_of(
+            k,
+            &[
+                "-n",
+                &ns,
+                "create",
+                "service",
+                "clusterip",
+                "y",
+                "--tcp=80:8080",
+                "--clusterip",
+                &web_ip,
+            ],
+        );
+        assert!(
+            !ok && err.contains(&format!(
+                "failed to allocate IP {web_ip}: provided IP is already allocated"
+            )),
+            "{err}"
+        );
+        run(&["delete", "svc", "web"]);
+        run(&[
+            "create",
+            "service",
+            "clusterip",
+            "y",
+            "--tcp=80:8080",
+            "--clusterip",
+            &web_ip,
+        ]);
+        assert_eq!(
+            run(&["get", "svc", "y", "-o", "jsonpath={.spec.clusterIP}"]),
+            web_ip
+        );
+
+        // Dual stack through apply, in the order of ipFamilies; applied again, unchanged.
+        run(&["apply", "-f", &both]);
+        let ips = run(&["get", "svc", "both", "-o", "jsonpath={.spec.clusterIPs[*]}"]);
+        let ips: Vec<&str> = ips.split_whitespace().collect();
+        assert!(
+            ips.len() == 2 && ips[0].starts_with("fd00:10:96::") && ips[1].starts_with("10."),
+            "{ips:?}"
+        );
+        let out = run(&["apply", "-f", &both]);
+        assert!(
+            out.contains("unchanged") || out.contains("configured"),
+            "{out}"
+        );
+        let again = run(&["get", "svc", "both", "-o", "jsonpath={.spec.clusterIPs[*]}"]);
+        assert_eq!(again.split_whitespace().collect::<Vec<_>>(), ips);
     }
     b.terminate();
 }

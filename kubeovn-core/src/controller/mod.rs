@@ -125,6 +125,21 @@ pub struct Config {
     pub lease: Option<LeaseConfig>,
     /// `reportingController` of Events.
     pub reporter: String,
+    /// How `sessionAffinity: ClientIP` is programmed.
+    pub session_affinity: SessionAffinity,
+}
+
+/// How a Service's `sessionAffinity: ClientIP` becomes OVN load balancer settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SessionAffinity {
+    /// `selection_fields=ip_src`: a client address always hashes to the same backend while the backends stay;
+    /// `timeoutSeconds` is not applied. The default: OVN 23.03's `affinity_timeout` learn flow drops the
+    /// packet that creates the affinity (each new client's first SYN or datagram is lost).
+    #[default]
+    SourceHash,
+    /// `options:affinity_timeout` with the Service's `timeoutSeconds` (OVN releases whose learn flow passes
+    /// the packet on).
+    Timeout,
 }
 
 impl Default for Config {
@@ -145,6 +160,7 @@ impl Default for Config {
             status_interval: Duration::from_secs(1),
             lease: None,
             reporter: "kube-ovn-controller".to_owned(),
+            session_affinity: SessionAffinity::default(),
         }
     }
 }

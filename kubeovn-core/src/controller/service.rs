@@ -11,8 +11,11 @@
 //!   same name and protocol, per family; ready endpoints, else serving-and-terminating ones.
 //! - A VIP without backends stays with an empty backend list and `options:reject=true`: clients are refused
 //!   at once (TCP reset, ICMP unreachable) instead of timing out.
-//! - `sessionAffinity: ClientIP`: `options:affinity_timeout` with the Service's own timeout (OVN's limit is
-//!   65535 s; a longer one is clamped, with a Warning event).
+//! - `sessionAffinity: ClientIP`: by default `selection_fields=ip_src` (one backend per client address while
+//!   the backends stay; the timeout is not applied, and an event says so), because OVN 23.03's
+//!   `affinity_timeout` learn flow drops the packet that creates the affinity (a new client's first SYN or
+//!   datagram is lost); with [`SessionAffinity::Timeout`] `options:affinity_timeout` with the Service's own
+//!   timeout (OVN's limit is 65535 s; a longer one is clamped, with a Warning event).
 //! - VPC: the VPC of the endpoints' subnets (Kube-OVN's rule for custom VPCs), else the Service's
 //!   `ovn.kubernetes.io/vpc` annotation, else the VPC the load balancer is already in, else the default one.
 //! - Headless and ExternalName Services get nothing.
@@ -32,11 +35,13 @@ use kube::runtime::events::EventType;
 use kube::runtime::reflector;
 use kube::runtime::watcher::Event;
 use kube::ResourceExt;
-use kubeovn_ovn::northbound::{Batch, LoadBalancer, LoadBalancerGroup, LoadBalancerProtocol};
+use kubeovn_ovn::northbound::{
+    Batch, LoadBalancer, LoadBalancerGroup, LoadBalancerProtocol, LoadBalancerSelectionFields,
+};
 
 use super::error::{ControllerError, Result};
 use super::framework::{Action, Key, Kinds, ObjectStore, Reconciler, Relations, StoreWriter};
-use super::Ctx;
+use super::{Ctx, SessionAffinity};
 use crate::crd::{Decoded, Subnet, Vpc};
 use crate::naming::{self, external_ids as ext};
 
@@ -481,6 +486,15 @@ async fn reconcile(ctx: &Ctx, svc: &Service) -> Result<Action> {
     let started = Instant::now();
     let slices = ctx.slices.of(ns, name);
     let mut d = desired(svc, &slices);
+    if d.affinity_timeout.is_some() && ctx.config.session_affinity == SessionAffinity::SourceHash {
+        d.warnings.push((
+            "AffinityTimeoutNotApplied".into(),
+            "sessionAffinity ClientIP is kept by hashing the client address (one backend per client while \
+             the backends stay); timeoutSeconds is not applied (--service-session-affinity=timeout applies \
+             it on OVN releases whose affinity learning passes the first packet on)"
+                .into(),
+        ));
+    }
     let prev = ctx.services.get(&key);
 
     // The VPC: the endpoints' subnets, else the annotation, else where the load balancers are, else default.
@@ -528,9 +542,15 @@ async fn reconcile(ctx: &Ctx, svc: &Service) -> Result<Action> {
                     .external_id(ext::SERVICE, key.as_str())
                     .external_id(ext::VPC, &vpc)
                     .exact();
-                if let Some(t) = d.affinity_timeout {
-                    lb = lb.option("affinity_timeout", t.to_string());
-                }
+                lb = match (d.affinity_timeout, ctx.config.session_affinity) {
+                    (Some(t), SessionAffinity::Timeout) => lb
+                        .option("affinity_timeout", t.to_string())
+                        .selection_fields(Vec::new()),
+                    (Some(_), SessionAffinity::SourceHash) => {
+                        lb.selection_fields(vec![LoadBalancerSelectionFields::IpSrc])
+                    }
+                    (None, _) => lb.selection_fields(Vec::new()),
+                };
                 backends += want
                     .vips
                     .values()

@@ -145,6 +145,15 @@ fn info_from_spec(name: &str, spec: &SubnetSpec, config: &Config) -> Result<Subn
         .map(ToString::to_string)
         .collect::<Vec<_>>()
         .join(",");
+    let vpc = or(&spec.vpc, &config.default_vpc);
+    if vpc == name {
+        // The patch's switch port `<switch>-<router>` and router port `<router>-<switch>` would share one name,
+        // and OVN binds one port per name: the subnet's gateway would never answer.
+        return Err(ControllerError::invalid(
+            what,
+            format!("the subnet has the name of its VPC {vpc:?}; rename the subnet"),
+        ));
+    }
     let mut exclude_ips = spec.exclude_ips.clone();
     check_inside(&what, "excludeIps", &exclude_ips, &block)?;
     exclude_ips.retain(|e| !gateways.iter().any(|g| g.to_string() == *e));
@@ -152,7 +161,7 @@ fn info_from_spec(name: &str, spec: &SubnetSpec, config: &Config) -> Result<Subn
         cidrs,
         gateways,
         exclude_ips,
-        vpc: or(&spec.vpc, &config.default_vpc),
+        vpc,
         provider: or(&spec.provider, DEFAULT_PROVIDER),
         gateway_type: gateway_type_name(spec.gateway_type.unwrap_or(GatewayType::Distributed))
             .to_owned(),
@@ -838,6 +847,11 @@ mod tests {
         );
         // In another VPC those addresses are free (as in Kube-OVN), overlaps within it are not.
         assert_eq!(check(&new("svc", "10.100.0.0/16", "vpc1")), Ok(()));
+        let same = spec("vpc1", json!({ "cidrBlock": "10.101.0.0/24", "vpc": "vpc1" }));
+        assert!(
+            same.is_err_and(|e| e.to_string().contains("name of its VPC")),
+            "a subnet named like its VPC"
+        );
         assert_eq!(check(&new("node", "172.18.0.0/24", "vpc1")), Ok(()));
         assert_eq!(check(&new("demo2", "10.66.0.0/24", "vpc1")), Ok(()));
         assert!(check(&new("o2", "10.70.0.0/25", "vpc1")).is_err());

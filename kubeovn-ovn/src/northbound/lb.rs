@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{Batch, NbError, Northbound, Planner};
+use super::{same_strings, strings_datum, Batch, NbError, Northbound, Planner};
 use crate::datum::{Atom, Datum};
 use crate::error::Error;
 use crate::model::Model;
@@ -14,7 +14,7 @@ use crate::ops::Operation;
 use crate::rowdiff::{map_datum, map_of, merged, merged_opt, Map};
 use crate::uuid::Uuid;
 
-pub use crate::models::nb::LoadBalancerProtocol;
+pub use crate::models::nb::{LoadBalancerProtocol, LoadBalancerSelectionFields};
 
 type Lb = nb::LoadBalancer;
 type Lbg = nb::LoadBalancerGroup;
@@ -35,6 +35,9 @@ pub struct LoadBalancer {
     pub options: Map,
     /// `external_ids` (merged).
     pub external_ids: Map,
+    /// `selection_fields`: what the backend choice hashes (None: left as it is; empty: the server's default,
+    /// the 5-tuple).
+    pub selection_fields: Option<Vec<LoadBalancerSelectionFields>>,
     /// `vips` and `options` become exactly these (keys not listed are removed).
     pub exact: bool,
 }
@@ -68,6 +71,11 @@ impl LoadBalancer {
     /// Sets one `options` key.
     pub fn option(mut self, k: impl Into<String>, v: impl Into<String>) -> Self {
         self.options.insert(k.into(), v.into());
+        self
+    }
+    /// Sets `selection_fields` (e.g. `[IpSrc]`: one backend per client address while the backends stay).
+    pub fn selection_fields(mut self, f: Vec<LoadBalancerSelectionFields>) -> Self {
+        self.selection_fields = Some(f);
         self
     }
     /// Makes `vips` and `options` exactly these: what the row has beyond them is removed (in the same
@@ -139,6 +147,12 @@ impl Planner<'_, '_> {
                 } else if let Some(m) = merged(row.get(Lb::OPTIONS), &lb.options) {
                     cols.push((Lb::OPTIONS, map_datum(&m)));
                 }
+                if let Some(f) = &lb.selection_fields {
+                    let want: Vec<String> = f.iter().map(|x| x.as_str().to_owned()).collect();
+                    if !same_strings(row.get(Lb::SELECTION_FIELDS), &want) {
+                        cols.push((Lb::SELECTION_FIELDS, strings_datum(&want)));
+                    }
+                }
                 Self::ext_ids(&mut cols, &row, &lb.external_ids);
                 self.update(Lb::TABLE, row.uuid(), cols);
             }
@@ -151,6 +165,10 @@ impl Planner<'_, '_> {
                     .value(Lb::VIPS, map_datum(&lb.vips))
                     .value(Lb::PROTOCOL, Datum::set(lb.protocol.as_ref()))
                     .value(Lb::OPTIONS, map_datum(&lb.options))
+                    .value(
+                        Lb::SELECTION_FIELDS,
+                        Datum::set(lb.selection_fields.iter().flatten()),
+                    )
                     .value(Lb::EXTERNAL_IDS, map_datum(&lb.external_ids));
                 self.push_insert(Lb::TABLE, ins.into());
                 self.new_names.insert((Lb::TABLE, lb.name.clone()), n);

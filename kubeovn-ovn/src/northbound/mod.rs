@@ -151,11 +151,14 @@ mod nat;
 mod raw;
 mod router;
 mod switch;
+mod template;
 
 pub use acl::{Acl, AclAction, AclDirection, AclParent, AclSeverity, Meter, MeterUnit};
 pub use global::{DhcpOptions, NbGlobal};
 pub use group::{AddressSet, PortGroup};
-pub use lb::{LbTarget, LoadBalancer, LoadBalancerGroup, LoadBalancerProtocol};
+pub use lb::{
+    LbTarget, LoadBalancer, LoadBalancerGroup, LoadBalancerProtocol, LoadBalancerSelectionFields,
+};
 pub use nat::{Nat, NatType};
 pub use raw::{RawOp, RawResult};
 pub use router::{
@@ -163,6 +166,7 @@ pub use router::{
     RouterPort, StaticRoute,
 };
 pub use switch::{LogicalSwitch, PortType, SwitchPort};
+pub use template::{template_var_name, ChassisTemplateVars};
 
 /// One planned northbound change.
 #[derive(Debug, Clone, PartialEq)]
@@ -318,6 +322,18 @@ pub enum Op {
     },
     /// Set or remove NB_Global options and external_ids.
     NbGlobal(NbGlobal),
+    /// Ensure template variables of a chassis (merged).
+    ChassisTemplateVars(ChassisTemplateVars),
+    /// Remove template variables (by name) of a chassis.
+    RemoveTemplateVars {
+        /// Chassis name.
+        chassis: String,
+        /// Variable names.
+        names: Vec<String>,
+    },
+    /// Delete a chassis' template variable row: only for a chassis that is gone (ovn-controller 23.03 keeps
+    /// stale flows, then aborts when the row comes back; clear a live chassis' variables instead).
+    DeleteChassisTemplateVars(String),
     /// A raw operation, sent after the planned ones (see [`RawOp`]).
     Raw(RawOp),
 }
@@ -626,6 +642,8 @@ pub trait Northbound: Send + Sync {
     ) -> Option<nb::DhcpOptions>;
     /// The NB_Global row.
     fn nb_global(&self) -> Option<nb::NbGlobal>;
+    /// The template variables of a chassis (by chassis name).
+    fn chassis_template_var(&self, chassis: &str) -> Option<nb::ChassisTemplateVar>;
 }
 
 /// The tables [`OvsdbNorthbound`] replicates.
@@ -646,6 +664,7 @@ pub const TABLES: &[&str] = &[
     nb::Nat::TABLE,
     nb::DhcpOptions::TABLE,
     nb::NbGlobal::TABLE,
+    nb::ChassisTemplateVar::TABLE,
 ];
 
 /// [`Northbound`] over one OVSDB connection and a replica of the tables it manages.
@@ -703,7 +722,11 @@ impl OvsdbNorthbound {
             .index(nb::LogicalSwitch::TABLE, NAME)
             .index(nb::LogicalRouter::TABLE, NAME)
             .index(nb::LoadBalancer::TABLE, NAME)
-            .index(nb::LoadBalancerGroup::TABLE, NAME);
+            .index(nb::LoadBalancerGroup::TABLE, NAME)
+            .index(
+                nb::ChassisTemplateVar::TABLE,
+                nb::ChassisTemplateVar::CHASSIS,
+            );
         for k in ["pod", "ls"].iter().chain(extra_keys) {
             b = b.map_key_index(
                 nb::LogicalSwitchPort::TABLE,
@@ -902,6 +925,11 @@ fn touches(op: &Op) -> (Named<'_>, Named<'_>) {
         Op::LbGroupAttach { group, target, .. } => {
             uses.extend([(Lbg::TABLE, group.as_str()), lb_target(target)])
         }
+        Op::ChassisTemplateVars(ChassisTemplateVars { chassis, .. })
+        | Op::RemoveTemplateVars { chassis, .. } => {
+            uses.push((nb::ChassisTemplateVar::TABLE, chassis.as_str()))
+        }
+        Op::DeleteChassisTemplateVars(c) => dels.push((nb::ChassisTemplateVar::TABLE, c.as_str())),
         Op::DhcpOptions(_) | Op::DeleteDhcpOptions { .. } | Op::NbGlobal(_) | Op::Raw(_) => {}
     }
     (uses, dels)
@@ -1103,6 +1131,9 @@ impl Planner<'_, '_> {
                 self.delete_dhcp_options(cidr, external_ids)
             }
             Op::NbGlobal(g) => self.nb_global(g),
+            Op::ChassisTemplateVars(v) => self.chassis_template_vars(v),
+            Op::RemoveTemplateVars { chassis, names } => self.remove_template_vars(chassis, names),
+            Op::DeleteChassisTemplateVars(c) => self.delete_chassis_template_vars(c),
             Op::Raw(r) => self.raw(r),
         }
     }
@@ -1262,6 +1293,16 @@ impl Northbound for OvsdbNorthbound {
             .view()
             .rows(nb::NbGlobal::TABLE)
             .next()
+            .and_then(|r| r.to_model().ok())
+    }
+
+    fn chassis_template_var(&self, chassis: &str) -> Option<nb::ChassisTemplateVar> {
+        self.cache
+            .lookup(
+                nb::ChassisTemplateVar::TABLE,
+                nb::ChassisTemplateVar::CHASSIS,
+                chassis,
+            )
             .and_then(|r| r.to_model().ok())
     }
 }
