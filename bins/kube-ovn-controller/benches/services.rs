@@ -413,11 +413,13 @@ fn group_in(v: &CacheView<'_>, lbg: &str) -> (Vec<String>, usize) {
     (switches, lbs)
 }
 
-/// What the limit's rows copy from the controller's: protocol, options and external_ids (`service` per row).
+/// What the limit's rows copy from the controller's: protocol, options, selection_fields and external_ids
+/// (`service` per row).
 #[derive(Debug, Clone)]
 struct Template {
     protocol: Option<String>,
     options: BTreeMap<String, String>,
+    selection_fields: Vec<String>,
     external_ids: BTreeMap<String, String>,
 }
 
@@ -427,6 +429,7 @@ impl Template {
         Template {
             protocol: Some("tcp".into()),
             options: BTreeMap::new(),
+            selection_fields: Vec::new(),
             external_ids: BTreeMap::from([
                 ("vendor".into(), "kube-ovn".into()),
                 ("vpc".into(), "ovn-cluster".into()),
@@ -438,6 +441,11 @@ impl Template {
         Template {
             protocol: lb.protocol.as_ref().map(|p| p.as_str().to_owned()),
             options: lb.options.clone(),
+            selection_fields: lb
+                .selection_fields
+                .iter()
+                .map(|f| f.as_str().to_owned())
+                .collect(),
             external_ids: lb.external_ids.clone(),
         }
     }
@@ -457,6 +465,9 @@ impl Template {
         });
         if let Some(p) = &self.protocol {
             row["protocol"] = json!(p);
+        }
+        if !self.selection_fields.is_empty() {
+            row["selection_fields"] = json!(["set", self.selection_fields]);
         }
         json!({"op": "insert", "table": "Load_Balancer", "uuid-name": named, "row": row})
     }
@@ -834,9 +845,10 @@ async fn main() {
     let tpl = match watch.load_balancer(&svcs[0].lb()) {
         Some(lb) => {
             println!(
-                "  the controller's row: protocol {:?}, options {:?}, external_ids {:?}",
+                "  the controller's row: protocol {:?}, options {:?}, selection_fields {:?}, external_ids {:?}",
                 lb.protocol.as_ref().map(|p| p.as_str().to_owned()),
                 lb.options,
+                lb.selection_fields,
                 lb.external_ids
             );
             Template::from_row(&lb)
