@@ -45,13 +45,7 @@ impl Sandbox {
     }
 
     /// `n` answers of the name servers behind `vip` from pod `ns/name` (TCP, or UDP).
-    fn ask(
-        &self,
-        from: (&str, &str),
-        vip: SocketAddr,
-        udp: bool,
-        n: usize,
-    ) -> Vec<Result<String, String>> {
+    fn ask(&self, from: (&str, &str), vip: SocketAddr, udp: bool, n: usize) -> Vec<Result<String, String>> {
         let netns = self.netns_of(from.0, from.1);
         (0..n)
             .map(|_| ask_name(&netns, vip, udp, Duration::from_secs(1)))
@@ -212,11 +206,7 @@ fn services_balance_tcp_and_udp_in_the_sandbox() {
     for from in [("demo", "app-1"), ("demo", "app-2")] {
         let got = sb.ask(from, sticky, false, 12);
         assert!(got.iter().all(Result::is_ok), "{from:?}: {got:?}");
-        assert_eq!(
-            names(&got).len(),
-            1,
-            "{from:?} moved between backends: {got:?}"
-        );
+        assert_eq!(names(&got).len(), 1, "{from:?} moved between backends: {got:?}");
     }
 
     // No endpoints: refused at once, not a timeout.
@@ -235,18 +225,13 @@ fn services_balance_tcp_and_udp_in_the_sandbox() {
                         "gateway": "10.249.0.1,fd00:249::1", "namespaces": ["ds"]}}),
     ]);
     eventually("namespace ds bound to subnet ds", 20, || {
-        sb.json(&["namespace", "ds"])["metadata"]["annotations"]["ovn.kubernetes.io/logical_switch"]
-            == "ds"
+        sb.json(&["namespace", "ds"])["metadata"]["annotations"]["ovn.kubernetes.io/logical_switch"] == "ds"
     });
     sb.apply_all(&[
         server("ds", "ds-1", json!({"app": "ds"})),
         server("ds", "ds-client", json!({"app": "client"})),
-        service(
-            "ds",
-            "ds",
-            json!({"selector": {"app": "ds"}, "ipFamilyPolicy": "RequireDualStack",
-            "ports": [{"port": 80, "targetPort": 8080}]}),
-        ),
+        service("ds", "ds", json!({"selector": {"app": "ds"}, "ipFamilyPolicy": "RequireDualStack",
+            "ports": [{"port": 80, "targetPort": 8080}]})),
     ]);
     sb.wait_ready("ds", &["ds-1", "ds-client"]);
     let ds = sb.cluster_ips("ds", "ds");
@@ -266,18 +251,13 @@ fn services_balance_tcp_and_udp_in_the_sandbox() {
                         "namespaces": ["blue"]}}),
     ]);
     eventually("namespace blue bound to subnet blue-net", 20, || {
-        sb.json(&["namespace", "blue"])["metadata"]["annotations"]
-            ["ovn.kubernetes.io/logical_switch"]
+        sb.json(&["namespace", "blue"])["metadata"]["annotations"]["ovn.kubernetes.io/logical_switch"]
             == "blue-net"
     });
     sb.apply_all(&[
         server("blue", "blue-1", json!({"app": "blue"})),
         server("blue", "blue-client", json!({"app": "client"})),
-        service(
-            "blue",
-            "blue",
-            json!({"selector": {"app": "blue"}, "ports": [{"port": 80, "targetPort": 8080}]}),
-        ),
+        service("blue", "blue", json!({"selector": {"app": "blue"}, "ports": [{"port": 80, "targetPort": 8080}]})),
     ]);
     sb.wait_ready("blue", &["blue-1", "blue-client"]);
     let blue = vip(&sb.cluster_ips("blue", "blue")[0], 80);
@@ -291,11 +271,7 @@ fn services_balance_tcp_and_udp_in_the_sandbox() {
     );
     let vpc = sb.json(&["vpc", "blue"]);
     assert_eq!(vpc["status"]["loadBalancerGroup"], "lbg.blue", "{vpc}");
-    assert_eq!(
-        vpc["status"]["loadBalancers"],
-        json!(["svc.blue.blue.tcp"]),
-        "{vpc}"
-    );
+    assert_eq!(vpc["status"]["loadBalancers"], json!(["svc.blue.blue.tcp"]), "{vpc}");
 
     // A backend deleted: a second later, no new connection reaches it.
     let out = sb.kubectl(&["-n", "default", "delete", "pod", "web-2", "--wait=false"]);
