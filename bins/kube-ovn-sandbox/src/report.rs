@@ -303,7 +303,11 @@ pub struct ServiceReport {
     /// The VIP asked.
     pub vip: std::net::SocketAddr,
     /// Per endpoint: its label, the TCP and the UDP answers (backend name, or why not), in order.
-    pub rows: Vec<(String, Vec<Result<String, String>>, Vec<Result<String, String>>)>,
+    pub rows: Vec<(
+        String,
+        Vec<Result<String, String>>,
+        Vec<Result<String, String>>,
+    )>,
 }
 
 /// How many TCP connections and UDP requests each endpoint sends to the demo Service.

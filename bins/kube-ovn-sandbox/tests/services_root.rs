@@ -2,8 +2,9 @@
 //! demo's Service answers every pod and the node over TCP and UDP from every backend (`up` checks it); a
 //! Service without a selector reaches the endpoint of a hand-written EndpointSlice, also from that backend
 //! itself (hairpin); `sessionAffinity: ClientIP` keeps one backend; a Service without endpoints refuses at
-//! once; a deleted backend gets no new connection a second later; a dual-stack Service answers on both
-//! families; a custom VPC's Service answers its own pods and not the default VPC's.
+//! once; `internalTrafficPolicy: Local` reaches only the endpoints of the client's node; a deleted backend
+//! gets no new connection a second later; a dual-stack Service answers on both families; a custom VPC's
+//! Service answers its own pods and not the default VPC's.
 //!
 //! Run it in a network namespace of its own when another ovs-vswitchd runs on the machine:
 //! `unshare --net --mount -- sh -c 'mount -t sysfs sysfs /sys && ip link set lo up && cargo test -p
@@ -45,7 +46,13 @@ impl Sandbox {
     }
 
     /// `n` answers of the name servers behind `vip` from pod `ns/name` (TCP, or UDP).
-    fn ask(&self, from: (&str, &str), vip: SocketAddr, udp: bool, n: usize) -> Vec<Result<String, String>> {
+    fn ask(
+        &self,
+        from: (&str, &str),
+        vip: SocketAddr,
+        udp: bool,
+        n: usize,
+    ) -> Vec<Result<String, String>> {
         let netns = self.netns_of(from.0, from.1);
         (0..n)
             .map(|_| ask_name(&netns, vip, udp, Duration::from_secs(1)))
@@ -198,6 +205,37 @@ fn services_balance_tcp_and_udp_in_the_sandbox() {
         "web-1 through its own Service: {hairpin:?}"
     );
 
+    // internalTrafficPolicy Local: only the endpoints on the client's node (web-2's address is given to
+    // another node here).
+    let web2_ip = sb.json(&["-n", "default", "pod", "web-2"])["status"]["podIP"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let node = format!("sbs{tag}");
+    sb.apply_all(&[
+        service(
+            "default",
+            "local",
+            json!({"internalTrafficPolicy": "Local",
+            "ports": [{"port": 84, "targetPort": 8080}]}),
+        ),
+        json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+               "metadata": {"name": "local-1", "namespace": "default",
+                            "labels": {"kubernetes.io/service-name": "local"}},
+               "addressType": "IPv4", "ports": [{"port": 8080, "protocol": "TCP"}],
+               "endpoints": [{"addresses": [web1_ip], "nodeName": node},
+                             {"addresses": [web2_ip], "nodeName": "another-node"}]}),
+    ]);
+    let local = vip(&sb.cluster_ips("default", "local")[0], 84);
+    eventually("the Local Service answers", 10, || {
+        sb.ask(("demo", "app-1"), local, false, 1)[0].is_ok()
+    });
+    let got = sb.ask(("demo", "app-1"), local, false, 10);
+    assert!(
+        got.iter().all(|r| r.as_deref() == Ok("web-1")),
+        "a Local Service reached a backend of another node: {got:?}"
+    );
+
     // ClientIP affinity: one backend for every connection of a client.
     let sticky = vip(&sb.cluster_ips("default", "sticky")[0], 82);
     eventually("the sticky Service answers", 10, || {
@@ -206,7 +244,11 @@ fn services_balance_tcp_and_udp_in_the_sandbox() {
     for from in [("demo", "app-1"), ("demo", "app-2")] {
         let got = sb.ask(from, sticky, false, 12);
         assert!(got.iter().all(Result::is_ok), "{from:?}: {got:?}");
-        assert_eq!(names(&got).len(), 1, "{from:?} moved between backends: {got:?}");
+        assert_eq!(
+            names(&got).len(),
+            1,
+            "{from:?} moved between backends: {got:?}"
+        );
     }
 
     // No endpoints: refused at once, not a timeout.
@@ -225,13 +267,18 @@ fn services_balance_tcp_and_udp_in_the_sandbox() {
                         "gateway": "10.249.0.1,fd00:249::1", "namespaces": ["ds"]}}),
     ]);
     eventually("namespace ds bound to subnet ds", 20, || {
-        sb.json(&["namespace", "ds"])["metadata"]["annotations"]["ovn.kubernetes.io/logical_switch"] == "ds"
+        sb.json(&["namespace", "ds"])["metadata"]["annotations"]["ovn.kubernetes.io/logical_switch"]
+            == "ds"
     });
     sb.apply_all(&[
         server("ds", "ds-1", json!({"app": "ds"})),
         server("ds", "ds-client", json!({"app": "client"})),
-        service("ds", "ds", json!({"selector": {"app": "ds"}, "ipFamilyPolicy": "RequireDualStack",
-            "ports": [{"port": 80, "targetPort": 8080}]})),
+        service(
+            "ds",
+            "ds",
+            json!({"selector": {"app": "ds"}, "ipFamilyPolicy": "RequireDualStack",
+            "ports": [{"port": 80, "targetPort": 8080}]}),
+        ),
     ]);
     sb.wait_ready("ds", &["ds-1", "ds-client"]);
     let ds = sb.cluster_ips("ds", "ds");
@@ -251,13 +298,18 @@ fn services_balance_tcp_and_udp_in_the_sandbox() {
                         "namespaces": ["blue"]}}),
     ]);
     eventually("namespace blue bound to subnet blue-net", 20, || {
-        sb.json(&["namespace", "blue"])["metadata"]["annotations"]["ovn.kubernetes.io/logical_switch"]
+        sb.json(&["namespace", "blue"])["metadata"]["annotations"]
+            ["ovn.kubernetes.io/logical_switch"]
             == "blue-net"
     });
     sb.apply_all(&[
         server("blue", "blue-1", json!({"app": "blue"})),
         server("blue", "blue-client", json!({"app": "client"})),
-        service("blue", "blue", json!({"selector": {"app": "blue"}, "ports": [{"port": 80, "targetPort": 8080}]})),
+        service(
+            "blue",
+            "blue",
+            json!({"selector": {"app": "blue"}, "ports": [{"port": 80, "targetPort": 8080}]}),
+        ),
     ]);
     sb.wait_ready("blue", &["blue-1", "blue-client"]);
     let blue = vip(&sb.cluster_ips("blue", "blue")[0], 80);
@@ -271,7 +323,11 @@ fn services_balance_tcp_and_udp_in_the_sandbox() {
     );
     let vpc = sb.json(&["vpc", "blue"]);
     assert_eq!(vpc["status"]["loadBalancerGroup"], "lbg.blue", "{vpc}");
-    assert_eq!(vpc["status"]["loadBalancers"], json!(["svc.blue.blue.tcp"]), "{vpc}");
+    assert_eq!(
+        vpc["status"]["loadBalancers"],
+        json!(["svc.blue.blue.tcp"]),
+        "{vpc}"
+    );
 
     // A backend deleted: a second later, no new connection reaches it.
     let out = sb.kubectl(&["-n", "default", "delete", "pod", "web-2", "--wait=false"]);

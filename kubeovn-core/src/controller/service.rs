@@ -36,7 +36,8 @@ use kube::runtime::reflector;
 use kube::runtime::watcher::Event;
 use kube::ResourceExt;
 use kubeovn_ovn::northbound::{
-    Batch, LoadBalancer, LoadBalancerGroup, LoadBalancerProtocol, LoadBalancerSelectionFields,
+    template_var_name, Batch, ChassisTemplateVars, LoadBalancer, LoadBalancerGroup,
+    LoadBalancerProtocol, LoadBalancerSelectionFields,
 };
 
 use super::error::{ControllerError, Result};
@@ -200,6 +201,14 @@ pub(crate) struct Programmed {
     pub backends: usize,
     /// The warnings last reported as events (reported again only when they change).
     pub warnings: Vec<(String, String)>,
+    /// The chassis template variables of its `internalTrafficPolicy: Local` load balancers.
+    pub vars: BTreeSet<String>,
+}
+
+/// A template variable's value: the same on every chassis, or each node's own.
+enum TemplateValue {
+    All(String),
+    PerNode(BTreeMap<String, String>),
 }
 
 /// The Services programmed, by key.
@@ -247,6 +256,8 @@ impl ServiceState {
 pub struct DesiredLb {
     /// VIP (`ip:port`, `[ip6]:port`) to backends (`ip:port,...`, empty: refuse).
     pub vips: BTreeMap<String, String>,
+    /// Per VIP, per node: the backends on that node (what `internalTrafficPolicy: Local` balances to).
+    pub by_node: BTreeMap<String, BTreeMap<String, String>>,
 }
 
 /// What a Service wants in OVN, computed from the Service and its slices alone.
@@ -256,6 +267,8 @@ pub struct Desired {
     pub lbs: BTreeMap<&'static str, DesiredLb>,
     /// `options:affinity_timeout`, if ClientIP affinity.
     pub affinity_timeout: Option<i32>,
+    /// `internalTrafficPolicy: Local`: a client reaches only the backends on its own node.
+    pub local: bool,
     /// Backend addresses (for the VPC choice).
     pub backend_ips: BTreeSet<IpAddr>,
     /// Problems to report as Warning events: (reason, message).
@@ -345,6 +358,16 @@ pub fn desired(svc: &Service, slices: &[Arc<EndpointSlice>]) -> Desired {
         }
         d.affinity_timeout = Some(t.clamp(1, MAX_AFFINITY_TIMEOUT));
     }
+    d.local = spec.internal_traffic_policy.as_deref() == Some("Local");
+    if d.local && d.affinity_timeout.is_some() {
+        d.warnings.push((
+            "AffinityWithLocalTraffic".into(),
+            "sessionAffinity ClientIP is not applied with internalTrafficPolicy Local: OVN 23.03's template \
+             load balancers (per-node backends) cannot keep an affinity"
+                .into(),
+        ));
+        d.affinity_timeout = None;
+    }
     for port in spec.ports.iter().flatten() {
         let Some(proto) = protocol_of(port.protocol.as_deref()) else {
             d.warnings.push((
@@ -360,13 +383,27 @@ pub fn desired(svc: &Service, slices: &[Arc<EndpointSlice>]) -> Desired {
         let name = port.name.as_deref().unwrap_or_default();
         for ip in &ips {
             let backends = backends(slices, name, proto, ip.is_ipv4());
-            d.backend_ips.extend(backends.iter().map(|(ip, _)| *ip));
-            let list: Vec<String> = backends.iter().map(|(ip, p)| endpoint(*ip, *p)).collect();
-            d.lbs
-                .entry(proto)
-                .or_default()
-                .vips
-                .insert(endpoint(*ip, port.port), list.join(","));
+            d.backend_ips.extend(backends.iter().map(|(ip, _, _)| *ip));
+            let list: Vec<String> = backends
+                .iter()
+                .map(|(ip, p, _)| endpoint(*ip, *p))
+                .collect();
+            let vip = endpoint(*ip, port.port);
+            let lb = d.lbs.entry(proto).or_default();
+            lb.vips.insert(vip.clone(), list.join(","));
+            let mut by_node: BTreeMap<String, Vec<String>> = BTreeMap::new();
+            for (ip, p, node) in &backends {
+                if let Some(n) = node {
+                    by_node
+                        .entry(n.clone())
+                        .or_default()
+                        .push(endpoint(*ip, *p));
+                }
+            }
+            lb.by_node.insert(
+                vip,
+                by_node.into_iter().map(|(n, v)| (n, v.join(","))).collect(),
+            );
         }
     }
     d
@@ -379,7 +416,7 @@ fn backends(
     name: &str,
     proto: &str,
     v4: bool,
-) -> BTreeSet<(IpAddr, i32)> {
+) -> BTreeSet<(IpAddr, i32, Option<String>)> {
     let mut ready = BTreeSet::new();
     let mut terminating = BTreeSet::new();
     let family = if v4 { "IPv4" } else { "IPv6" };
@@ -403,10 +440,11 @@ fn backends(
             let is_ready = c.and_then(|c| c.ready).unwrap_or(true);
             let serving = c.and_then(|c| c.serving).unwrap_or(is_ready);
             let term = c.and_then(|c| c.terminating).unwrap_or(false);
+            let node = e.node_name.clone();
             if is_ready {
-                ready.insert((ip, num));
+                ready.insert((ip, num, node));
             } else if serving && term {
-                terminating.insert((ip, num));
+                terminating.insert((ip, num, node));
             }
         }
     }
@@ -462,6 +500,26 @@ impl Reconciler<Ctx> for Services {
     }
 
     fn relations(r: &mut Relations<'_, Ctx, Service>) {
+        // A node coming, going or changing chassis: the Local Services write their variables for it.
+        r.on::<k8s_openapi::api::core::v1::Node>(|kinds: &Kinds, old, new| {
+            let chassis = |n: Option<&k8s_openapi::api::core::v1::Node>| {
+                n.map(|n| n.annotations().get(crate::annotations::CHASSIS).cloned())
+            };
+            if old.is_some() && new.is_some() && chassis(old) == chassis(new) {
+                return Vec::new();
+            }
+            kinds
+                .list::<Service>()
+                .iter()
+                .filter(|s| {
+                    s.spec
+                        .as_ref()
+                        .and_then(|s| s.internal_traffic_policy.as_deref())
+                        == Some("Local")
+                })
+                .map(|s| Key::of(&**s))
+                .collect()
+        });
         // A slice's change runs its Service (the old one too, if the label moved).
         r.on::<EndpointSlice>(|_: &Kinds, old, new| {
             let mut keys: Vec<Key<Service>> = old
@@ -499,8 +557,8 @@ async fn reconcile(ctx: &Ctx, svc: &Service) -> Result<Action> {
 
     // The VPC: the endpoints' subnets, else the annotation, else where the load balancers are, else default.
     let (from_backends, vpcs, unknown) = vpc_of_backends(ctx, &d.backend_ips);
-    if unknown && !ctx.kinds.is_idle::<Decoded<Subnet>>() {
-        // An endpoint in no known subnet while subnets are still being loaded: decide once they are.
+    if from_backends.is_none() && unknown && !ctx.kinds.is_idle::<Decoded<Subnet>>() {
+        // Endpoints in no known subnet while subnets are still being loaded: decide once they are.
         return Ok(Action::Requeue(Duration::from_millis(200)));
     }
     if vpcs.len() > 1 {
@@ -530,48 +588,129 @@ async fn reconcile(ctx: &Ctx, svc: &Service) -> Result<Action> {
     let mut backends = 0;
     // Whether NB changes: a new or deleted row, or other VIPs (for the programming-time metric).
     let mut changed = false;
+    // Template variables of internalTrafficPolicy Local: name -> (value on every node, or per node).
+    let mut vars: BTreeMap<String, TemplateValue> = BTreeMap::new();
     for proto in PROTOCOLS {
-        let lb_name = naming::service_lb(ns, name, proto.as_str());
-        let existing = ctx.nb.load_balancer(&lb_name);
-        match d.lbs.get(proto.as_str()) {
-            Some(want) => {
-                let mut lb = LoadBalancer::new(&lb_name)
+        let base = naming::service_lb(ns, name, proto.as_str());
+        let mut wanted: Vec<(String, LoadBalancer)> = Vec::new();
+        if let Some(want) = d.lbs.get(proto.as_str()) {
+            backends += want
+                .vips
+                .values()
+                .map(|v| v.split(',').filter(|s| !s.is_empty()).count())
+                .sum::<usize>();
+            let lb = |n: &str| {
+                LoadBalancer::new(n)
                     .protocol(proto.clone())
-                    .option("reject", "true")
                     .external_id(ext::VENDOR, naming::VENDOR)
                     .external_id(ext::SERVICE, key.as_str())
                     .external_id(ext::VPC, &vpc)
-                    .exact();
-                lb = match (d.affinity_timeout, ctx.config.session_affinity) {
-                    (Some(t), SessionAffinity::Timeout) => lb
+                    .exact()
+            };
+            if d.local {
+                // One template load balancer per family: backends per chassis through a variable per VIP.
+                for v6 in [false, true] {
+                    let n = if v6 {
+                        format!("{base}.v6")
+                    } else {
+                        base.clone()
+                    };
+                    let mut t = lb(&n)
+                        .option("template", "true")
+                        .option("address-family", if v6 { "ipv6" } else { "ipv4" })
+                        .selection_fields(Vec::new());
+                    for (vip, by_node) in &want.by_node {
+                        if vip.starts_with('[') != v6 {
+                            continue;
+                        }
+                        let var = template_var_name(&format!("{n}.{vip}"));
+                        let key = if v6 {
+                            // OVN 23.03 takes an IPv6 VIP of a template load balancer only as a variable.
+                            let (ip, port) = vip.rsplit_once(':').unwrap_or((vip, ""));
+                            let ip = ip.trim_start_matches('[').trim_end_matches(']');
+                            let ip_var = template_var_name(&format!("{n}.{ip}"));
+                            vars.insert(ip_var.clone(), TemplateValue::All(ip.to_owned()));
+                            format!("^{ip_var}:{port}")
+                        } else {
+                            vip.clone()
+                        };
+                        t.vips.insert(key, format!("^{var}"));
+                        vars.insert(var, TemplateValue::PerNode(by_node.clone()));
+                    }
+                    if !t.vips.is_empty() {
+                        wanted.push((n, t));
+                    }
+                }
+            } else {
+                let mut l = lb(&base).option("reject", "true");
+                l = match (d.affinity_timeout, ctx.config.session_affinity) {
+                    (Some(t), SessionAffinity::Timeout) => l
                         .option("affinity_timeout", t.to_string())
                         .selection_fields(Vec::new()),
                     (Some(_), SessionAffinity::SourceHash) => {
-                        lb.selection_fields(vec![LoadBalancerSelectionFields::IpSrc])
+                        l.selection_fields(vec![LoadBalancerSelectionFields::IpSrc])
                     }
-                    (None, _) => lb.selection_fields(Vec::new()),
+                    (None, _) => l.selection_fields(Vec::new()),
                 };
-                backends += want
-                    .vips
-                    .values()
-                    .map(|v| v.split(',').filter(|s| !s.is_empty()).count())
-                    .sum::<usize>();
-                lb.vips = want.vips.clone();
-                changed |= existing.as_ref().is_none_or(|e| e.vips != want.vips);
-                b.add(LoadBalancerGroup::new(&group));
-                b.add(lb);
-                b.lb_group_add(&group, [lb_name.as_str()]);
-                let old = existing.and_then(|e| e.external_ids.get(ext::VPC).cloned());
-                if let Some(old) = old.filter(|o| *o != vpc) {
-                    b.lb_group_remove(&naming::lb_group(&old), [lb_name.as_str()]);
+                l.vips = want.vips.clone();
+                wanted.push((base.clone(), l));
+            }
+        }
+        for n in [base.clone(), format!("{base}.v6")] {
+            let existing = ctx.nb.load_balancer(&n);
+            match wanted.iter().find(|(w, _)| *w == n) {
+                Some((_, lb)) => {
+                    changed |= existing.as_ref().is_none_or(|e| e.vips != lb.vips);
+                    b.add(LoadBalancerGroup::new(&group));
+                    b.add(lb.clone());
+                    b.lb_group_add(&group, [n.as_str()]);
+                    let old = existing.and_then(|e| e.external_ids.get(ext::VPC).cloned());
+                    if let Some(old) = old.filter(|o| *o != vpc) {
+                        b.lb_group_remove(&naming::lb_group(&old), [n.as_str()]);
+                    }
+                    lbs.push(n);
                 }
-                lbs.push(lb_name);
+                None if existing.is_some() => {
+                    b.delete_load_balancer(&n);
+                    changed = true;
+                }
+                None => {}
             }
-            None if existing.is_some() => {
-                b.delete_load_balancer(&lb_name);
-                changed = true;
+        }
+    }
+    // Each node's chassis gets the variables (its own backends; empty: no local backend), and loses the
+    // variables this Service no longer uses.
+    let gone: Vec<String> = prev
+        .as_ref()
+        .map(|p| {
+            p.vars
+                .difference(&vars.keys().cloned().collect())
+                .cloned()
+                .collect()
+        })
+        .unwrap_or_default();
+    if !vars.is_empty() || !gone.is_empty() {
+        for node in ctx.nodes() {
+            let node_name = node.name_any();
+            let chassis = node
+                .annotations()
+                .get(crate::annotations::CHASSIS)
+                .cloned()
+                .unwrap_or_else(|| node_name.clone());
+            if !vars.is_empty() {
+                let mut t = ChassisTemplateVars::new(&chassis);
+                for (var, value) in &vars {
+                    let v = match value {
+                        TemplateValue::All(v) => v.clone(),
+                        TemplateValue::PerNode(m) => m.get(&node_name).cloned().unwrap_or_default(),
+                    };
+                    t = t.var(var, v);
+                }
+                b.add(t);
             }
-            None => {}
+            if !gone.is_empty() && ctx.nb.chassis_template_var(&chassis).is_some() {
+                b.remove_template_vars(&chassis, gone.iter().cloned());
+            }
         }
     }
     ctx.writer.commit(b).await?;
@@ -583,6 +722,7 @@ async fn reconcile(ctx: &Ctx, svc: &Service) -> Result<Action> {
         lbs,
         backends,
         warnings: d.warnings.clone(),
+        vars: vars.into_keys().collect(),
     };
     let prev_warnings = prev
         .as_ref()
@@ -619,9 +759,23 @@ async fn remove(ctx: &Ctx, key: &Key<Service>) -> Result<()> {
     let (ns, name) = (key.namespace().unwrap_or_default(), key.name());
     let mut b = Batch::new();
     for proto in PROTOCOLS {
-        let lb = naming::service_lb(ns, name, proto.as_str());
-        if ctx.nb.load_balancer(&lb).is_some() {
-            b.delete_load_balancer(lb);
+        let base = naming::service_lb(ns, name, proto.as_str());
+        for lb in [format!("{base}.v6"), base] {
+            if ctx.nb.load_balancer(&lb).is_some() {
+                b.delete_load_balancer(lb);
+            }
+        }
+    }
+    if let Some(p) = ctx.services.get(key).filter(|p| !p.vars.is_empty()) {
+        for node in ctx.nodes() {
+            let chassis = node
+                .annotations()
+                .get(crate::annotations::CHASSIS)
+                .cloned()
+                .unwrap_or_else(|| node.name_any());
+            if ctx.nb.chassis_template_var(&chassis).is_some() {
+                b.remove_template_vars(&chassis, p.vars.iter().cloned());
+            }
         }
     }
     if !b.is_empty() {
@@ -952,5 +1106,87 @@ mod tests {
             st.load_balancers,
             ["svc.default.web.tcp", "svc.default.web.udp"]
         );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn internal_traffic_policy_local_balances_to_each_nodes_own_backends() {
+        let h = Harness::start().await;
+        for n in ["n1", "n2"] {
+            let node: k8s_openapi::api::core::v1::Node =
+                serde_json::from_value(json!({"metadata": {"name": n}})).expect("node");
+            h.create_cluster(&node).await;
+        }
+        let mut svc = web(&["10.96.0.10", "fd00:10:96::10"]);
+        let spec = svc.spec.as_mut().expect("spec");
+        spec.internal_traffic_policy = Some("Local".into());
+        spec.ip_family_policy = Some("RequireDualStack".into());
+        spec.ip_families = Some(vec!["IPv4".into(), "IPv6".into()]);
+        let svc = h.create(&svc).await;
+        h.create(&slice(
+            "web-a",
+            "web",
+            "IPv4",
+            json!([{"name": "http", "port": 8080}]),
+            json!([{"addresses": ["10.16.0.5"], "nodeName": "n1"},
+                   {"addresses": ["10.16.0.6"], "nodeName": "n2"},
+                   {"addresses": ["10.16.0.7"], "nodeName": "n2"}]),
+        ))
+        .await;
+        h.create(&slice(
+            "web-b",
+            "web",
+            "IPv6",
+            json!([{"name": "http", "port": 8080}]),
+            json!([{"addresses": ["fd00::5"], "nodeName": "n1"}]),
+        ))
+        .await;
+        let key = Key::of(&svc);
+        h.run::<Services>(key.clone()).await.expect("run");
+
+        let v4 =
+            h.nb.load_balancer("svc.default.web.tcp")
+                .expect("v4 template lb");
+        assert_eq!(v4.options["template"], "true");
+        assert_eq!(v4.options["address-family"], "ipv4");
+        let var4 = v4.vips["10.96.0.10:80"].trim_start_matches('^').to_owned();
+        let v6 =
+            h.nb.load_balancer("svc.default.web.tcp.v6")
+                .expect("v6 template lb");
+        assert_eq!(v6.options["address-family"], "ipv6");
+        let (vip6, var6) = v6.vips.iter().next().expect("v6 vip");
+        let ip_var = vip6
+            .trim_start_matches('^')
+            .trim_end_matches(":80")
+            .to_owned();
+        let var6 = var6.trim_start_matches('^').to_owned();
+        let vars = |c: &str| h.nb.chassis_template_var(c).expect("chassis row").variables;
+        assert_eq!(vars("n1")[&var4], "10.16.0.5:8080");
+        assert_eq!(vars("n2")[&var4], "10.16.0.6:8080,10.16.0.7:8080");
+        assert_eq!(vars("n1")[&var6], "[fd00::5]:8080");
+        assert_eq!(vars("n2")[&var6], "", "no local backend on n2");
+        assert_eq!(vars("n2")[&ip_var], "fd00:10:96::10");
+        // Running again writes nothing.
+        let before = h.nb_rows();
+        h.run::<Services>(key.clone()).await.expect("run");
+        assert_eq!(h.nb_rows(), before);
+
+        // Back to Cluster: one ordinary load balancer with every backend, the variables gone.
+        let api: kube::Api<Service> = kube::Api::namespaced(h.client.clone(), "default");
+        let mut s = api.get("web").await.expect("get");
+        s.spec.as_mut().expect("spec").internal_traffic_policy = Some("Cluster".into());
+        let s = api
+            .replace("web", &Default::default(), &s)
+            .await
+            .expect("replace");
+        h.stored(&s).await;
+        h.run::<Services>(key.clone()).await.expect("run");
+        let lb = h.nb.load_balancer("svc.default.web.tcp").expect("lb");
+        assert!(!lb.options.contains_key("template"), "{:?}", lb.options);
+        assert_eq!(
+            lb.vips["10.96.0.10:80"],
+            "10.16.0.5:8080,10.16.0.6:8080,10.16.0.7:8080"
+        );
+        assert!(h.nb.load_balancer("svc.default.web.tcp.v6").is_none());
+        assert!(!vars("n1").contains_key(&var4) && !vars("n2").contains_key(&ip_var));
     }
 }

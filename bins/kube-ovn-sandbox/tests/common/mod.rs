@@ -228,4 +228,3 @@ pub fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
         std::thread::sleep(Duration::from_millis(100));
     }
 }
-
