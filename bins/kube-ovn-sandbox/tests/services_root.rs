@@ -39,7 +39,7 @@ impl Sandbox {
 
     /// The network namespace of pod `ns/name`.
     fn netns_of(&self, ns: &str, name: &str) -> std::path::PathBuf {
-        let dir = StateDir::new(self.dir.path().to_owned());
+        let dir = StateDir::new(self.dir.path());
         kube_ovn_sandbox::kubelet::find_record(&dir, ns, name)
             .unwrap_or_else(|| panic!("no sandbox for {ns}/{name}"))
             .netns
