@@ -1170,6 +1170,19 @@ mod tests {
         h.run::<Services>(key.clone()).await.expect("run");
         assert_eq!(h.nb_rows(), before);
 
+        // A node deleted: its chassis' variables go with it.
+        let nodes: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(h.client.clone());
+        nodes
+            .delete("n2", &Default::default())
+            .await
+            .expect("delete node");
+        h.gone(&Key::<k8s_openapi::api::core::v1::Node>::cluster("n2"))
+            .await;
+        h.run::<crate::controller::node::Nodes>(Key::cluster("n2"))
+            .await
+            .expect("node cleanup");
+        assert!(h.nb.chassis_template_var("n2").is_none());
+
         // Back to Cluster: one ordinary load balancer with every backend, the variables gone.
         let api: kube::Api<Service> = kube::Api::namespaced(h.client.clone(), "default");
         let mut s = api.get("web").await.expect("get");
@@ -1187,6 +1200,6 @@ mod tests {
             "10.16.0.5:8080,10.16.0.6:8080,10.16.0.7:8080"
         );
         assert!(h.nb.load_balancer("svc.default.web.tcp.v6").is_none());
-        assert!(!vars("n1").contains_key(&var4) && !vars("n2").contains_key(&ip_var));
+        assert!(!vars("n1").contains_key(&var4) && !vars("n1").contains_key(&ip_var));
     }
 }
