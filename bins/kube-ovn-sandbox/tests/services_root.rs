@@ -124,49 +124,21 @@ fn services_balance_tcp_and_udp_in_the_sandbox() {
     if !runnable() {
         return;
     }
-    let t0 = Instant::now();
-    while let Some((pid, cmd)) = kube_ovn_sandbox::sandbox::other_vswitchd() {
-        assert!(
-            t0.elapsed() < Duration::from_secs(180),
-            "another ovs-vswitchd (pid {pid}: {cmd}) kept running for 3 minutes"
-        );
-        std::thread::sleep(Duration::from_millis(500));
-    }
-    let tag = std::process::id() % 10000;
-    let sb = Sandbox {
-        dir: tempfile::Builder::new()
-            .prefix("kube-ovn-sandbox-svc")
-            .tempdir()
-            .unwrap(),
-        bins: bin_dir(),
-        prefix: format!("sbs{tag}"),
-        bridge: format!("br-sbs{tag}"),
-        nic: format!("sbs{tag}j"),
-    };
-    let out = sb.run(&[
-        "up",
-        "--no-install",
-        "--api-port",
-        "0",
-        "--node-name",
-        &format!("sbs{tag}"),
-        "--bridge",
-        &sb.bridge,
-        "--node-nic",
-        &sb.nic,
-        "--netns-prefix",
-        &sb.prefix,
-        "--default-cidr",
-        "10.245.0.0/16",
-        "--join-cidr",
-        "100.98.0.0/16",
-        "--demo-cidr",
-        "10.246.0.0/24",
-        "--service-cidr",
-        "10.97.0.0/16,fd00:97::/108",
-        "--demo-pods",
-        "2",
-    ]);
+    let (sb, out) = up(
+        "sbs",
+        &[
+            "--default-cidr",
+            "10.245.0.0/16",
+            "--join-cidr",
+            "100.98.0.0/16",
+            "--demo-cidr",
+            "10.246.0.0/24",
+            "--service-cidr",
+            "10.97.0.0/16,fd00:97::/108",
+            "--demo-pods",
+            "2",
+        ],
+    );
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(out.status.success(), "up failed");
     // The demo Service: every pod and the node, 6 TCP connections and 6 UDP requests each, all answered, by
@@ -211,7 +183,7 @@ fn services_balance_tcp_and_udp_in_the_sandbox() {
         .as_str()
         .unwrap()
         .to_owned();
-    let node = format!("sbs{tag}");
+    let node = sb.prefix.clone();
     sb.apply_all(&[
         service(
             "default",
