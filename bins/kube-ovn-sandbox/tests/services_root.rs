@@ -1,5 +1,5 @@
-//! Services in the sandbox, with the traffic users send (needs root, the OVN/OVS packages and kubectl): the
-//! demo's Service answers every pod and the node over TCP and UDP from every backend (`up` checks it); a
+//! Services in the sandbox, with the traffic users send (needs root, the OVN/OVS packages and kubectl): a pod
+//! made with `kubectl run` and `kubectl expose`d answers HTTP on its ClusterIP; the demo's Service answers every pod and the node over TCP and UDP from every backend (`up` checks it); a
 //! Service without a selector reaches the endpoint of a hand-written EndpointSlice, also from that backend
 //! itself (hairpin); `sessionAffinity: ClientIP` keeps one backend; a Service without endpoints refuses at
 //! once; `internalTrafficPolicy: Local` reaches only the endpoints of the client's node; a deleted backend
@@ -149,6 +149,51 @@ fn services_balance_tcp_and_udp_in_the_sandbox() {
     );
     let web = sb.cluster_ips("default", "web");
     let web_vip = vip(&web[0], 80);
+
+    // What a user types: `kubectl run` a server, `kubectl expose` it, and fetch through the ClusterIP.
+    for args in [
+        &[
+            "run",
+            "http",
+            "--image=any",
+            "--",
+            "python3",
+            "-m",
+            "http.server",
+            "8080",
+        ][..],
+        &[
+            "expose",
+            "pod",
+            "http",
+            "--port",
+            "80",
+            "--target-port",
+            "8080",
+        ][..],
+    ] {
+        let out = sb.kubectl(args);
+        assert!(out.status.success(), "kubectl {args:?}: {out:?}");
+    }
+    let http = sb.cluster_ips("default", "http")[0].clone();
+    eventually(
+        "an HTTP GET through the exposed pod's ClusterIP",
+        30,
+        || {
+            let out = sb.run(&[
+                "exec",
+                "demo/app-1",
+                "--",
+                "curl",
+                "-sS",
+                "--max-time",
+                "2",
+                &format!("http://{http}/"),
+            ]);
+            out.status.success()
+                && String::from_utf8_lossy(&out.stdout).contains("Directory listing")
+        },
+    );
 
     // A Service without a selector: a hand-written EndpointSlice to web-1; hairpin from web-1 itself.
     let web1_ip = sb.json(&["-n", "default", "pod", "web-1"])["status"]["podIP"]
