@@ -909,6 +909,34 @@ mod tests {
         assert_eq!(d.lbs["tcp"].vips["10.96.0.10:80"], "10.16.0.7:8080");
     }
 
+    #[tokio::test]
+    async fn the_slice_index_follows_label_moves_deletes_and_relists() {
+        let (store, mut w) = SliceStore::new();
+        let mk = |name: &str, svc: &str| slice(name, svc, "IPv4", json!([]), json!([]));
+        let names = |ns: &str, svc: &str| -> Vec<String> {
+            store.of(ns, svc).iter().map(|s| s.name_any()).collect()
+        };
+        w.apply(&Event::Init);
+        w.apply(&Event::InitApply(mk("a-1", "a")));
+        w.apply(&Event::InitApply(mk("a-2", "a")));
+        w.apply(&Event::InitDone);
+        ObjectStore::ready(&store).await.expect("ready");
+        assert_eq!(names("default", "a"), ["a-1", "a-2"]);
+        // a-2's label moves to Service b: it leaves a.
+        w.apply(&Event::Apply(mk("a-2", "b")));
+        assert_eq!(names("default", "a"), ["a-1"]);
+        assert_eq!(names("default", "b"), ["a-2"]);
+        assert!(names("other", "a").is_empty(), "namespaced");
+        w.apply(&Event::Delete(mk("a-1", "a")));
+        assert!(names("default", "a").is_empty());
+        // A relist that no longer has a-2 drops it from the index.
+        w.apply(&Event::Init);
+        w.apply(&Event::InitApply(mk("c-1", "c")));
+        w.apply(&Event::InitDone);
+        assert!(names("default", "b").is_empty());
+        assert_eq!(names("default", "c"), ["c-1"]);
+    }
+
     #[test]
     fn headless_external_name_affinity_and_external_ips() {
         let headless = service(json!({"metadata": {"name": "h", "namespace": "default"},
