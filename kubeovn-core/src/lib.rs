@@ -46,6 +46,7 @@ pub mod error;
 #[cfg(feature = "controller")]
 pub mod events;
 pub mod naming;
+pub mod services;
 
 pub use error::{AnnotationError, Error, Problem, Result};
 pub use kubeovn_ipam::Mac;

@@ -107,7 +107,11 @@ impl Args {
                     c.session_affinity = match value()?.as_str() {
                         "hash" => SessionAffinity::SourceHash,
                         "timeout" => SessionAffinity::Timeout,
-                        v => return Err(format!("--service-session-affinity: {v:?} is not hash or timeout")),
+                        v => {
+                            return Err(format!(
+                                "--service-session-affinity: {v:?} is not hash or timeout"
+                            ))
+                        }
                     }
                 }
                 "--metrics-addr" => {

@@ -295,6 +295,14 @@ pub async fn transport_matrix(eps: &[Endpoint], timeout: Duration) -> TransportM
     TransportMatrix { labels, cells }
 }
 
+/// One endpoint's requests to a Service: its label, then the TCP and the UDP answers (a backend's name, or
+/// why not), in order.
+pub type ServiceRow = (
+    String,
+    Vec<Result<String, String>>,
+    Vec<Result<String, String>>,
+);
+
 /// Which backends of a Service answered each endpoint's requests to its ClusterIP.
 #[derive(Debug, Clone)]
 pub struct ServiceReport {
@@ -303,7 +311,7 @@ pub struct ServiceReport {
     /// The VIP asked.
     pub vip: std::net::SocketAddr,
     /// Per endpoint: its label, the TCP and the UDP answers (backend name, or why not), in order.
-    pub rows: Vec<(String, Vec<Result<String, String>>, Vec<Result<String, String>>)>,
+    pub rows: Vec<ServiceRow>,
 }
 
 /// How many TCP connections and UDP requests each endpoint sends to the demo Service.

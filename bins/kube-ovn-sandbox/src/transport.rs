@@ -185,7 +185,12 @@ pub fn serve_name(port: u16, name: &str) -> io::Result<()> {
 }
 
 /// Asks the name server at `addr` from the namespace at `src`, over TCP or UDP: the name that answered.
-pub fn ask_name(src: &Path, addr: std::net::SocketAddr, udp: bool, timeout: Duration) -> Result<String, String> {
+pub fn ask_name(
+    src: &Path,
+    addr: std::net::SocketAddr,
+    udp: bool,
+    timeout: Duration,
+) -> Result<String, String> {
     let got = in_netns(src, || {
         let mut buf = [0u8; 256];
         if udp {

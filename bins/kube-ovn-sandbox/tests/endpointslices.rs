@@ -44,7 +44,13 @@ impl Running {
 impl Env {
     async fn start() -> Env {
         let dir = tempfile::tempdir().unwrap();
-        let api = TestApiServer::start(Config::default()).await.unwrap();
+        // Dual stack: the tests have Services of both families.
+        let api = TestApiServer::start(Config {
+            service_cluster_ip_range: "10.96.0.0/12,fd00:96::/108".into(),
+            ..Config::default()
+        })
+        .await
+        .unwrap();
         let kubeconfig = dir.path().join("kubeconfig");
         api.write_kubeconfig(&kubeconfig).unwrap();
         let client = kube::Client::try_from(kube::Config::new(api.url().parse().unwrap())).unwrap();

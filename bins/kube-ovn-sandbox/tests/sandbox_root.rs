@@ -13,7 +13,7 @@
 #![allow(clippy::unwrap_used)]
 
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use kube_ovn_sandbox::procs::{self, ProcRecord};
 
@@ -25,48 +25,19 @@ fn up_ping_kubectl_exec_down() {
     if !runnable() {
         return;
     }
-    // One ovs-vswitchd on the userspace datapath per network namespace: wait for another test's to stop.
-    let t0 = Instant::now();
-    while let Some((pid, cmd)) = kube_ovn_sandbox::sandbox::other_vswitchd() {
-        assert!(
-            t0.elapsed() < Duration::from_secs(180),
-            "another ovs-vswitchd (pid {pid}: {cmd}) kept running for 3 minutes"
-        );
-        std::thread::sleep(Duration::from_millis(500));
-    }
-    let tag = std::process::id() % 10000;
-    let sb = Sandbox {
-        dir: tempfile::Builder::new()
-            .prefix("kube-ovn-sandbox-test")
-            .tempdir()
-            .unwrap(),
-        bins: bin_dir(),
-        prefix: format!("sbt{tag}"),
-        bridge: format!("br-sbt{tag}"),
-        nic: format!("sbt{tag}j"),
-    };
-    let out = sb.run(&[
-        "up",
-        "--no-install",
-        "--api-port",
-        "0",
-        "--node-name",
-        &format!("sbt{tag}"),
-        "--bridge",
-        &sb.bridge,
-        "--node-nic",
-        &sb.nic,
-        "--netns-prefix",
-        &sb.prefix,
-        "--default-cidr",
-        "10.247.0.0/16",
-        "--join-cidr",
-        "100.97.0.0/16",
-        "--demo-cidr",
-        "10.248.0.0/24",
-        "--demo-pods",
-        "2",
-    ]);
+    let (sb, out) = up(
+        "sbt",
+        &[
+            "--default-cidr",
+            "10.247.0.0/16",
+            "--join-cidr",
+            "100.97.0.0/16",
+            "--demo-cidr",
+            "10.248.0.0/24",
+            "--demo-pods",
+            "2",
+        ],
+    );
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(out.status.success(), "up failed");
     // 2 + 2 pods and the node: 5 endpoints, 20 pairs.

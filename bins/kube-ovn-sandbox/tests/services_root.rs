@@ -1,9 +1,10 @@
-//! Services in the sandbox, with the traffic users send (needs root, the OVN/OVS packages and kubectl): the
-//! demo's Service answers every pod and the node over TCP and UDP from every backend (`up` checks it); a
+//! Services in the sandbox, with the traffic users send (needs root, the OVN/OVS packages and kubectl): a pod
+//! made with `kubectl run` and `kubectl expose`d answers HTTP on its ClusterIP; the demo's Service answers every pod and the node over TCP and UDP from every backend (`up` checks it); a
 //! Service without a selector reaches the endpoint of a hand-written EndpointSlice, also from that backend
 //! itself (hairpin); `sessionAffinity: ClientIP` keeps one backend; a Service without endpoints refuses at
-//! once; a deleted backend gets no new connection a second later; a dual-stack Service answers on both
-//! families; a custom VPC's Service answers its own pods and not the default VPC's.
+//! once; `internalTrafficPolicy: Local` reaches only the endpoints of the client's node; a deleted backend
+//! gets no new connection a second later; a dual-stack Service answers on both families; a custom VPC's
+//! Service answers its own pods and not the default VPC's.
 //!
 //! Run it in a network namespace of its own when another ovs-vswitchd runs on the machine:
 //! `unshare --net --mount -- sh -c 'mount -t sysfs sysfs /sys && ip link set lo up && cargo test -p
@@ -38,14 +39,20 @@ impl Sandbox {
 
     /// The network namespace of pod `ns/name`.
     fn netns_of(&self, ns: &str, name: &str) -> std::path::PathBuf {
-        let dir = StateDir::new(self.dir.path().to_owned());
+        let dir = StateDir::new(self.dir.path());
         kube_ovn_sandbox::kubelet::find_record(&dir, ns, name)
             .unwrap_or_else(|| panic!("no sandbox for {ns}/{name}"))
             .netns
     }
 
     /// `n` answers of the name servers behind `vip` from pod `ns/name` (TCP, or UDP).
-    fn ask(&self, from: (&str, &str), vip: SocketAddr, udp: bool, n: usize) -> Vec<Result<String, String>> {
+    fn ask(
+        &self,
+        from: (&str, &str),
+        vip: SocketAddr,
+        udp: bool,
+        n: usize,
+    ) -> Vec<Result<String, String>> {
         let netns = self.netns_of(from.0, from.1);
         (0..n)
             .map(|_| ask_name(&netns, vip, udp, Duration::from_secs(1)))
@@ -117,49 +124,21 @@ fn services_balance_tcp_and_udp_in_the_sandbox() {
     if !runnable() {
         return;
     }
-    let t0 = Instant::now();
-    while let Some((pid, cmd)) = kube_ovn_sandbox::sandbox::other_vswitchd() {
-        assert!(
-            t0.elapsed() < Duration::from_secs(180),
-            "another ovs-vswitchd (pid {pid}: {cmd}) kept running for 3 minutes"
-        );
-        std::thread::sleep(Duration::from_millis(500));
-    }
-    let tag = std::process::id() % 10000;
-    let sb = Sandbox {
-        dir: tempfile::Builder::new()
-            .prefix("kube-ovn-sandbox-svc")
-            .tempdir()
-            .unwrap(),
-        bins: bin_dir(),
-        prefix: format!("sbs{tag}"),
-        bridge: format!("br-sbs{tag}"),
-        nic: format!("sbs{tag}j"),
-    };
-    let out = sb.run(&[
-        "up",
-        "--no-install",
-        "--api-port",
-        "0",
-        "--node-name",
-        &format!("sbs{tag}"),
-        "--bridge",
-        &sb.bridge,
-        "--node-nic",
-        &sb.nic,
-        "--netns-prefix",
-        &sb.prefix,
-        "--default-cidr",
-        "10.245.0.0/16",
-        "--join-cidr",
-        "100.98.0.0/16",
-        "--demo-cidr",
-        "10.246.0.0/24",
-        "--service-cidr",
-        "10.97.0.0/16,fd00:97::/108",
-        "--demo-pods",
-        "2",
-    ]);
+    let (sb, out) = up(
+        "sbs",
+        &[
+            "--default-cidr",
+            "10.245.0.0/16",
+            "--join-cidr",
+            "100.98.0.0/16",
+            "--demo-cidr",
+            "10.246.0.0/24",
+            "--service-cidr",
+            "10.97.0.0/16,fd00:97::/108",
+            "--demo-pods",
+            "2",
+        ],
+    );
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(out.status.success(), "up failed");
     // The demo Service: every pod and the node, 6 TCP connections and 6 UDP requests each, all answered, by
@@ -170,6 +149,51 @@ fn services_balance_tcp_and_udp_in_the_sandbox() {
     );
     let web = sb.cluster_ips("default", "web");
     let web_vip = vip(&web[0], 80);
+
+    // What a user types: `kubectl run` a server, `kubectl expose` it, and fetch through the ClusterIP.
+    for args in [
+        &[
+            "run",
+            "http",
+            "--image=any",
+            "--",
+            "python3",
+            "-m",
+            "http.server",
+            "8080",
+        ][..],
+        &[
+            "expose",
+            "pod",
+            "http",
+            "--port",
+            "80",
+            "--target-port",
+            "8080",
+        ][..],
+    ] {
+        let out = sb.kubectl(args);
+        assert!(out.status.success(), "kubectl {args:?}: {out:?}");
+    }
+    let http = sb.cluster_ips("default", "http")[0].clone();
+    eventually(
+        "an HTTP GET through the exposed pod's ClusterIP",
+        30,
+        || {
+            let out = sb.run(&[
+                "exec",
+                "demo/app-1",
+                "--",
+                "curl",
+                "-sS",
+                "--max-time",
+                "2",
+                &format!("http://{http}/"),
+            ]);
+            out.status.success()
+                && String::from_utf8_lossy(&out.stdout).contains("Directory listing")
+        },
+    );
 
     // A Service without a selector: a hand-written EndpointSlice to web-1; hairpin from web-1 itself.
     let web1_ip = sb.json(&["-n", "default", "pod", "web-1"])["status"]["podIP"]
@@ -198,6 +222,37 @@ fn services_balance_tcp_and_udp_in_the_sandbox() {
         "web-1 through its own Service: {hairpin:?}"
     );
 
+    // internalTrafficPolicy Local: only the endpoints on the client's node (web-2's address is given to
+    // another node here).
+    let web2_ip = sb.json(&["-n", "default", "pod", "web-2"])["status"]["podIP"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let node = sb.prefix.clone();
+    sb.apply_all(&[
+        service(
+            "default",
+            "local",
+            json!({"internalTrafficPolicy": "Local",
+            "ports": [{"port": 84, "targetPort": 8080}]}),
+        ),
+        json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+               "metadata": {"name": "local-1", "namespace": "default",
+                            "labels": {"kubernetes.io/service-name": "local"}},
+               "addressType": "IPv4", "ports": [{"port": 8080, "protocol": "TCP"}],
+               "endpoints": [{"addresses": [web1_ip], "nodeName": node},
+                             {"addresses": [web2_ip], "nodeName": "another-node"}]}),
+    ]);
+    let local = vip(&sb.cluster_ips("default", "local")[0], 84);
+    eventually("the Local Service answers", 10, || {
+        sb.ask(("demo", "app-1"), local, false, 1)[0].is_ok()
+    });
+    let got = sb.ask(("demo", "app-1"), local, false, 10);
+    assert!(
+        got.iter().all(|r| r.as_deref() == Ok("web-1")),
+        "a Local Service reached a backend of another node: {got:?}"
+    );
+
     // ClientIP affinity: one backend for every connection of a client.
     let sticky = vip(&sb.cluster_ips("default", "sticky")[0], 82);
     eventually("the sticky Service answers", 10, || {
@@ -206,7 +261,11 @@ fn services_balance_tcp_and_udp_in_the_sandbox() {
     for from in [("demo", "app-1"), ("demo", "app-2")] {
         let got = sb.ask(from, sticky, false, 12);
         assert!(got.iter().all(Result::is_ok), "{from:?}: {got:?}");
-        assert_eq!(names(&got).len(), 1, "{from:?} moved between backends: {got:?}");
+        assert_eq!(
+            names(&got).len(),
+            1,
+            "{from:?} moved between backends: {got:?}"
+        );
     }
 
     // No endpoints: refused at once, not a timeout.
@@ -225,13 +284,18 @@ fn services_balance_tcp_and_udp_in_the_sandbox() {
                         "gateway": "10.249.0.1,fd00:249::1", "namespaces": ["ds"]}}),
     ]);
     eventually("namespace ds bound to subnet ds", 20, || {
-        sb.json(&["namespace", "ds"])["metadata"]["annotations"]["ovn.kubernetes.io/logical_switch"] == "ds"
+        sb.json(&["namespace", "ds"])["metadata"]["annotations"]["ovn.kubernetes.io/logical_switch"]
+            == "ds"
     });
     sb.apply_all(&[
         server("ds", "ds-1", json!({"app": "ds"})),
         server("ds", "ds-client", json!({"app": "client"})),
-        service("ds", "ds", json!({"selector": {"app": "ds"}, "ipFamilyPolicy": "RequireDualStack",
-            "ports": [{"port": 80, "targetPort": 8080}]})),
+        service(
+            "ds",
+            "ds",
+            json!({"selector": {"app": "ds"}, "ipFamilyPolicy": "RequireDualStack",
+            "ports": [{"port": 80, "targetPort": 8080}]}),
+        ),
     ]);
     sb.wait_ready("ds", &["ds-1", "ds-client"]);
     let ds = sb.cluster_ips("ds", "ds");
@@ -251,13 +315,18 @@ fn services_balance_tcp_and_udp_in_the_sandbox() {
                         "namespaces": ["blue"]}}),
     ]);
     eventually("namespace blue bound to subnet blue-net", 20, || {
-        sb.json(&["namespace", "blue"])["metadata"]["annotations"]["ovn.kubernetes.io/logical_switch"]
+        sb.json(&["namespace", "blue"])["metadata"]["annotations"]
+            ["ovn.kubernetes.io/logical_switch"]
             == "blue-net"
     });
     sb.apply_all(&[
         server("blue", "blue-1", json!({"app": "blue"})),
         server("blue", "blue-client", json!({"app": "client"})),
-        service("blue", "blue", json!({"selector": {"app": "blue"}, "ports": [{"port": 80, "targetPort": 8080}]})),
+        service(
+            "blue",
+            "blue",
+            json!({"selector": {"app": "blue"}, "ports": [{"port": 80, "targetPort": 8080}]}),
+        ),
     ]);
     sb.wait_ready("blue", &["blue-1", "blue-client"]);
     let blue = vip(&sb.cluster_ips("blue", "blue")[0], 80);
@@ -271,7 +340,11 @@ fn services_balance_tcp_and_udp_in_the_sandbox() {
     );
     let vpc = sb.json(&["vpc", "blue"]);
     assert_eq!(vpc["status"]["loadBalancerGroup"], "lbg.blue", "{vpc}");
-    assert_eq!(vpc["status"]["loadBalancers"], json!(["svc.blue.blue.tcp"]), "{vpc}");
+    assert_eq!(
+        vpc["status"]["loadBalancers"],
+        json!(["svc.blue.blue.tcp"]),
+        "{vpc}"
+    );
 
     // A backend deleted: a second later, no new connection reaches it.
     let out = sb.kubectl(&["-n", "default", "delete", "pod", "web-2", "--wait=false"]);

@@ -185,6 +185,13 @@ async fn delete(ctx: &Ctx, name: &str, last: Option<&Node>) -> Result<()> {
             &s.name, name,
         )));
     }
+    // The node's Service template variables (internalTrafficPolicy Local) go with its chassis.
+    let chassis = last
+        .and_then(|n| n.annotations().get(crate::annotations::CHASSIS).cloned())
+        .unwrap_or_else(|| name.to_owned());
+    if ctx.nb.chassis_template_var(&chassis).is_some() {
+        b.delete_chassis_template_vars(chassis);
+    }
     ctx.writer.commit(b).await?;
     ip::delete(ctx, &port).await?;
     let join = ctx.config.join_subnet.name.clone();

@@ -36,7 +36,8 @@ use kube::runtime::reflector;
 use kube::runtime::watcher::Event;
 use kube::ResourceExt;
 use kubeovn_ovn::northbound::{
-    Batch, LoadBalancer, LoadBalancerGroup, LoadBalancerProtocol, LoadBalancerSelectionFields,
+    template_var_name, Batch, ChassisTemplateVars, LoadBalancer, LoadBalancerGroup,
+    LoadBalancerProtocol, LoadBalancerSelectionFields,
 };
 
 use super::error::{ControllerError, Result};
@@ -44,13 +45,8 @@ use super::framework::{Action, Key, Kinds, ObjectStore, Reconciler, Relations, S
 use super::{Ctx, SessionAffinity};
 use crate::crd::{Decoded, Subnet, Vpc};
 use crate::naming::{self, external_ids as ext};
+pub use crate::services::{desired, endpoint, is_balanced, Desired, DesiredLb, SERVICE_NAME_LABEL};
 
-/// The label that ties an EndpointSlice to its Service.
-pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
-/// The most OVN accepts for `options:affinity_timeout`.
-pub const MAX_AFFINITY_TIMEOUT: i32 = 65535;
-/// Kubernetes' default ClientIP affinity timeout.
-const DEFAULT_AFFINITY_TIMEOUT: i32 = 10800;
 /// The protocols a Service port can have, each a load balancer of its own.
 const PROTOCOLS: [LoadBalancerProtocol; 3] = [
     LoadBalancerProtocol::Tcp,
@@ -200,6 +196,14 @@ pub(crate) struct Programmed {
     pub backends: usize,
     /// The warnings last reported as events (reported again only when they change).
     pub warnings: Vec<(String, String)>,
+    /// The chassis template variables of its `internalTrafficPolicy: Local` load balancers.
+    pub vars: BTreeSet<String>,
+}
+
+/// A template variable's value: the same on every chassis, or each node's own.
+enum TemplateValue {
+    All(String),
+    PerNode(BTreeMap<String, String>),
 }
 
 /// The Services programmed, by key.
@@ -239,181 +243,6 @@ impl ServiceState {
     fn totals(&self) -> (usize, usize) {
         let m = self.0.read().unwrap_or_else(|e| e.into_inner());
         (m.len(), m.values().map(|p| p.backends).sum())
-    }
-}
-
-/// One protocol's load balancer as a Service wants it.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct DesiredLb {
-    /// VIP (`ip:port`, `[ip6]:port`) to backends (`ip:port,...`, empty: refuse).
-    pub vips: BTreeMap<String, String>,
-}
-
-/// What a Service wants in OVN, computed from the Service and its slices alone.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Desired {
-    /// Load balancers by protocol (absent: none for that protocol).
-    pub lbs: BTreeMap<&'static str, DesiredLb>,
-    /// `options:affinity_timeout`, if ClientIP affinity.
-    pub affinity_timeout: Option<i32>,
-    /// Backend addresses (for the VPC choice).
-    pub backend_ips: BTreeSet<IpAddr>,
-    /// Problems to report as Warning events: (reason, message).
-    pub warnings: Vec<(String, String)>,
-}
-
-/// `ip:port`, with brackets for IPv6.
-pub fn endpoint(ip: IpAddr, port: i32) -> String {
-    match ip {
-        IpAddr::V4(a) => format!("{a}:{port}"),
-        IpAddr::V6(a) => format!("[{a}]:{port}"),
-    }
-}
-
-fn protocol_of(p: Option<&str>) -> Option<&'static str> {
-    match p.unwrap_or("TCP") {
-        "TCP" => Some("tcp"),
-        "UDP" => Some("udp"),
-        "SCTP" => Some("sctp"),
-        _ => None,
-    }
-}
-
-/// Whether the Service gets load balancers: not headless, not ExternalName.
-pub fn is_balanced(svc: &Service) -> bool {
-    let Some(spec) = &svc.spec else { return false };
-    if spec.type_.as_deref() == Some("ExternalName") {
-        return false;
-    }
-    !matches!(spec.cluster_ip.as_deref(), Some("None"))
-}
-
-/// The Service's load balancers from its spec and status and its slices.
-pub fn desired(svc: &Service, slices: &[Arc<EndpointSlice>]) -> Desired {
-    let mut d = Desired::default();
-    let Some(spec) = svc.spec.as_ref().filter(|_| is_balanced(svc)) else {
-        return d;
-    };
-    let mut ips: Vec<IpAddr> = Vec::new();
-    let mut bad = Vec::new();
-    let cluster_ips: Vec<&String> = match &spec.cluster_ips {
-        Some(v) if !v.is_empty() => v.iter().collect(),
-        _ => spec.cluster_ip.iter().collect(),
-    };
-    let ingress = svc
-        .status
-        .as_ref()
-        .and_then(|s| s.load_balancer.as_ref())
-        .and_then(|l| l.ingress.as_ref())
-        .into_iter()
-        .flatten()
-        .filter_map(|i| i.ip.as_ref());
-    for s in cluster_ips
-        .into_iter()
-        .chain(spec.external_ips.iter().flatten())
-        .chain(ingress)
-    {
-        if s.is_empty() || s == "None" {
-            continue;
-        }
-        match s.parse::<IpAddr>() {
-            Ok(ip) if !ips.contains(&ip) => ips.push(ip),
-            Ok(_) => {}
-            Err(_) => bad.push(s.clone()),
-        }
-    }
-    if !bad.is_empty() {
-        d.warnings.push((
-            "InvalidServiceIP".into(),
-            format!("not an IP address, left out: {}", bad.join(", ")),
-        ));
-    }
-    if spec.session_affinity.as_deref() == Some("ClientIP") {
-        let t = spec
-            .session_affinity_config
-            .as_ref()
-            .and_then(|c| c.client_ip.as_ref())
-            .and_then(|c| c.timeout_seconds)
-            .unwrap_or(DEFAULT_AFFINITY_TIMEOUT);
-        if t > MAX_AFFINITY_TIMEOUT {
-            d.warnings.push((
-                "AffinityTimeoutClamped".into(),
-                format!(
-                    "sessionAffinityConfig.clientIP.timeoutSeconds {t} is above OVN's limit; {MAX_AFFINITY_TIMEOUT} s is used"
-                ),
-            ));
-        }
-        d.affinity_timeout = Some(t.clamp(1, MAX_AFFINITY_TIMEOUT));
-    }
-    for port in spec.ports.iter().flatten() {
-        let Some(proto) = protocol_of(port.protocol.as_deref()) else {
-            d.warnings.push((
-                "UnsupportedProtocol".into(),
-                format!(
-                    "port {} has protocol {:?}; only TCP, UDP and SCTP are balanced",
-                    port.port,
-                    port.protocol.as_deref().unwrap_or_default()
-                ),
-            ));
-            continue;
-        };
-        let name = port.name.as_deref().unwrap_or_default();
-        for ip in &ips {
-            let backends = backends(slices, name, proto, ip.is_ipv4());
-            d.backend_ips.extend(backends.iter().map(|(ip, _)| *ip));
-            let list: Vec<String> = backends.iter().map(|(ip, p)| endpoint(*ip, *p)).collect();
-            d.lbs
-                .entry(proto)
-                .or_default()
-                .vips
-                .insert(endpoint(*ip, port.port), list.join(","));
-        }
-    }
-    d
-}
-
-/// The backends of the Service port named `name`/`proto` in family v4/v6: ready endpoints, else serving and
-/// terminating ones (as kube-proxy does), sorted and without duplicates.
-fn backends(
-    slices: &[Arc<EndpointSlice>],
-    name: &str,
-    proto: &str,
-    v4: bool,
-) -> BTreeSet<(IpAddr, i32)> {
-    let mut ready = BTreeSet::new();
-    let mut terminating = BTreeSet::new();
-    let family = if v4 { "IPv4" } else { "IPv6" };
-    for s in slices.iter().filter(|s| s.address_type == family) {
-        let Some(port) = s.ports.iter().flatten().find(|p| {
-            p.name.as_deref().unwrap_or_default() == name
-                && protocol_of(p.protocol.as_deref()) == Some(proto)
-        }) else {
-            continue;
-        };
-        let Some(num) = port.port else { continue };
-        for e in s.endpoints.iter().flatten() {
-            let Some(ip) = e.addresses.first().and_then(|a| a.parse::<IpAddr>().ok()) else {
-                continue;
-            };
-            if ip.is_ipv4() != v4 {
-                continue;
-            }
-            let c = e.conditions.as_ref();
-            // Unset conditions read as ready and serving, not terminating (the API's defaults).
-            let is_ready = c.and_then(|c| c.ready).unwrap_or(true);
-            let serving = c.and_then(|c| c.serving).unwrap_or(is_ready);
-            let term = c.and_then(|c| c.terminating).unwrap_or(false);
-            if is_ready {
-                ready.insert((ip, num));
-            } else if serving && term {
-                terminating.insert((ip, num));
-            }
-        }
-    }
-    if ready.is_empty() {
-        terminating
-    } else {
-        ready
     }
 }
 
@@ -462,6 +291,26 @@ impl Reconciler<Ctx> for Services {
     }
 
     fn relations(r: &mut Relations<'_, Ctx, Service>) {
+        // A node coming, going or changing chassis: the Local Services write their variables for it.
+        r.on::<k8s_openapi::api::core::v1::Node>(|kinds: &Kinds, old, new| {
+            let chassis = |n: Option<&k8s_openapi::api::core::v1::Node>| {
+                n.map(|n| n.annotations().get(crate::annotations::CHASSIS).cloned())
+            };
+            if old.is_some() && new.is_some() && chassis(old) == chassis(new) {
+                return Vec::new();
+            }
+            kinds
+                .list::<Service>()
+                .iter()
+                .filter(|s| {
+                    s.spec
+                        .as_ref()
+                        .and_then(|s| s.internal_traffic_policy.as_deref())
+                        == Some("Local")
+                })
+                .map(|s| Key::of(&**s))
+                .collect()
+        });
         // A slice's change runs its Service (the old one too, if the label moved).
         r.on::<EndpointSlice>(|_: &Kinds, old, new| {
             let mut keys: Vec<Key<Service>> = old
@@ -499,8 +348,8 @@ async fn reconcile(ctx: &Ctx, svc: &Service) -> Result<Action> {
 
     // The VPC: the endpoints' subnets, else the annotation, else where the load balancers are, else default.
     let (from_backends, vpcs, unknown) = vpc_of_backends(ctx, &d.backend_ips);
-    if unknown && !ctx.kinds.is_idle::<Decoded<Subnet>>() {
-        // An endpoint in no known subnet while subnets are still being loaded: decide once they are.
+    if from_backends.is_none() && unknown && !ctx.kinds.is_idle::<Decoded<Subnet>>() {
+        // Endpoints in no known subnet while subnets are still being loaded: decide once they are.
         return Ok(Action::Requeue(Duration::from_millis(200)));
     }
     if vpcs.len() > 1 {
@@ -530,48 +379,129 @@ async fn reconcile(ctx: &Ctx, svc: &Service) -> Result<Action> {
     let mut backends = 0;
     // Whether NB changes: a new or deleted row, or other VIPs (for the programming-time metric).
     let mut changed = false;
+    // Template variables of internalTrafficPolicy Local: name -> (value on every node, or per node).
+    let mut vars: BTreeMap<String, TemplateValue> = BTreeMap::new();
     for proto in PROTOCOLS {
-        let lb_name = naming::service_lb(ns, name, proto.as_str());
-        let existing = ctx.nb.load_balancer(&lb_name);
-        match d.lbs.get(proto.as_str()) {
-            Some(want) => {
-                let mut lb = LoadBalancer::new(&lb_name)
+        let base = naming::service_lb(ns, name, proto.as_str());
+        let mut wanted: Vec<(String, LoadBalancer)> = Vec::new();
+        if let Some(want) = d.lbs.get(proto.as_str()) {
+            backends += want
+                .vips
+                .values()
+                .map(|v| v.split(',').filter(|s| !s.is_empty()).count())
+                .sum::<usize>();
+            let lb = |n: &str| {
+                LoadBalancer::new(n)
                     .protocol(proto.clone())
-                    .option("reject", "true")
                     .external_id(ext::VENDOR, naming::VENDOR)
                     .external_id(ext::SERVICE, key.as_str())
                     .external_id(ext::VPC, &vpc)
-                    .exact();
-                lb = match (d.affinity_timeout, ctx.config.session_affinity) {
-                    (Some(t), SessionAffinity::Timeout) => lb
+                    .exact()
+            };
+            if d.local {
+                // One template load balancer per family: backends per chassis through a variable per VIP.
+                for v6 in [false, true] {
+                    let n = if v6 {
+                        format!("{base}.v6")
+                    } else {
+                        base.clone()
+                    };
+                    let mut t = lb(&n)
+                        .option("template", "true")
+                        .option("address-family", if v6 { "ipv6" } else { "ipv4" })
+                        .selection_fields(Vec::new());
+                    for (vip, by_node) in &want.by_node {
+                        if vip.starts_with('[') != v6 {
+                            continue;
+                        }
+                        let var = template_var_name(&format!("{n}.{vip}"));
+                        let key = if v6 {
+                            // OVN 23.03 takes an IPv6 VIP of a template load balancer only as a variable.
+                            let (ip, port) = vip.rsplit_once(':').unwrap_or((vip, ""));
+                            let ip = ip.trim_start_matches('[').trim_end_matches(']');
+                            let ip_var = template_var_name(&format!("{n}.{ip}"));
+                            vars.insert(ip_var.clone(), TemplateValue::All(ip.to_owned()));
+                            format!("^{ip_var}:{port}")
+                        } else {
+                            vip.clone()
+                        };
+                        t.vips.insert(key, format!("^{var}"));
+                        vars.insert(var, TemplateValue::PerNode(by_node.clone()));
+                    }
+                    if !t.vips.is_empty() {
+                        wanted.push((n, t));
+                    }
+                }
+            } else {
+                let mut l = lb(&base).option("reject", "true");
+                l = match (d.affinity_timeout, ctx.config.session_affinity) {
+                    (Some(t), SessionAffinity::Timeout) => l
                         .option("affinity_timeout", t.to_string())
                         .selection_fields(Vec::new()),
                     (Some(_), SessionAffinity::SourceHash) => {
-                        lb.selection_fields(vec![LoadBalancerSelectionFields::IpSrc])
+                        l.selection_fields(vec![LoadBalancerSelectionFields::IpSrc])
                     }
-                    (None, _) => lb.selection_fields(Vec::new()),
+                    (None, _) => l.selection_fields(Vec::new()),
                 };
-                backends += want
-                    .vips
-                    .values()
-                    .map(|v| v.split(',').filter(|s| !s.is_empty()).count())
-                    .sum::<usize>();
-                lb.vips = want.vips.clone();
-                changed |= existing.as_ref().is_none_or(|e| e.vips != want.vips);
-                b.add(LoadBalancerGroup::new(&group));
-                b.add(lb);
-                b.lb_group_add(&group, [lb_name.as_str()]);
-                let old = existing.and_then(|e| e.external_ids.get(ext::VPC).cloned());
-                if let Some(old) = old.filter(|o| *o != vpc) {
-                    b.lb_group_remove(&naming::lb_group(&old), [lb_name.as_str()]);
+                l.vips = want.vips.clone();
+                wanted.push((base.clone(), l));
+            }
+        }
+        for n in [base.clone(), format!("{base}.v6")] {
+            let existing = ctx.nb.load_balancer(&n);
+            match wanted.iter().find(|(w, _)| *w == n) {
+                Some((_, lb)) => {
+                    changed |= existing.as_ref().is_none_or(|e| e.vips != lb.vips);
+                    b.add(LoadBalancerGroup::new(&group));
+                    b.add(lb.clone());
+                    b.lb_group_add(&group, [n.as_str()]);
+                    let old = existing.and_then(|e| e.external_ids.get(ext::VPC).cloned());
+                    if let Some(old) = old.filter(|o| *o != vpc) {
+                        b.lb_group_remove(&naming::lb_group(&old), [n.as_str()]);
+                    }
+                    lbs.push(n);
                 }
-                lbs.push(lb_name);
+                None if existing.is_some() => {
+                    b.delete_load_balancer(&n);
+                    changed = true;
+                }
+                None => {}
             }
-            None if existing.is_some() => {
-                b.delete_load_balancer(&lb_name);
-                changed = true;
+        }
+    }
+    // Each node's chassis gets the variables (its own backends; empty: no local backend), and loses the
+    // variables this Service no longer uses.
+    let gone: Vec<String> = prev
+        .as_ref()
+        .map(|p| {
+            p.vars
+                .difference(&vars.keys().cloned().collect())
+                .cloned()
+                .collect()
+        })
+        .unwrap_or_default();
+    if !vars.is_empty() || !gone.is_empty() {
+        for node in ctx.nodes() {
+            let node_name = node.name_any();
+            let chassis = node
+                .annotations()
+                .get(crate::annotations::CHASSIS)
+                .cloned()
+                .unwrap_or_else(|| node_name.clone());
+            if !vars.is_empty() {
+                let mut t = ChassisTemplateVars::new(&chassis);
+                for (var, value) in &vars {
+                    let v = match value {
+                        TemplateValue::All(v) => v.clone(),
+                        TemplateValue::PerNode(m) => m.get(&node_name).cloned().unwrap_or_default(),
+                    };
+                    t = t.var(var, v);
+                }
+                b.add(t);
             }
-            None => {}
+            if !gone.is_empty() && ctx.nb.chassis_template_var(&chassis).is_some() {
+                b.remove_template_vars(&chassis, gone.iter().cloned());
+            }
         }
     }
     ctx.writer.commit(b).await?;
@@ -583,6 +513,7 @@ async fn reconcile(ctx: &Ctx, svc: &Service) -> Result<Action> {
         lbs,
         backends,
         warnings: d.warnings.clone(),
+        vars: vars.into_keys().collect(),
     };
     let prev_warnings = prev
         .as_ref()
@@ -619,9 +550,23 @@ async fn remove(ctx: &Ctx, key: &Key<Service>) -> Result<()> {
     let (ns, name) = (key.namespace().unwrap_or_default(), key.name());
     let mut b = Batch::new();
     for proto in PROTOCOLS {
-        let lb = naming::service_lb(ns, name, proto.as_str());
-        if ctx.nb.load_balancer(&lb).is_some() {
-            b.delete_load_balancer(lb);
+        let base = naming::service_lb(ns, name, proto.as_str());
+        for lb in [format!("{base}.v6"), base] {
+            if ctx.nb.load_balancer(&lb).is_some() {
+                b.delete_load_balancer(lb);
+            }
+        }
+    }
+    if let Some(p) = ctx.services.get(key).filter(|p| !p.vars.is_empty()) {
+        for node in ctx.nodes() {
+            let chassis = node
+                .annotations()
+                .get(crate::annotations::CHASSIS)
+                .cloned()
+                .unwrap_or_else(|| node.name_any());
+            if ctx.nb.chassis_template_var(&chassis).is_some() {
+                b.remove_template_vars(&chassis, p.vars.iter().cloned());
+            }
         }
     }
     if !b.is_empty() {
@@ -706,79 +651,32 @@ mod tests {
         }))
     }
 
-    #[test]
-    fn vips_per_family_and_port_backends_by_name_ready_else_terminating() {
-        let v4 = slice(
-            "web-a",
-            "web",
-            "IPv4",
-            json!([{"name": "http", "port": 8080}, {"name": "dns", "port": 5353, "protocol": "UDP"}]),
-            json!([
-                {"addresses": ["10.16.0.5"], "conditions": {"ready": true}},
-                {"addresses": ["10.16.0.6"]},
-                {"addresses": ["10.16.0.7"], "conditions": {"ready": false, "serving": true, "terminating": true}},
-                {"addresses": ["10.16.0.8"], "conditions": {"ready": false}},
-            ]),
-        );
-        let v6 = slice(
-            "web-b",
-            "web",
-            "IPv6",
-            json!([{"name": "http", "port": 8080}]),
-            json!([{"addresses": ["fd00::5"]}]),
-        );
-        let d = desired(
-            &web(&["10.96.0.10", "fd00:96::10"]),
-            &[Arc::new(v4.clone()), Arc::new(v6)],
-        );
-        let tcp = &d.lbs["tcp"].vips;
-        assert_eq!(tcp["10.96.0.10:80"], "10.16.0.5:8080,10.16.0.6:8080");
-        assert_eq!(tcp["[fd00:96::10]:80"], "[fd00::5]:8080");
-        let udp = &d.lbs["udp"].vips;
-        assert_eq!(udp["10.96.0.10:53"], "10.16.0.5:5353,10.16.0.6:5353");
-        // No IPv6 slice port named dns: the VIP stays, without backends (it refuses).
-        assert_eq!(udp["[fd00:96::10]:53"], "");
-        assert!(d.warnings.is_empty(), "{:?}", d.warnings);
-
-        // Nothing ready: the serving, terminating endpoint takes over; the not-serving one never.
-        let only_term = slice(
-            "web-a",
-            "web",
-            "IPv4",
-            json!([{"name": "http", "port": 8080}]),
-            json!([
-                {"addresses": ["10.16.0.7"], "conditions": {"ready": false, "serving": true, "terminating": true}},
-                {"addresses": ["10.16.0.8"], "conditions": {"ready": false, "serving": false, "terminating": true}},
-            ]),
-        );
-        let d = desired(&web(&["10.96.0.10"]), &[Arc::new(only_term)]);
-        assert_eq!(d.lbs["tcp"].vips["10.96.0.10:80"], "10.16.0.7:8080");
-    }
-
-    #[test]
-    fn headless_external_name_affinity_and_external_ips() {
-        let headless = service(json!({"metadata": {"name": "h", "namespace": "default"},
-            "spec": {"clusterIP": "None", "ports": [{"port": 80}]}}));
-        assert_eq!(desired(&headless, &[]), Desired::default());
-        let ext = service(json!({"metadata": {"name": "e", "namespace": "default"},
-            "spec": {"type": "ExternalName", "externalName": "example.com"}}));
-        assert_eq!(desired(&ext, &[]), Desired::default());
-
-        let s = service(json!({"metadata": {"name": "s", "namespace": "default"},
-            "spec": {"clusterIP": "10.96.0.11", "externalIPs": ["192.0.2.7", "bogus"],
-                "sessionAffinity": "ClientIP",
-                "sessionAffinityConfig": {"clientIP": {"timeoutSeconds": 86400}},
-                "ports": [{"port": 443, "protocol": "SCTP"}]},
-            "status": {"loadBalancer": {"ingress": [{"ip": "198.51.100.9"}]}}}));
-        let d = desired(&s, &[]);
-        let vips: Vec<&String> = d.lbs["sctp"].vips.keys().collect();
-        assert_eq!(
-            vips,
-            ["10.96.0.11:443", "192.0.2.7:443", "198.51.100.9:443"]
-        );
-        assert_eq!(d.affinity_timeout, Some(MAX_AFFINITY_TIMEOUT));
-        let reasons: Vec<&str> = d.warnings.iter().map(|(r, _)| r.as_str()).collect();
-        assert_eq!(reasons, ["InvalidServiceIP", "AffinityTimeoutClamped"]);
+    #[tokio::test]
+    async fn the_slice_index_follows_label_moves_deletes_and_relists() {
+        let (store, mut w) = SliceStore::new();
+        let mk = |name: &str, svc: &str| slice(name, svc, "IPv4", json!([]), json!([]));
+        let names = |ns: &str, svc: &str| -> Vec<String> {
+            store.of(ns, svc).iter().map(|s| s.name_any()).collect()
+        };
+        w.apply(&Event::Init);
+        w.apply(&Event::InitApply(mk("a-1", "a")));
+        w.apply(&Event::InitApply(mk("a-2", "a")));
+        w.apply(&Event::InitDone);
+        ObjectStore::ready(&store).await.expect("ready");
+        assert_eq!(names("default", "a"), ["a-1", "a-2"]);
+        // a-2's label moves to Service b: it leaves a.
+        w.apply(&Event::Apply(mk("a-2", "b")));
+        assert_eq!(names("default", "a"), ["a-1"]);
+        assert_eq!(names("default", "b"), ["a-2"]);
+        assert!(names("other", "a").is_empty(), "namespaced");
+        w.apply(&Event::Delete(mk("a-1", "a")));
+        assert!(names("default", "a").is_empty());
+        // A relist that no longer has a-2 drops it from the index.
+        w.apply(&Event::Init);
+        w.apply(&Event::InitApply(mk("c-1", "c")));
+        w.apply(&Event::InitDone);
+        assert!(names("default", "b").is_empty());
+        assert_eq!(names("default", "c"), ["c-1"]);
     }
 
     async fn lb(h: &Harness, name: &str) -> Option<kubeovn_ovn::models::nb::LoadBalancer> {
@@ -952,5 +850,100 @@ mod tests {
             st.load_balancers,
             ["svc.default.web.tcp", "svc.default.web.udp"]
         );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn internal_traffic_policy_local_balances_to_each_nodes_own_backends() {
+        let h = Harness::start().await;
+        for n in ["n1", "n2"] {
+            let node: k8s_openapi::api::core::v1::Node =
+                serde_json::from_value(json!({"metadata": {"name": n}})).expect("node");
+            h.create_cluster(&node).await;
+        }
+        let mut svc = web(&["10.96.0.10", "fd00:10:96::10"]);
+        let spec = svc.spec.as_mut().expect("spec");
+        spec.internal_traffic_policy = Some("Local".into());
+        spec.ip_family_policy = Some("RequireDualStack".into());
+        spec.ip_families = Some(vec!["IPv4".into(), "IPv6".into()]);
+        let svc = h.create(&svc).await;
+        h.create(&slice(
+            "web-a",
+            "web",
+            "IPv4",
+            json!([{"name": "http", "port": 8080}]),
+            json!([{"addresses": ["10.16.0.5"], "nodeName": "n1"},
+                   {"addresses": ["10.16.0.6"], "nodeName": "n2"},
+                   {"addresses": ["10.16.0.7"], "nodeName": "n2"}]),
+        ))
+        .await;
+        h.create(&slice(
+            "web-b",
+            "web",
+            "IPv6",
+            json!([{"name": "http", "port": 8080}]),
+            json!([{"addresses": ["fd00::5"], "nodeName": "n1"}]),
+        ))
+        .await;
+        let key = Key::of(&svc);
+        h.run::<Services>(key.clone()).await.expect("run");
+
+        let v4 =
+            h.nb.load_balancer("svc.default.web.tcp")
+                .expect("v4 template lb");
+        assert_eq!(v4.options["template"], "true");
+        assert_eq!(v4.options["address-family"], "ipv4");
+        let var4 = v4.vips["10.96.0.10:80"].trim_start_matches('^').to_owned();
+        let v6 =
+            h.nb.load_balancer("svc.default.web.tcp.v6")
+                .expect("v6 template lb");
+        assert_eq!(v6.options["address-family"], "ipv6");
+        let (vip6, var6) = v6.vips.iter().next().expect("v6 vip");
+        let ip_var = vip6
+            .trim_start_matches('^')
+            .trim_end_matches(":80")
+            .to_owned();
+        let var6 = var6.trim_start_matches('^').to_owned();
+        let vars = |c: &str| h.nb.chassis_template_var(c).expect("chassis row").variables;
+        assert_eq!(vars("n1")[&var4], "10.16.0.5:8080");
+        assert_eq!(vars("n2")[&var4], "10.16.0.6:8080,10.16.0.7:8080");
+        assert_eq!(vars("n1")[&var6], "[fd00::5]:8080");
+        assert_eq!(vars("n2")[&var6], "", "no local backend on n2");
+        assert_eq!(vars("n2")[&ip_var], "fd00:10:96::10");
+        // Running again writes nothing.
+        let before = h.nb_rows();
+        h.run::<Services>(key.clone()).await.expect("run");
+        assert_eq!(h.nb_rows(), before);
+
+        // A node deleted: its chassis' variables go with it.
+        let nodes: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(h.client.clone());
+        nodes
+            .delete("n2", &Default::default())
+            .await
+            .expect("delete node");
+        h.gone(&Key::<k8s_openapi::api::core::v1::Node>::cluster("n2"))
+            .await;
+        h.run::<crate::controller::node::Nodes>(Key::cluster("n2"))
+            .await
+            .expect("node cleanup");
+        assert!(h.nb.chassis_template_var("n2").is_none());
+
+        // Back to Cluster: one ordinary load balancer with every backend, the variables gone.
+        let api: kube::Api<Service> = kube::Api::namespaced(h.client.clone(), "default");
+        let mut s = api.get("web").await.expect("get");
+        s.spec.as_mut().expect("spec").internal_traffic_policy = Some("Cluster".into());
+        let s = api
+            .replace("web", &Default::default(), &s)
+            .await
+            .expect("replace");
+        h.stored(&s).await;
+        h.run::<Services>(key.clone()).await.expect("run");
+        let lb = h.nb.load_balancer("svc.default.web.tcp").expect("lb");
+        assert!(!lb.options.contains_key("template"), "{:?}", lb.options);
+        assert_eq!(
+            lb.vips["10.96.0.10:80"],
+            "10.16.0.5:8080,10.16.0.6:8080,10.16.0.7:8080"
+        );
+        assert!(h.nb.load_balancer("svc.default.web.tcp.v6").is_none());
+        assert!(!vars("n1").contains_key(&var4) && !vars("n1").contains_key(&ip_var));
     }
 }

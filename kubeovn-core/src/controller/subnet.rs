@@ -847,7 +847,10 @@ mod tests {
         );
         // In another VPC those addresses are free (as in Kube-OVN), overlaps within it are not.
         assert_eq!(check(&new("svc", "10.100.0.0/16", "vpc1")), Ok(()));
-        let same = spec("vpc1", json!({ "cidrBlock": "10.101.0.0/24", "vpc": "vpc1" }));
+        let same = spec(
+            "vpc1",
+            json!({ "cidrBlock": "10.101.0.0/24", "vpc": "vpc1" }),
+        );
         assert!(
             same.is_err_and(|e| e.to_string().contains("name of its VPC")),
             "a subnet named like its VPC"

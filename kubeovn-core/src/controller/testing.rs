@@ -39,9 +39,13 @@ pub(crate) fn client(api: &TestApiServer) -> kube::Client {
 
 /// The test API server with Kube-OVN's CRDs installed.
 pub(crate) async fn api_with_crds() -> (TestApiServer, kube::Client) {
-    let api = TestApiServer::start(ApiConfig::default())
-        .await
-        .expect("test api server");
+    // Dual stack, so that Services of both families can be tested.
+    let api = TestApiServer::start(ApiConfig {
+        service_cluster_ip_range: "10.96.0.0/12,fd00:10:96::/108".into(),
+        ..ApiConfig::default()
+    })
+    .await
+    .expect("test api server");
     let client = client(&api);
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     for crd in crate::crd::crds() {

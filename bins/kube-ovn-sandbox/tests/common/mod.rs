@@ -229,3 +229,44 @@ pub fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
     }
 }
 
+/// A sandbox of this test's own: waits until no other ovs-vswitchd runs in this network namespace (one
+/// userspace datapath per namespace), then runs `up` with names derived from `letters` and the pid (node,
+/// bridge, join interface, netns prefix) and `args` (CIDRs, demo size). Returns the sandbox and `up`'s output.
+pub fn up(letters: &str, args: &[&str]) -> (Sandbox, Output) {
+    let t0 = Instant::now();
+    while let Some((pid, cmd)) = kube_ovn_sandbox::sandbox::other_vswitchd() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(180),
+            "another ovs-vswitchd (pid {pid}: {cmd}) kept running for 3 minutes"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let tag = format!("{letters}{}", std::process::id() % 10000);
+    let sb = Sandbox {
+        dir: tempfile::Builder::new()
+            .prefix(&format!("kube-ovn-sandbox-{letters}"))
+            .tempdir()
+            .unwrap(),
+        bins: bin_dir(),
+        prefix: tag.clone(),
+        bridge: format!("br-{tag}"),
+        nic: format!("{tag}j"),
+    };
+    let mut a = vec![
+        "up",
+        "--no-install",
+        "--api-port",
+        "0",
+        "--node-name",
+        &tag,
+        "--bridge",
+        &sb.bridge,
+        "--node-nic",
+        &sb.nic,
+        "--netns-prefix",
+        &sb.prefix,
+    ];
+    a.extend(args);
+    let out = sb.run(&a);
+    (sb, out)
+}
