@@ -111,7 +111,7 @@ pub struct Config {
     pub service_cidr: String,
     /// NB_Global options set at start.
     pub nb_global_options: BTreeMap<String, String>,
-    /// Pod handlers running at once.
+    /// Pod handlers running at once, and Service handlers (each kind its own pool).
     pub pod_workers: usize,
     /// Handlers of the other kinds running at once (each).
     pub workers: usize,
