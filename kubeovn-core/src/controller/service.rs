@@ -206,31 +206,42 @@ enum TemplateValue {
     PerNode(BTreeMap<String, String>),
 }
 
-/// The Services programmed, by key.
+/// The Services programmed, by key, with running totals (the metrics read them on every run: summing the map
+/// each time made a cold start of 10,000 Services quadratic).
 #[derive(Default)]
-pub(crate) struct ServiceState(RwLock<HashMap<Key<Service>, Programmed>>);
+pub(crate) struct ServiceState(RwLock<ServiceMap>);
+
+#[derive(Default)]
+struct ServiceMap {
+    by_key: HashMap<Key<Service>, Programmed>,
+    backends: usize,
+}
 
 impl ServiceState {
     fn get(&self, k: &Key<Service>) -> Option<Programmed> {
         self.0
             .read()
             .unwrap_or_else(|e| e.into_inner())
+            .by_key
             .get(k)
             .cloned()
     }
 
     fn set(&self, k: &Key<Service>, p: Option<Programmed>) {
         let mut m = self.0.write().unwrap_or_else(|e| e.into_inner());
-        match p {
-            Some(p) => m.insert(k.clone(), p),
-            None => m.remove(k),
+        let added = p.as_ref().map_or(0, |p| p.backends);
+        let old = match p {
+            Some(p) => m.by_key.insert(k.clone(), p),
+            None => m.by_key.remove(k),
         };
+        m.backends = m.backends + added - old.map_or(0, |o| o.backends);
     }
 
     /// The load balancers of VPC `vpc`'s Services, sorted.
     pub(crate) fn lbs_of(&self, vpc: &str) -> Vec<String> {
         let m = self.0.read().unwrap_or_else(|e| e.into_inner());
         let mut v: Vec<String> = m
+            .by_key
             .values()
             .filter(|p| p.vpc == vpc)
             .flat_map(|p| p.lbs.iter().cloned())
@@ -242,7 +253,7 @@ impl ServiceState {
     /// (Services with load balancers, backends).
     fn totals(&self) -> (usize, usize) {
         let m = self.0.read().unwrap_or_else(|e| e.into_inner());
-        (m.len(), m.values().map(|p| p.backends).sum())
+        (m.by_key.len(), m.backends)
     }
 }
 
