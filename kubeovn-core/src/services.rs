@@ -246,16 +246,17 @@ fn backends(
     }
 }
 
+/// Services and slices for the tests of this module and of the controller's Service kind.
 #[cfg(test)]
-mod tests {
+pub(crate) mod fixtures {
     use super::*;
     use serde_json::json;
 
-    fn service(v: serde_json::Value) -> Service {
+    pub(crate) fn service(v: serde_json::Value) -> Service {
         serde_json::from_value(v).expect("service")
     }
 
-    fn slice(
+    pub(crate) fn slice(
         name: &str,
         svc: &str,
         family: &str,
@@ -269,7 +270,7 @@ mod tests {
         .expect("slice")
     }
 
-    fn web(cluster_ips: &[&str]) -> Service {
+    pub(crate) fn web(cluster_ips: &[&str]) -> Service {
         service(json!({
             "metadata": {"name": "web", "namespace": "default"},
             "spec": {"clusterIP": cluster_ips[0], "clusterIPs": cluster_ips,
@@ -277,6 +278,13 @@ mod tests {
                           {"name": "dns", "port": 53, "protocol": "UDP"}]}
         }))
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fixtures::{service, slice, web};
+    use super::*;
+    use serde_json::json;
 
     #[test]
     fn vips_per_family_and_port_backends_by_name_ready_else_terminating() {

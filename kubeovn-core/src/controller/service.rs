@@ -638,35 +638,9 @@ pub(crate) async fn remove_stale(ctx: &Ctx) -> Result<usize> {
 mod tests {
     use super::*;
     use crate::controller::testing::Harness;
+    use crate::services::fixtures::{slice, web};
     use kubeovn_ovn::northbound::Northbound;
     use serde_json::json;
-
-    fn service(v: serde_json::Value) -> Service {
-        serde_json::from_value(v).expect("service")
-    }
-
-    fn slice(
-        name: &str,
-        svc: &str,
-        family: &str,
-        ports: serde_json::Value,
-        eps: serde_json::Value,
-    ) -> EndpointSlice {
-        serde_json::from_value(json!({
-            "metadata": {"name": name, "namespace": "default", "labels": {SERVICE_NAME_LABEL: svc}},
-            "addressType": family, "ports": ports, "endpoints": eps,
-        }))
-        .expect("slice")
-    }
-
-    fn web(cluster_ips: &[&str]) -> Service {
-        service(json!({
-            "metadata": {"name": "web", "namespace": "default"},
-            "spec": {"clusterIP": cluster_ips[0], "clusterIPs": cluster_ips,
-                "ports": [{"name": "http", "port": 80, "targetPort": 8080},
-                          {"name": "dns", "port": 53, "protocol": "UDP"}]}
-        }))
-    }
 
     #[tokio::test]
     async fn the_slice_index_follows_label_moves_deletes_and_relists() {
