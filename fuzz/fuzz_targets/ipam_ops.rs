@@ -7,60 +7,24 @@ use std::collections::BTreeSet;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use arbitrary::Arbitrary;
-use kubeovn_ipam::{AllocRequest, Allocation, Family, IpRangeList, Ipam, PoolSpec, SubnetSpec};
+use kubeovn_ipam::{AllocRequest, Allocation, Family, Ipam, IpRangeList, PoolSpec, SubnetSpec};
 use libfuzzer_sys::fuzz_target;
 
 #[derive(Arbitrary, Debug)]
 enum Op {
-    Alloc {
-        pod: u8,
-        nic: bool,
-        family: Option<bool>,
-        pool: bool,
-        skip: Option<u8>,
-        mac: Option<u8>,
-    },
-    Static {
-        pod: u8,
-        nic: bool,
-        v6: bool,
-        off: u8,
-        check: bool,
-    },
-    Release {
-        pod: u8,
-        nic: bool,
-    },
-    ReleasePod {
-        pod: u8,
-    },
-    Update {
-        spec: u8,
-    },
-    Pool {
-        lo: u8,
-        len: u8,
-        delete: bool,
-    },
-    Restore {
-        pod: u8,
-        off4: Option<u8>,
-        off6: Option<u8>,
-    },
+    Alloc { pod: u8, nic: bool, family: Option<bool>, pool: bool, skip: Option<u8>, mac: Option<u8> },
+    Static { pod: u8, nic: bool, v6: bool, off: u8, check: bool },
+    Release { pod: u8, nic: bool },
+    ReleasePod { pod: u8 },
+    Update { spec: u8 },
+    Pool { lo: u8, len: u8, delete: bool },
+    Restore { pod: u8, off4: Option<u8>, off6: Option<u8> },
     Reload,
 }
 
 const SPECS: [(&str, &str, &[&str]); 4] = [
-    (
-        "10.0.0.0/27,fd00::/123",
-        "10.0.0.1,fd00::1",
-        &["10.0.0.5..10.0.0.7", "fd00::5-fd00::7"],
-    ),
-    (
-        "10.0.0.0/28,fd00::/124",
-        "10.0.0.14,fd00::2",
-        &["10.0.0.0/30"],
-    ),
+    ("10.0.0.0/27,fd00::/123", "10.0.0.1,fd00::1", &["10.0.0.5..10.0.0.7", "fd00::5-fd00::7"]),
+    ("10.0.0.0/28,fd00::/124", "10.0.0.14,fd00::2", &["10.0.0.0/30"]),
     ("10.0.0.0/26", "10.0.0.1", &["10.0.0.40..10.0.0.63"]),
     ("fd00::/122", "", &[]),
 ];
@@ -86,12 +50,7 @@ fn check(ipam: &Ipam, shared: bool) {
     let s = ipam.subnet("s").expect("subnet");
     let sp = s.spec();
     let excluded = IpRangeList::parse(&sp.exclude_ips).expect("valid");
-    let gws: Vec<IpAddr> = sp
-        .gateway
-        .split(',')
-        .filter(|g| !g.is_empty())
-        .map(|g| g.parse().expect("ip"))
-        .collect();
+    let gws: Vec<IpAddr> = sp.gateway.split(',').filter(|g| !g.is_empty()).map(|g| g.parse().expect("ip")).collect();
     let mut used = BTreeSet::new();
     let mut macs = BTreeSet::new();
     for n in s.iter() {
@@ -117,10 +76,7 @@ fn check(ipam: &Ipam, shared: bool) {
         for (lo, hi) in avail.v4.ranges().chain([]) {
             for a in [lo, hi] {
                 let ip = IpAddr::V4(Ipv4Addr::from(a));
-                assert!(
-                    !excluded.contains(ip) && !gws.contains(&ip),
-                    "{ip} available"
-                );
+                assert!(!excluded.contains(ip) && !gws.contains(&ip), "{ip} available");
             }
         }
     }
@@ -130,10 +86,7 @@ fn check(ipam: &Ipam, shared: bool) {
     let back = Ipam::from_snapshot(&snap).expect("own snapshot loads");
     assert_eq!(back.snapshot(), snap);
     for f in [Family::V4, Family::V6] {
-        assert_eq!(
-            back.subnet("s").expect("subnet").free_and_released(f),
-            s.free_and_released(f)
-        );
+        assert_eq!(back.subnet("s").expect("subnet").free_and_released(f), s.free_and_released(f));
     }
 }
 
@@ -144,14 +97,7 @@ fuzz_target!(|ops: Vec<Op>| {
     for op in ops.into_iter().take(64) {
         let before = ipam.snapshot();
         let failed = match op {
-            Op::Alloc {
-                pod,
-                nic,
-                family,
-                pool,
-                skip,
-                mac,
-            } => {
+            Op::Alloc { pod, nic, family, pool, skip, mac } => {
                 let (p, n) = names(pod, nic);
                 let skips: Vec<IpAddr> = skip.iter().flat_map(|&o| [v4(o), v6(o)]).collect();
                 let mut r = AllocRequest::new(&p, n).skip(&skips);
@@ -179,23 +125,11 @@ fuzz_target!(|ops: Vec<Op>| {
                     Err(_) => true,
                 }
             }
-            Op::Static {
-                pod,
-                nic,
-                v6: six,
-                off,
-                check,
-            } => {
+            Op::Static { pod, nic, v6: six, off, check } => {
                 let (p, n) = names(pod, nic);
                 let ips = [if six { v6(off) } else { v4(off) }];
                 shared |= !check;
-                ipam.allocate(
-                    "s",
-                    &AllocRequest::new(&p, n)
-                        .static_ips(&ips)
-                        .check_conflict(check),
-                )
-                .is_err()
+                ipam.allocate("s", &AllocRequest::new(&p, n).static_ips(&ips).check_conflict(check)).is_err()
             }
             Op::Release { pod, nic } => {
                 let (p, n) = names(pod, nic);
@@ -215,12 +149,8 @@ fuzz_target!(|ops: Vec<Op>| {
                 } else {
                     let lo = lo % 64;
                     let hi = lo.saturating_add(len % 8).min(63);
-                    let items = [
-                        format!("{}..{}", v4(lo), v4(hi)),
-                        format!("{}..{}", v6(lo), v6(hi)),
-                    ];
-                    ipam.add_or_update_pool("s", &PoolSpec::new("pool", items))
-                        .is_err()
+                    let items = [format!("{}..{}", v4(lo), v4(hi)), format!("{}..{}", v6(lo), v6(hi))];
+                    ipam.add_or_update_pool("s", &PoolSpec::new("pool", items)).is_err()
                 }
             }
             Op::Restore { pod, off4, off6 } => {

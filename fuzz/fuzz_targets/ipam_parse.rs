@@ -29,9 +29,6 @@ fuzz_target!(|input: (Vec<String>, String, String)| {
         }
     }
     if let Ok(m) = mac.parse::<Mac>() {
-        assert_eq!(
-            m.to_string().parse::<Mac>().expect("formatted MAC parses"),
-            m
-        );
+        assert_eq!(m.to_string().parse::<Mac>().expect("formatted MAC parses"), m);
     }
 });

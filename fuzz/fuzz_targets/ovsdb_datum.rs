@@ -3,8 +3,8 @@
 //! no Value tree, as monitor updates are read) gives exactly the Value decoder's datum, or refuses as it does.
 #![no_main]
 
-use kubeovn_ovn::decode::datum_from_str;
 use kubeovn_ovn::serde_json::{self, json, Value};
+use kubeovn_ovn::decode::datum_from_str;
 use kubeovn_ovn::{ColumnType, Datum};
 use libfuzzer_sys::fuzz_target;
 
@@ -15,20 +15,14 @@ fn column_type(sel: u8) -> ColumnType {
         2 => json!({"key": "string", "value": "string", "min": 0, "max": "unlimited"}),
         3 => json!({"key": {"type": "uuid", "refTable": "T"}, "min": 0, "max": 1}),
         4 => json!({"key": {"type": "real", "minReal": -1.5, "maxReal": 1e9}, "min": 0, "max": 4}),
-        _ => {
-            json!({"key": {"type": "string", "enum": ["set", ["a", "b"]]}, "value": "boolean", "min": 1, "max": 2})
-        }
+        _ => json!({"key": {"type": "string", "enum": ["set", ["a", "b"]]}, "value": "boolean", "min": 1, "max": 2}),
     };
     ColumnType::parse(&j).expect("valid column type")
 }
 
 fuzz_target!(|input: &[u8]| {
-    let Some((&sel, text)) = input.split_first() else {
-        return;
-    };
-    let Ok(j) = serde_json::from_slice::<Value>(text) else {
-        return;
-    };
+    let Some((&sel, text)) = input.split_first() else { return };
+    let Ok(j) = serde_json::from_slice::<Value>(text) else { return };
 
     let ty = column_type(sel);
     if let Ok(text) = std::str::from_utf8(text) {
