@@ -195,16 +195,66 @@ impl Planner<'_, '_> {
         Ok(())
     }
 
-    /// The load balancer as a reference: its UUID, or the uuid-name this batch inserts it under.
-    pub(super) fn lb_ref(&self, lb: &str) -> Option<Atom> {
+    /// A named row as a reference: its UUID, or the uuid-name this batch inserts it under.
+    fn row_ref(&self, table: &'static str, name: &str) -> Option<Atom> {
         match (
-            self.find(Lb::TABLE, lb),
-            self.new_names.get(&(Lb::TABLE, lb.to_owned())),
+            self.find(table, name),
+            self.new_names.get(&(table, name.to_owned())),
         ) {
             (Some(r), _) => Some(Atom::Uuid(r.uuid())),
             (None, Some(n)) if !n.is_empty() => Some(Atom::NamedUuid(n.clone())),
             _ => None,
         }
+    }
+
+    /// The load balancer as a reference (see [`Self::row_ref`]).
+    pub(super) fn lb_ref(&self, lb: &str) -> Option<Atom> {
+        self.row_ref(Lb::TABLE, lb)
+    }
+
+    /// Adds (or removes) the row `name` of `table` to (from) `column` of a switch or router: a load
+    /// balancer to `load_balancer`, a group to `load_balancer_group` (switches and routers name both alike).
+    fn attach_to(
+        &mut self,
+        table: &'static str,
+        name: &str,
+        column: &str,
+        target: &LbTarget,
+        attach: bool,
+    ) -> Result<(), Error> {
+        let (t_table, t_name) = match target {
+            LbTarget::Switch(n) => (Ls::TABLE, n),
+            LbTarget::Router(n) => (Lr::TABLE, n),
+        };
+        let r = match self.row_ref(table, name) {
+            Some(r) => r,
+            None if !attach => return Ok(()),
+            None => {
+                return Err(NbError::NotFound {
+                    table,
+                    name: name.to_owned(),
+                }
+                .into())
+            }
+        };
+        let t = match self.named_row(t_table, t_name) {
+            Ok(t) => t,
+            Err(_) if !attach => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        let has = match (&r, &t) {
+            (Atom::Uuid(u), Some(t)) => t.uuids(column).any(|x| x == *u),
+            _ => false,
+        };
+        if attach != has {
+            let m = Self::mutate_row(t_table, t.as_deref(), t_name);
+            self.txn.push(if attach {
+                m.insert(column, Datum::Set(vec![r]))
+            } else {
+                m.delete(column, Datum::Set(vec![r]))
+            });
+        }
+        Ok(())
     }
 
     pub(super) fn lb_attach(
@@ -213,44 +263,7 @@ impl Planner<'_, '_> {
         target: &LbTarget,
         attach: bool,
     ) -> Result<(), Error> {
-        // The switch's and the router's column have the same name.
-        const COLUMN: &str = Ls::LOAD_BALANCER;
-        let (table, name) = match target {
-            LbTarget::Switch(n) => (Ls::TABLE, n),
-            LbTarget::Router(n) => (Lr::TABLE, n),
-        };
-        let lb_ref = match self.lb_ref(lb) {
-            Some(r) => r,
-            None if !attach => return Ok(()),
-            None => {
-                return Err(NbError::NotFound {
-                    table: Lb::TABLE,
-                    name: lb.to_owned(),
-                }
-                .into())
-            }
-        };
-        let t = match self.named_row(table, name) {
-            Ok(t) => t,
-            Err(_) if !attach => return Ok(()),
-            Err(e) => return Err(e),
-        };
-        let has = match (&lb_ref, &t) {
-            (Atom::Uuid(u), Some(t)) => t.uuids(COLUMN).any(|x| x == *u),
-            _ => false,
-        };
-        if attach && !has {
-            self.txn.push(
-                Self::mutate_row(table, t.as_deref(), name)
-                    .insert(COLUMN, Datum::Set(vec![lb_ref])),
-            );
-        } else if !attach && has {
-            self.txn.push(
-                Self::mutate_row(table, t.as_deref(), name)
-                    .delete(COLUMN, Datum::Set(vec![lb_ref])),
-            );
-        }
-        Ok(())
+        self.attach_to(Lb::TABLE, lb, Ls::LOAD_BALANCER, target, attach)
     }
 
     pub(super) fn load_balancer_group(&mut self, g: &LoadBalancerGroup) -> Result<(), Error> {
@@ -351,44 +364,6 @@ impl Planner<'_, '_> {
         target: &LbTarget,
         attach: bool,
     ) -> Result<(), Error> {
-        // The switch's and the router's column have the same name.
-        const COLUMN: &str = Ls::LOAD_BALANCER_GROUP;
-        let (table, name) = match target {
-            LbTarget::Switch(n) => (Ls::TABLE, n),
-            LbTarget::Router(n) => (Lr::TABLE, n),
-        };
-        let g = match (
-            self.find(Lbg::TABLE, group),
-            self.new_names.get(&(Lbg::TABLE, group.to_owned())),
-        ) {
-            (Some(r), _) => Atom::Uuid(r.uuid()),
-            (None, Some(n)) => Atom::NamedUuid(n.clone()),
-            (None, None) if !attach => return Ok(()),
-            (None, None) => {
-                return Err(NbError::NotFound {
-                    table: Lbg::TABLE,
-                    name: group.to_owned(),
-                }
-                .into())
-            }
-        };
-        let t = match self.named_row(table, name) {
-            Ok(t) => t,
-            Err(_) if !attach => return Ok(()),
-            Err(e) => return Err(e),
-        };
-        let has = match (&g, &t) {
-            (Atom::Uuid(u), Some(t)) => t.uuids(COLUMN).any(|x| x == *u),
-            _ => false,
-        };
-        if attach != has {
-            let m = Self::mutate_row(table, t.as_deref(), name);
-            self.txn.push(if attach {
-                m.insert(COLUMN, Datum::Set(vec![g]))
-            } else {
-                m.delete(COLUMN, Datum::Set(vec![g]))
-            });
-        }
-        Ok(())
+        self.attach_to(Lbg::TABLE, group, Ls::LOAD_BALANCER_GROUP, target, attach)
     }
 }
