@@ -38,6 +38,15 @@ impl Reconciler<Ctx> for Nodes {
     }
 }
 
+/// A node's OVN chassis name: its `ovn.kubernetes.io/chassis` annotation, else its name (the daemon's
+/// `system-id`).
+pub(crate) fn chassis_of(n: &Node) -> String {
+    n.annotations()
+        .get(crate::annotations::CHASSIS)
+        .cloned()
+        .unwrap_or_else(|| n.name_any())
+}
+
 /// A node's InternalIP addresses.
 pub(crate) fn internal_ips(n: &Node) -> Vec<IpAddr> {
     n.status
@@ -186,9 +195,7 @@ async fn delete(ctx: &Ctx, name: &str, last: Option<&Node>) -> Result<()> {
         )));
     }
     // The node's Service template variables (internalTrafficPolicy Local) go with its chassis.
-    let chassis = last
-        .and_then(|n| n.annotations().get(crate::annotations::CHASSIS).cloned())
-        .unwrap_or_else(|| name.to_owned());
+    let chassis = last.map_or_else(|| name.to_owned(), chassis_of);
     if ctx.nb.chassis_template_var(&chassis).is_some() {
         b.delete_chassis_template_vars(chassis);
     }

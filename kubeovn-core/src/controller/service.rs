@@ -42,6 +42,7 @@ use kubeovn_ovn::northbound::{
 
 use super::error::{ControllerError, Result};
 use super::framework::{Action, Key, Kinds, ObjectStore, Reconciler, Relations, StoreWriter};
+use super::node::chassis_of;
 use super::{Ctx, SessionAffinity};
 use crate::crd::{Decoded, Subnet, Vpc};
 use crate::naming::{self, external_ids as ext};
@@ -53,6 +54,14 @@ const PROTOCOLS: [LoadBalancerProtocol; 3] = [
     LoadBalancerProtocol::Udp,
     LoadBalancerProtocol::Sctp,
 ];
+
+/// A Service's load balancers for one protocol: the one of every VIP (the IPv4 ones' template load balancer
+/// under internalTrafficPolicy Local), and the Local IPv6 VIPs' (a template load balancer has one family).
+fn lb_names(ns: &str, name: &str, proto: &LoadBalancerProtocol) -> [String; 2] {
+    let base = naming::service_lb(ns, name, proto.as_str());
+    let v6 = format!("{base}.v6");
+    [base, v6]
+}
 
 /// The EndpointSlice store: kube-runtime's, plus an index from `(namespace, service)` to slice names, so a
 /// Service finds its slices without scanning every slice of the cluster.
@@ -310,10 +319,7 @@ impl Reconciler<Ctx> for Services {
     fn relations(r: &mut Relations<'_, Ctx, Service>) {
         // A node coming, going or changing chassis: the Local Services write their variables for it.
         r.on::<k8s_openapi::api::core::v1::Node>(|kinds: &Kinds, old, new| {
-            let chassis = |n: Option<&k8s_openapi::api::core::v1::Node>| {
-                n.map(|n| n.annotations().get(crate::annotations::CHASSIS).cloned())
-            };
-            if old.is_some() && new.is_some() && chassis(old) == chassis(new) {
+            if old.is_some() && old.map(chassis_of) == new.map(chassis_of) {
                 return Vec::new();
             }
             kinds
@@ -417,12 +423,7 @@ async fn reconcile(ctx: &Ctx, svc: &Service) -> Result<Action> {
             };
             if d.local {
                 // One template load balancer per family: backends per chassis through a variable per VIP.
-                for v6 in [false, true] {
-                    let n = if v6 {
-                        format!("{base}.v6")
-                    } else {
-                        base.clone()
-                    };
+                for (v6, n) in [false, true].into_iter().zip(lb_names(ns, name, &proto)) {
                     let mut t = lb(&n)
                         .option("template", "true")
                         .option("address-family", if v6 { "ipv6" } else { "ipv4" })
@@ -464,7 +465,7 @@ async fn reconcile(ctx: &Ctx, svc: &Service) -> Result<Action> {
                 wanted.push((base.clone(), l));
             }
         }
-        for n in [base.clone(), format!("{base}.v6")] {
+        for n in lb_names(ns, name, &proto) {
             let existing = ctx.nb.load_balancer(&n);
             match wanted.iter().find(|(w, _)| *w == n) {
                 Some((_, lb)) => {
@@ -500,11 +501,7 @@ async fn reconcile(ctx: &Ctx, svc: &Service) -> Result<Action> {
     if !vars.is_empty() || !gone.is_empty() {
         for node in ctx.nodes() {
             let node_name = node.name_any();
-            let chassis = node
-                .annotations()
-                .get(crate::annotations::CHASSIS)
-                .cloned()
-                .unwrap_or_else(|| node_name.clone());
+            let chassis = chassis_of(&node);
             if !vars.is_empty() {
                 let mut t = ChassisTemplateVars::new(&chassis);
                 for (var, value) in &vars {
@@ -567,8 +564,7 @@ async fn remove(ctx: &Ctx, key: &Key<Service>) -> Result<()> {
     let (ns, name) = (key.namespace().unwrap_or_default(), key.name());
     let mut b = Batch::new();
     for proto in PROTOCOLS {
-        let base = naming::service_lb(ns, name, proto.as_str());
-        for lb in [format!("{base}.v6"), base] {
+        for lb in lb_names(ns, name, &proto) {
             if ctx.nb.load_balancer(&lb).is_some() {
                 b.delete_load_balancer(lb);
             }
@@ -576,11 +572,7 @@ async fn remove(ctx: &Ctx, key: &Key<Service>) -> Result<()> {
     }
     if let Some(p) = ctx.services.get(key).filter(|p| !p.vars.is_empty()) {
         for node in ctx.nodes() {
-            let chassis = node
-                .annotations()
-                .get(crate::annotations::CHASSIS)
-                .cloned()
-                .unwrap_or_else(|| node.name_any());
+            let chassis = chassis_of(&node);
             if ctx.nb.chassis_template_var(&chassis).is_some() {
                 b.remove_template_vars(&chassis, p.vars.iter().cloned());
             }
