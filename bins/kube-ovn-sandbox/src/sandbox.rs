@@ -851,19 +851,19 @@ async fn demo_service_report(
     // The backends it should reach: every pod it selects (they turn Ready within seconds of `up`).
     let selector = svc.spec.as_ref()?.selector.clone().unwrap_or_default();
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let selected: std::collections::BTreeSet<String> = pods
+        .list(&Default::default())
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|p| selector.iter().all(|(k, v)| p.labels().get(k) == Some(v)))
+        .map(|p| p.name_any())
+        .collect();
     let t0 = std::time::Instant::now();
     loop {
-        let ready: std::collections::BTreeSet<String> = pods
-            .list(&Default::default())
-            .await
-            .map(|l| l.items)
-            .unwrap_or_default()
-            .into_iter()
-            .filter(|p| selector.iter().all(|(k, v)| p.labels().get(k) == Some(v)))
-            .map(|p| p.name_any())
-            .collect();
         let r = report::service_report(&name, vip, eps, Duration::from_secs(1)).await;
-        let complete = !ready.is_empty() && r.backends().is_superset(&ready);
+        let complete = !selected.is_empty() && r.backends().is_superset(&selected);
         if (r.all_ok() && complete) || t0.elapsed() > Duration::from_secs(15) {
             return Some(r);
         }

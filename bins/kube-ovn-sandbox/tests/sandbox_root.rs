@@ -170,18 +170,8 @@ fn up_ping_kubectl_exec_down() {
         "curl from the host to {web_ip}:8080: {out:?}"
     );
     // From a pod in the other subnet.
-    let out = sb.run(&[
-        "exec",
-        "demo/app-1",
-        "--",
-        "curl",
-        "-sS",
-        "--max-time",
-        "5",
-        &format!("http://{web_ip}:8080/"),
-    ]);
     assert!(
-        out.status.success() && String::from_utf8_lossy(&out.stdout).contains("Directory listing"),
+        sb.http_get_listing("demo/app-1", &format!("http://{web_ip}:8080/"), 5),
         "curl from demo/app-1 to {web_ip}:8080"
     );
     let out = sb.run(&["logs", "default/web"]);

@@ -179,20 +179,7 @@ fn services_balance_tcp_and_udp_in_the_sandbox() {
     eventually(
         "an HTTP GET through the exposed pod's ClusterIP",
         30,
-        || {
-            let out = sb.run(&[
-                "exec",
-                "demo/app-1",
-                "--",
-                "curl",
-                "-sS",
-                "--max-time",
-                "2",
-                &format!("http://{http}/"),
-            ]);
-            out.status.success()
-                && String::from_utf8_lossy(&out.stdout).contains("Directory listing")
-        },
+        || sb.http_get_listing("demo/app-1", &format!("http://{http}/"), 2),
     );
 
     // A Service without a selector: a hand-written EndpointSlice to web-1; hairpin from web-1 itself.

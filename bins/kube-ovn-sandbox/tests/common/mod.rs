@@ -144,6 +144,14 @@ impl Sandbox {
         serde_json::from_slice(&out.stdout).unwrap()
     }
 
+    /// Whether an HTTP GET of `url` from pod `pod` (`NS/NAME`) within `secs` returns a directory listing (what
+    /// `python3 -m http.server` serves).
+    pub fn http_get_listing(&self, pod: &str, url: &str, secs: u32) -> bool {
+        let secs = secs.to_string();
+        let out = self.run(&["exec", pod, "--", "curl", "-sS", "--max-time", &secs, url]);
+        out.status.success() && String::from_utf8_lossy(&out.stdout).contains("Directory listing")
+    }
+
     pub fn apply(&self, objects: &Value) {
         use std::io::Write;
         let mut child = Command::new("kubectl")
