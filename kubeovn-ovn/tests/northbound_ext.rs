@@ -10,9 +10,10 @@ use std::collections::BTreeMap;
 use common::{OvsdbServer, Storage};
 use kubeovn_ovn::models::nb::{self, LoadBalancerGroup};
 use kubeovn_ovn::northbound::{
-    Acl, AclAction, AclDirection, AclParent, AclSeverity, Batch, ChassisTemplateVars, DhcpOptions,
-    LbTarget, LoadBalancer, LoadBalancerProtocol, LogicalSwitch, Meter, MeterUnit, Nat, NatType,
-    NbError, NbGlobal, Northbound, OvsdbNorthbound, PortGroup, Router,
+    Acl, AclAction, AclDirection, AclParent, AclSet, AclSeverity, AddressSet, Batch,
+    ChassisTemplateVars, DhcpOptions, LbTarget, LoadBalancer, LoadBalancerProtocol, LogicalSwitch,
+    Meter, MeterUnit, Nat, NatType, NbError, NbGlobal, Northbound, OvsdbNorthbound, PortGroup,
+    Router, SwitchPort,
 };
 use kubeovn_ovn::ops::{Condition, Operation};
 use kubeovn_ovn::{Datum, Error, Model};
@@ -122,6 +123,113 @@ async fn acls_with_meters_on_port_groups() {
     assert!(
         nbctl(&srv, &["acl-list", "ls0"]).contains("from-lport  2000 (ip4.dst == 10.0.0.1) allow")
     );
+}
+
+#[tokio::test]
+async fn exact_groups_sets_and_acl_sets_send_only_the_difference() {
+    let Some(srv) = server() else { return };
+    let nb = OvsdbNorthbound::connect(&srv.unix_remote()).await.unwrap();
+    let mut b = Batch::new();
+    b.add(LogicalSwitch::new("ls0"));
+    for p in ["p1", "p2", "p3"] {
+        b.add(SwitchPort::new("ls0", p));
+    }
+    // A port this batch creates, one that exists, and one that does not (left out).
+    b.add(PortGroup::new("pg1").ports(["p1", "p2", "gone"]));
+    b.add(AddressSet::new("as1_ip4", ["10.0.0.1", "10.0.0.2"]));
+    nb.commit(b).await.unwrap();
+    assert_eq!(nb.port_group("pg1").unwrap().ports.len(), 2);
+
+    // Membership changes are mutations of the difference: one delete and one insert each.
+    let mut b = Batch::new();
+    b.add(PortGroup::new("pg1").ports(["p2", "p3"]));
+    b.add(AddressSet::new("as1_ip4", ["10.0.0.2", "10.0.0.3"]));
+    let plan = nb.plan(&b).unwrap().unwrap();
+    assert_eq!(plan.txn.ops.len(), 4, "{:?}", plan.txn.ops);
+    assert!(plan
+        .txn
+        .ops
+        .iter()
+        .all(|o| matches!(o, Operation::Mutate { .. })));
+    nb.commit(b.clone()).await.unwrap();
+    assert!(nb.plan(&b).unwrap().is_none(), "idempotent");
+    assert_eq!(
+        nbctl(
+            &srv,
+            &[
+                "--bare",
+                "--columns=addresses",
+                "list",
+                "address_set",
+                "as1_ip4"
+            ]
+        ),
+        "10.0.0.2 10.0.0.3"
+    );
+    let ports = nbctl(
+        &srv,
+        &["--bare", "--columns=ports", "list", "port_group", "pg1"],
+    );
+    assert_eq!(ports.split_whitespace().count(), 2);
+
+    // An owner's exact ACLs: another owner's are untouched, unchanged ones cost nothing.
+    let pg = AclParent::PortGroup("pg1".into());
+    let acl = |prio, m: &str| {
+        Acl::new(
+            pg.clone(),
+            AclDirection::ToLport,
+            prio,
+            m,
+            AclAction::AllowRelated,
+        )
+    };
+    let mut b = Batch::new();
+    b.add(AclSet::new(
+        pg.clone(),
+        "policy",
+        "a",
+        vec![
+            acl(2001, "outport == @pg1 && ip4.src == $as1_ip4"),
+            acl(2001, "outport == @pg1 && tcp.dst == 80"),
+        ],
+    ));
+    b.add(AclSet::new(
+        pg.clone(),
+        "policy",
+        "b",
+        vec![acl(2001, "outport == @pg1 && tcp.dst == 80")],
+    ));
+    nb.commit(b.clone()).await.unwrap();
+    assert_eq!(
+        nb.acls(&pg).len(),
+        3,
+        "the same match for two owners is two rows"
+    );
+    assert!(nb.plan(&b).unwrap().is_none(), "idempotent");
+    let mut b = Batch::new();
+    b.add(AclSet::new(
+        pg.clone(),
+        "policy",
+        "a",
+        vec![acl(2001, "outport == @pg1 && tcp.dst == 80").log("a", AclSeverity::Info, None)],
+    ));
+    let plan = nb.plan(&b).unwrap().unwrap();
+    assert_eq!(
+        plan.txn.ops.len(),
+        2,
+        "one update, one unlink: {:?}",
+        plan.txn.ops
+    );
+    nb.commit(b).await.unwrap();
+    let out = nbctl(&srv, &["acl-list", "pg1"]);
+    assert_eq!(out.lines().count(), 2, "{out}");
+    assert!(out.contains("log(name=a,severity=info)"), "{out}");
+    let mut b = Batch::new();
+    b.add(AclSet::new(pg.clone(), "policy", "a", Vec::new()));
+    nb.commit(b).await.unwrap();
+    let left = nb.acls(&pg);
+    assert_eq!(left.len(), 1);
+    assert_eq!(left[0].external_ids["policy"], "b");
 }
 
 #[tokio::test]

@@ -127,6 +127,48 @@ impl Acl {
     execute!();
 }
 
+/// The ACLs of one owner on one parent, exactly: the ACLs of `parent` whose `external_ids:key` is `value`
+/// become `acls` (each identified by direction, priority and match); the owner's others are removed and
+/// unchanged ones cost nothing, so a restart with everything in place writes nothing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AclSet {
+    /// Port group or switch.
+    pub parent: AclParent,
+    /// The owner's `external_ids` key.
+    pub key: String,
+    /// The owner's `external_ids` value.
+    pub value: String,
+    /// The owner's ACLs (their parent and owner key are set from the set's).
+    pub acls: Vec<Acl>,
+}
+
+impl AclSet {
+    /// The ACLs of owner `key=value` on `parent`.
+    pub fn new(
+        parent: AclParent,
+        key: impl Into<String>,
+        value: impl Into<String>,
+        acls: Vec<Acl>,
+    ) -> Self {
+        let (key, value) = (key.into(), value.into());
+        let acls = acls
+            .into_iter()
+            .map(|mut a| {
+                a.parent = parent.clone();
+                a.external_ids.insert(key.clone(), value.clone());
+                a
+            })
+            .collect();
+        AclSet {
+            parent,
+            key,
+            value,
+            acls,
+        }
+    }
+    execute!();
+}
+
 /// A meter with one drop band (as `ovn-nbctl meter-add`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Meter {
@@ -180,30 +222,79 @@ impl Planner<'_, '_> {
         let existing = parent
             .as_ref()
             .and_then(|p| self.find_acl(p, &a.direction, a.priority, &a.match_));
-        let Some(row) = existing else {
-            let n = self.named();
-            let mut ins = Operation::insert(AclRow::TABLE)
-                .uuid_name(&n)
-                .value(AclRow::DIRECTION, &a.direction)
-                .value(AclRow::PRIORITY, a.priority)
-                .value(AclRow::MATCH, a.match_.as_str())
-                .value(AclRow::ACTION, &a.action)
-                .value(AclRow::LOG, a.log)
-                .value(AclRow::NAME, opt_datum(a.name.as_deref()))
-                .value(AclRow::SEVERITY, Datum::set(a.severity.as_ref()))
-                .value(AclRow::METER, opt_datum(a.meter.as_deref()))
-                .value(AclRow::OPTIONS, map_datum(&a.options))
-                .value(AclRow::EXTERNAL_IDS, map_datum(&a.external_ids));
-            if let Some(t) = a.tier {
-                ins = ins.value(TIER, t);
+        match existing {
+            Some(row) => self.update_acl(&row, a),
+            None => self.insert_acl(parent.as_deref(), a),
+        }
+        Ok(())
+    }
+
+    pub(super) fn acl_set(&mut self, s: &AclSet) -> Result<(), Error> {
+        let parent = self.named_row(s.parent.table(), s.parent.name())?;
+        let owned: Vec<Arc<CachedRow>> = parent
+            .as_ref()
+            .map(|p| {
+                p.uuids(Pg::ACLS)
+                    .filter_map(|u| self.view.get(AclRow::TABLE, u))
+                    .filter(|r| r.map_get(AclRow::EXTERNAL_IDS, &s.key) == Some(s.value.as_str()))
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default();
+        let mut kept: Vec<Uuid> = Vec::new();
+        for a in &s.acls {
+            let same = owned.iter().find(|r| {
+                !kept.contains(&r.uuid())
+                    && r.get_str(AclRow::DIRECTION) == a.direction.as_str()
+                    && int_of(r.get(AclRow::PRIORITY)) == Some(a.priority)
+                    && r.get_str(AclRow::MATCH) == a.match_
+            });
+            match same {
+                Some(row) => {
+                    kept.push(row.uuid());
+                    self.update_acl(row, a);
+                }
+                None => self.insert_acl(parent.as_deref(), a),
             }
-            self.push_insert(AclRow::TABLE, ins.into());
-            self.txn.push(
-                Self::mutate_row(a.parent.table(), parent.as_deref(), a.parent.name())
-                    .insert(Pg::ACLS, Datum::named_uuid(&n)),
-            );
-            return Ok(());
-        };
+        }
+        if let Some(p) = parent {
+            let gone = owned
+                .iter()
+                .map(|r| r.uuid())
+                .filter(|u| !kept.contains(u))
+                .collect();
+            self.unlink_acls(&s.parent, p.uuid(), gone);
+        }
+        Ok(())
+    }
+
+    /// Inserts `a` and links it to its parent (`parent`: None if this batch creates it).
+    fn insert_acl(&mut self, parent: Option<&CachedRow>, a: &Acl) {
+        let n = self.named();
+        let mut ins = Operation::insert(AclRow::TABLE)
+            .uuid_name(&n)
+            .value(AclRow::DIRECTION, &a.direction)
+            .value(AclRow::PRIORITY, a.priority)
+            .value(AclRow::MATCH, a.match_.as_str())
+            .value(AclRow::ACTION, &a.action)
+            .value(AclRow::LOG, a.log)
+            .value(AclRow::NAME, opt_datum(a.name.as_deref()))
+            .value(AclRow::SEVERITY, Datum::set(a.severity.as_ref()))
+            .value(AclRow::METER, opt_datum(a.meter.as_deref()))
+            .value(AclRow::OPTIONS, map_datum(&a.options))
+            .value(AclRow::EXTERNAL_IDS, map_datum(&a.external_ids));
+        if let Some(t) = a.tier {
+            ins = ins.value(TIER, t);
+        }
+        self.push_insert(AclRow::TABLE, ins.into());
+        self.txn.push(
+            Self::mutate_row(a.parent.table(), parent, a.parent.name())
+                .insert(Pg::ACLS, Datum::named_uuid(&n)),
+        );
+    }
+
+    /// Updates the columns of ACL `row` that differ from `a`.
+    fn update_acl(&mut self, row: &CachedRow, a: &Acl) {
         let mut cols: Vec<(&str, Datum)> = Vec::new();
         if row.get_str(AclRow::ACTION) != a.action.as_str() {
             cols.push((AclRow::ACTION, Datum::from(&a.action)));
@@ -229,9 +320,8 @@ impl Planner<'_, '_> {
         if let Some(m) = merged(row.get(AclRow::OPTIONS), &a.options) {
             cols.push((AclRow::OPTIONS, map_datum(&m)));
         }
-        Self::ext_ids(&mut cols, &row, &a.external_ids);
+        Self::ext_ids(&mut cols, row, &a.external_ids);
         self.update(AclRow::TABLE, row.uuid(), cols);
-        Ok(())
     }
 
     /// Unlinks `gone` (ACLs of `parent`) from it.

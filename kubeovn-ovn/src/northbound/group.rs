@@ -15,13 +15,16 @@ type Pg = nb::PortGroup;
 type As = nb::AddressSet;
 type Lsp = nb::LogicalSwitchPort;
 
-/// `pg-add`: a port group (membership: [`Batch::port_group_add_ports`]).
+/// `pg-add`: a port group (membership: [`Batch::port_group_add_ports`], or exact with [`PortGroup::ports`]).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct PortGroup {
     /// Name.
     pub name: String,
     /// `external_ids` keys to set.
     pub external_ids: Map,
+    /// Exactly these switch ports (by name) if set; ports not in NB are left out (a pod's port can go
+    /// before its owner learns it).
+    pub ports: Option<Vec<String>>,
 }
 
 impl PortGroup {
@@ -30,13 +33,20 @@ impl PortGroup {
         PortGroup {
             name: name.into(),
             external_ids: Map::new(),
+            ports: None,
         }
+    }
+    /// Sets the membership to exactly `ports` (only the difference is sent, as mutations).
+    pub fn ports<I: IntoIterator<Item = S>, S: Into<String>>(mut self, ports: I) -> Self {
+        self.ports = Some(ports.into_iter().map(Into::into).collect());
+        self
     }
     ext_ids!();
     execute!();
 }
 
-/// An address set with exactly these addresses.
+/// An address set with exactly these addresses (a change is sent as mutations of the difference, so a
+/// member joining a set of thousands costs one small operation).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct AddressSet {
     /// Name.
@@ -70,19 +80,79 @@ impl Planner<'_, '_> {
                 let mut cols = Vec::new();
                 Self::ext_ids(&mut cols, &row, &g.external_ids);
                 self.update(Pg::TABLE, row.uuid(), cols);
+                if let Some(want) = &g.ports {
+                    let have: HashSet<Uuid> = row.uuids(Pg::PORTS).collect();
+                    let (want, new) = self.port_atoms(want);
+                    let add: Vec<Atom> = want
+                        .iter()
+                        .filter(|u| !have.contains(u))
+                        .map(|u| Atom::Uuid(*u))
+                        .chain(new)
+                        .collect();
+                    let del: Vec<Atom> = have
+                        .iter()
+                        .filter(|u| !want.contains(u))
+                        .map(|u| Atom::Uuid(*u))
+                        .collect();
+                    self.mutate_set(Pg::TABLE, row.uuid(), Pg::PORTS, add, del);
+                }
             }
             None if self.new_names.contains_key(&(Pg::TABLE, g.name.clone())) => {}
             None => {
                 let n = self.named();
-                let ins = Operation::insert(Pg::TABLE)
+                let mut ins = Operation::insert(Pg::TABLE)
                     .uuid_name(&n)
                     .value(Pg::NAME, g.name.as_str())
                     .value(Pg::EXTERNAL_IDS, map_datum(&g.external_ids));
+                if let Some(want) = &g.ports {
+                    let (have, new) = self.port_atoms(want);
+                    let atoms = have.into_iter().map(Atom::Uuid).chain(new).collect();
+                    ins = ins.value(Pg::PORTS, Datum::Set(atoms));
+                }
                 self.push_insert(Pg::TABLE, ins.into());
                 self.new_names.insert((Pg::TABLE, g.name.clone()), n);
             }
         }
         Ok(())
+    }
+
+    /// The rows of the switch ports named `names` that exist, and those this batch creates.
+    fn port_atoms(&self, names: &[String]) -> (HashSet<Uuid>, Vec<Atom>) {
+        let mut have = HashSet::new();
+        let mut new = Vec::new();
+        for name in names {
+            if let Some(n) = self.new_names.get(&(Lsp::TABLE, name.clone())) {
+                new.push(Atom::NamedUuid(n.clone()));
+            } else if let Some(r) = self.find(Lsp::TABLE, name) {
+                have.insert(r.uuid());
+            }
+        }
+        (have, new)
+    }
+
+    /// Mutates set column `column` of row `uuid`: inserts `add`, deletes `del` (nothing if both are empty).
+    fn mutate_set(
+        &mut self,
+        table: &'static str,
+        uuid: Uuid,
+        column: &str,
+        add: Vec<Atom>,
+        del: Vec<Atom>,
+    ) {
+        if !del.is_empty() {
+            self.txn.push(
+                Operation::mutate(table)
+                    .uuid(uuid)
+                    .delete(column, Datum::Set(del)),
+            );
+        }
+        if !add.is_empty() {
+            self.txn.push(
+                Operation::mutate(table)
+                    .uuid(uuid)
+                    .insert(column, Datum::Set(add)),
+            );
+        }
     }
 
     pub(super) fn delete_port_group(&mut self, name: &str) -> Result<(), Error> {
@@ -143,11 +213,18 @@ impl Planner<'_, '_> {
         match self.find(As::TABLE, &a.name).cloned() {
             Some(row) => {
                 let mut cols = Vec::new();
-                if !same_strings(row.get(As::ADDRESSES), &a.addresses) {
-                    cols.push((As::ADDRESSES, strings_datum(&a.addresses)));
-                }
                 Self::ext_ids(&mut cols, &row, &a.external_ids);
                 self.update(As::TABLE, row.uuid(), cols);
+                if !same_strings(row.get(As::ADDRESSES), &a.addresses) {
+                    let have: HashSet<&str> = row
+                        .get(As::ADDRESSES)
+                        .map(|d| d.atoms().iter().filter_map(Atom::as_str).collect())
+                        .unwrap_or_default();
+                    let want: HashSet<&str> = a.addresses.iter().map(String::as_str).collect();
+                    let add = want.difference(&have).map(|s| Atom::from(*s)).collect();
+                    let del = have.difference(&want).map(|s| Atom::from(*s)).collect();
+                    self.mutate_set(As::TABLE, row.uuid(), As::ADDRESSES, add, del);
+                }
             }
             None if self.new_names.contains_key(&(As::TABLE, a.name.clone())) => {}
             None => {

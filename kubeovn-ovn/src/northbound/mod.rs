@@ -153,7 +153,7 @@ mod router;
 mod switch;
 mod template;
 
-pub use acl::{Acl, AclAction, AclDirection, AclParent, AclSeverity, Meter, MeterUnit};
+pub use acl::{Acl, AclAction, AclDirection, AclParent, AclSet, AclSeverity, Meter, MeterUnit};
 pub use global::{DhcpOptions, NbGlobal};
 pub use group::{AddressSet, PortGroup};
 pub use lb::{
@@ -233,6 +233,8 @@ pub enum Op {
     DeleteAddressSet(String),
     /// Ensure an ACL.
     Acl(Acl),
+    /// Set the exact ACLs of one owner on a parent.
+    AclSet(AclSet),
     /// Delete the ACL of `parent` with this direction, priority and match.
     DeleteAcl {
         /// Port group or switch.
@@ -349,6 +351,7 @@ macro_rules! into_op {
 }
 into_op!(
     Acl,
+    AclSet,
     Meter,
     LoadBalancer,
     LoadBalancerGroup,
@@ -905,6 +908,7 @@ fn touches(op: &Op) -> (Named<'_>, Named<'_>) {
         Op::AddressSet(a) => uses.push((As::TABLE, a.name.as_str())),
         Op::DeleteAddressSet(n) => dels.push((As::TABLE, n.as_str())),
         Op::Acl(a) => uses.push(parent(&a.parent)),
+        Op::AclSet(a) => uses.push(parent(&a.parent)),
         Op::DeleteAcl { parent: p, .. } | Op::DeleteAclsByExternalId { parent: p, .. } => {
             uses.push(parent(p))
         }
@@ -1097,6 +1101,7 @@ impl Planner<'_, '_> {
             Op::AddressSet(a) => self.address_set(a),
             Op::DeleteAddressSet(name) => self.delete_address_set(name),
             Op::Acl(a) => self.acl(a),
+            Op::AclSet(a) => self.acl_set(a),
             Op::DeleteAcl {
                 parent,
                 direction,
