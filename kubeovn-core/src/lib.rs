@@ -46,6 +46,8 @@ pub mod error;
 #[cfg(feature = "controller")]
 pub mod events;
 pub mod naming;
+pub mod netpol;
+pub mod selector;
 pub mod services;
 
 pub use error::{AnnotationError, Error, Problem, Result};

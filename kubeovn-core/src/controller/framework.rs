@@ -73,6 +73,7 @@ use serde::de::DeserializeOwned;
 
 use super::metrics::{Metrics, ReconcileMetrics};
 use super::queue::WorkQueue;
+pub use crate::selector::{Requirement, Selector, SelectorError};
 
 /// A boxed future the framework spawns.
 pub type BoxFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
@@ -931,81 +932,6 @@ impl<T: Clone + Eq + Hash> Default for SelectorIndex<T> {
             by_label: HashMap::new(),
             scanned: HashSet::new(),
         }
-    }
-}
-
-/// One requirement of a label selector.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Requirement {
-    /// The label has this value.
-    Equals(String, String),
-    /// The label has one of these values.
-    In(String, Vec<String>),
-    /// The label is absent or has none of these values.
-    NotIn(String, Vec<String>),
-    /// The label is present.
-    Exists(String),
-    /// The label is absent.
-    DoesNotExist(String),
-}
-
-/// A label selector: every requirement holds (no requirement: everything matches).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Selector(pub Vec<Requirement>);
-
-/// A label selector Kubernetes would refuse.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("label selector: {0}")]
-pub struct SelectorError(pub String);
-
-impl Selector {
-    /// From Kubernetes' `LabelSelector`.
-    pub fn from_label_selector(
-        s: &k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector,
-    ) -> Result<Self, SelectorError> {
-        let mut reqs: Vec<Requirement> = s
-            .match_labels
-            .iter()
-            .flatten()
-            .map(|(k, v)| Requirement::Equals(k.clone(), v.clone()))
-            .collect();
-        for e in s.match_expressions.iter().flatten() {
-            let vals = e.values.clone().unwrap_or_default();
-            let k = e.key.clone();
-            reqs.push(match e.operator.as_str() {
-                "In" if !vals.is_empty() => Requirement::In(k, vals),
-                "NotIn" if !vals.is_empty() => Requirement::NotIn(k, vals),
-                "Exists" if vals.is_empty() => Requirement::Exists(k),
-                "DoesNotExist" if vals.is_empty() => Requirement::DoesNotExist(k),
-                op => {
-                    return Err(SelectorError(format!(
-                        "operator {op:?} with {} values on key {k:?}",
-                        vals.len()
-                    )))
-                }
-            });
-        }
-        Ok(Selector(reqs))
-    }
-
-    /// Whether `labels` satisfy every requirement.
-    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
-        self.0.iter().all(|r| match r {
-            Requirement::Equals(k, v) => labels.get(k) == Some(v),
-            Requirement::In(k, vs) => labels.get(k).is_some_and(|v| vs.contains(v)),
-            Requirement::NotIn(k, vs) => labels.get(k).is_none_or(|v| !vs.contains(v)),
-            Requirement::Exists(k) => labels.contains_key(k),
-            Requirement::DoesNotExist(k) => !labels.contains_key(k),
-        })
-    }
-
-    /// An equality term to index the selector by.
-    fn anchor(&self) -> Option<(String, String)> {
-        self.0.iter().find_map(|r| match r {
-            Requirement::Equals(k, v) => Some((k.clone(), v.clone())),
-            Requirement::In(k, vs) if vs.len() == 1 => Some((k.clone(), vs[0].clone())),
-            _ => None,
-        })
     }
 }
 
