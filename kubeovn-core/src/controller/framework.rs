@@ -406,6 +406,7 @@ pub struct Kinds {
     slots: HashMap<TypeId, Box<dyn Any + Send + Sync>>,
     queues: Vec<QueueView>,
     ready: Vec<ReadyFn>,
+    provided: Slots,
 }
 
 impl fmt::Debug for Kinds {
@@ -432,6 +433,7 @@ impl Kinds {
             relation_watches: Vec::new(),
             pending_hooks: Vec::new(),
             workers: Vec::new(),
+            provided: HashMap::new(),
         }
     }
 
@@ -462,6 +464,14 @@ impl Kinds {
     /// Every stored object of kind `K`.
     pub fn list<K: 'static>(&self) -> Vec<Arc<K>> {
         self.slot::<K>().map(|s| s.store.list()).unwrap_or_default()
+    }
+
+    /// The value of type `T` given to [`Builder::provide`]: state a kind's relations keep up to date.
+    pub fn provided<T: Send + Sync + 'static>(&self) -> Option<Arc<T>> {
+        self.provided
+            .get(&TypeId::of::<T>())
+            .and_then(|v| v.downcast_ref::<Arc<T>>())
+            .cloned()
     }
 
     /// Queues `key` for its kind's reconciler.
@@ -562,6 +572,7 @@ pub struct Builder<C> {
     /// Moves each kind's hooks into its slot at build time.
     pending_hooks: Vec<HookMover>,
     workers: Vec<WorkerFn<C>>,
+    provided: Slots,
 }
 
 impl<C> fmt::Debug for Builder<C> {
@@ -608,6 +619,21 @@ impl<C: Context> Builder<C> {
         }
         let (store, writer) = reflector::store::<K>();
         self.add_slot::<K>(None, Arc::new(store), writer, Watch::default());
+    }
+
+    /// Watches kind `K` as `watch` says (no reconciler), e.g. trimmed to what its readers need.
+    pub fn watch_with<K: Object>(&mut self, watch: Watch<K>) {
+        if self.slots.contains_key(&TypeId::of::<K>()) {
+            return;
+        }
+        let (store, writer) = reflector::store::<K>();
+        self.add_slot::<K>(None, Arc::new(store), writer, watch);
+    }
+
+    /// Gives the relations a value (see [`Kinds::provided`]): the state a kind keeps from other kinds'
+    /// changes as they are watched, e.g. the members of the sets a policy names.
+    pub fn provide<T: Send + Sync + 'static>(&mut self, value: Arc<T>) {
+        self.provided.insert(TypeId::of::<T>(), Box::new(value));
     }
 
     /// Watches kind `K` into `store` (no reconciler), e.g. a store that also keeps an index.
@@ -731,6 +757,7 @@ impl<C: Context> Builder<C> {
             slots: self.slots,
             queues: self.queues,
             ready: self.ready,
+            provided: self.provided,
         });
         let informers = self
             .informers
@@ -1286,6 +1313,7 @@ mod tests {
             slots,
             queues: Vec::new(),
             ready: Vec::new(),
+            provided: HashMap::new(),
         };
         (kinds, writer, queue, related)
     }

@@ -39,6 +39,7 @@ mod gc;
 mod ip;
 mod ippool;
 mod namespace;
+pub mod netpol;
 mod node;
 mod pod;
 pub mod podinfo;
@@ -211,6 +212,8 @@ pub(crate) struct Ctx {
     pub slices: service::SliceStore,
     /// What each Service has in OVN.
     pub services: service::ServiceState,
+    /// The sets network policies name, and their members.
+    pub netpol: Arc<netpol::NetpolState>,
 }
 
 impl Context for Ctx {
@@ -448,6 +451,13 @@ impl Controller {
         let (slices, slices_w) = service::SliceStore::new();
         kinds.watch_in(Arc::new(slices.clone()), slices_w);
         kinds.reconcile::<service::Services>();
+        let np_state = Arc::new(netpol::NetpolState::new(
+            netpol::families(&c.default_subnet.cidr),
+            c.join_subnet.cidr.split(',').map(str::to_owned).collect(),
+        ));
+        kinds.watch_with::<netpol::PolicyPod>(netpol::pod_watch());
+        kinds.provide(np_state.clone());
+        kinds.reconcile::<netpol::NetworkPolicies>();
         let (kinds, kinds_start) = kinds.build();
         for i in kinds_start.informers {
             spawn(i);
@@ -526,7 +536,9 @@ impl Controller {
             reservations: Mutex::default(),
             slices,
             services: service::ServiceState::default(),
+            netpol: np_state,
         });
+        spawn(Box::pin(netpol::run_flusher(ctx.clone())));
         let (report, orphans) =
             rebuild::rebuild(&ctx, &[join.clone(), default.clone()], records, ips)?;
         for c in &report.conflicts {

@@ -625,6 +625,10 @@ pub trait Northbound: Send + Sync {
     fn port_group(&self, name: &str) -> Option<nb::PortGroup>;
     /// An address set by name.
     fn address_set(&self, name: &str) -> Option<nb::AddressSet>;
+    /// The port groups with `external_ids:key` set (any value).
+    fn port_groups_with_external_id(&self, key: &str) -> Vec<nb::PortGroup>;
+    /// The address sets with `external_ids:key` set (any value).
+    fn address_sets_with_external_id(&self, key: &str) -> Vec<nb::AddressSet>;
     /// The ACLs of a port group or switch.
     fn acls(&self, parent: &AclParent) -> Vec<nb::Acl>;
     /// A meter by name.
@@ -820,6 +824,16 @@ impl OvsdbNorthbound {
         self.cache
             .lookup(M::TABLE, NAME, name)
             .and_then(|r| r.to_model().ok())
+    }
+
+    /// The rows of `M`'s table with `external_ids:key` set.
+    fn with_external_id<M: Model>(&self, key: &str) -> Vec<M> {
+        self.cache
+            .view()
+            .rows(M::TABLE)
+            .filter(|r| r.map_get(nb::PortGroup::EXTERNAL_IDS, key).is_some())
+            .filter_map(|r| r.to_model().ok())
+            .collect()
     }
 
     /// The rows of `M`'s table a router's `column` refers to.
@@ -1238,6 +1252,14 @@ impl Northbound for OvsdbNorthbound {
 
     fn address_set(&self, name: &str) -> Option<nb::AddressSet> {
         self.typed(name)
+    }
+
+    fn port_groups_with_external_id(&self, key: &str) -> Vec<nb::PortGroup> {
+        self.with_external_id(key)
+    }
+
+    fn address_sets_with_external_id(&self, key: &str) -> Vec<nb::AddressSet> {
+        self.with_external_id(key)
     }
 
     fn acls(&self, parent: &AclParent) -> Vec<nb::Acl> {
