@@ -9,6 +9,9 @@ pub enum Error {
     /// An annotation on a Kubernetes object is malformed.
     #[error(transparent)]
     Annotation(#[from] AnnotationError),
+    /// An AdminNetworkPolicy or BaselineAdminNetworkPolicy is refused.
+    #[error(transparent)]
+    AdminNetworkPolicy(#[from] crate::crd::AnpError),
     /// A field of a Kubernetes object (a CRD spec) is malformed.
     #[error("{kind} {name}: {field}={value:?}: {problem}")]
     InvalidField {

@@ -183,6 +183,11 @@ pub(crate) fn label_selector_schema(_: &mut SchemaGenerator) -> Schema {
     json_schema!({ "type": "object", "nullable": true, "properties": label_selector_props() })
 }
 
+/// Schema of a required `metav1.LabelSelector` (empty selects everything).
+pub(crate) fn required_label_selector_schema(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({ "type": "object", "properties": label_selector_props() })
+}
+
 /// Schema of a list of `metav1.LabelSelector`.
 pub(crate) fn label_selectors_schema(_: &mut SchemaGenerator) -> Schema {
     json_schema!({

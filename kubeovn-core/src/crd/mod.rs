@@ -3,8 +3,12 @@
 //! fields are ignored. CIDRs and addresses stay strings in Kube-OVN's format (`"10.16.0.0/16,fd00::/64"`):
 //! parse them at the edge.
 //!
+//! [`AdminNetworkPolicy`] and [`BaselineAdminNetworkPolicy`] are the network-policy-api project's,
+//! `policy.networking.k8s.io/v1alpha1`: their one-of fields stay options, checked by their `validate`.
+//!
 //! [`crds`] returns the CustomResourceDefinitions, [`crds_yaml`] their YAML documents.
 
+mod anp;
 mod common;
 mod conditions;
 mod decoded;
@@ -16,6 +20,18 @@ mod vlan;
 mod vpc;
 pub mod yaml;
 
+pub use anp::{
+    AdminNetworkPolicy, AdminNetworkPolicyEgressPeer, AdminNetworkPolicyEgressRule,
+    AdminNetworkPolicyIngressPeer, AdminNetworkPolicyIngressRule, AdminNetworkPolicyPort,
+    AdminNetworkPolicyRuleAction, AdminNetworkPolicySpec, AdminNetworkPolicyStatus,
+    AdminNetworkPolicySubject, AnpError, BaselineAdminNetworkPolicy,
+    BaselineAdminNetworkPolicyEgressPeer, BaselineAdminNetworkPolicyEgressRule,
+    BaselineAdminNetworkPolicyIngressRule, BaselineAdminNetworkPolicyRuleAction,
+    BaselineAdminNetworkPolicySpec, BaselineAdminNetworkPolicyStatus, EgressSelection,
+    NamespacedPod, OneOfError, PodSelection, PortNumber, PortProtocol, PortRange, PortSelection,
+    BASELINE_NAME, MAX_API_PRIORITY, MAX_NETWORKS, MAX_PEERS, MAX_PORTS, MAX_PRIORITY, MAX_RULES,
+    MAX_RULE_NAME, POLICY_GROUP, POLICY_VERSION,
+};
 pub use common::{Condition, ConditionStatus, IpCount};
 pub use conditions::{condition_types, reasons, Conditions, ConditionsOnly, StatusPatch};
 pub use decoded::Decoded;
@@ -52,6 +68,8 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
         IPPool::crd(),
         Vlan::crd(),
         ProviderNetwork::crd(),
+        AdminNetworkPolicy::crd(),
+        BaselineAdminNetworkPolicy::crd(),
     ]
 }
 

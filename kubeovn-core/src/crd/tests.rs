@@ -229,14 +229,17 @@ fn crds_are_cluster_scoped_with_status_and_columns() {
             "ips.kubeovn.io",
             "ippools.kubeovn.io",
             "vlans.kubeovn.io",
-            "provider-networks.kubeovn.io"
+            "provider-networks.kubeovn.io",
+            "adminnetworkpolicies.policy.networking.k8s.io",
+            "baselineadminnetworkpolicies.policy.networking.k8s.io"
         ]
     );
     for crd in &crds {
-        assert_eq!(crd.spec.group, GROUP);
+        let policy = crd.spec.group == POLICY_GROUP;
+        assert_eq!(crd.spec.group, if policy { POLICY_GROUP } else { GROUP });
         assert_eq!(crd.spec.scope, "Cluster");
         let v = &crd.spec.versions[0];
-        assert_eq!(v.name, VERSION);
+        assert_eq!(v.name, if policy { POLICY_VERSION } else { VERSION });
         assert!(v.served && v.storage);
         assert!(v.schema.is_some());
         let has_status = crd.spec.names.kind != "IP";
@@ -273,7 +276,7 @@ fn crds_are_cluster_scoped_with_status_and_columns() {
     );
 
     let yaml = crds_yaml();
-    assert_eq!(yaml.matches("\n---\n").count(), 5);
+    assert_eq!(yaml.matches("\n---\n").count(), 7);
     assert!(yaml.starts_with("apiVersion: apiextensions.k8s.io/v1\n"));
     assert!(yaml.contains("  name: subnets.kubeovn.io\n"));
 }
