@@ -372,6 +372,8 @@ pub struct Translation {
     pub logging: Logging,
     /// What could not be translated as asked (each left out, closed: an allow is dropped, never widened).
     pub problems: Vec<String>,
+    /// The port group its ACLs hang on, for an admin policy (its subject's; one of `sets`).
+    pub parent: Option<SetKey>,
 }
 
 /// A policy that cannot be translated at all.
@@ -562,8 +564,15 @@ impl<'a> RuleBuilder<'a> {
     }
 
     /// The matches of `r` (one per peer, and per peer and named-port number), without its priority and
-    /// verdict: the ACLs, or what a Pass excludes from later rules.
+    /// verdict: the ACLs.
     pub fn matches(&mut self, r: &Rule) -> Vec<String> {
+        self.matches_as(r, false)
+    }
+
+    /// [`Self::matches`], the selected pods named by their addresses (the port group's own address sets,
+    /// `$pg_<hash>_ip4`) when `by_address`: OVN refuses a negated `outport ==`, and a Pass is written as
+    /// the negation of its matches in every later rule.
+    pub fn matches_as(&mut self, r: &Rule, by_address: bool) -> Vec<String> {
         let dir = r.direction;
         let side = dir.peer_side();
         let subject = SetKey::group(r.subject.clone());
@@ -603,7 +612,18 @@ impl<'a> RuleBuilder<'a> {
             })
             .collect();
         let mut out = Vec::new();
-        let me = format!("{} == @{}", dir.port_field(), subject.name());
+        let own_side = match dir {
+            Direction::Ingress => "dst",
+            Direction::Egress => "src",
+        };
+        let me_of = |g: &SetKey| {
+            if by_address {
+                set_clause(self.fam, own_side, g)
+            } else {
+                format!("{} == @{}", dir.port_field(), g.name())
+            }
+        };
+        let me = me_of(&subject);
         let mut used_subject = false;
         for peer in &peers {
             let peer_clause = match peer {
@@ -663,7 +683,7 @@ impl<'a> RuleBuilder<'a> {
                                 port: Some(np),
                                 form: Form::PortGroup,
                             };
-                            let mut m = vec![format!("outport == @{}", g.name())];
+                            let mut m = vec![me_of(&g)];
                             self.out.sets.insert(g);
                             m.extend(peer_clause.clone());
                             m
@@ -848,6 +868,307 @@ pub fn network_policy(
         }
     }
     Ok(b.out)
+}
+
+/// The admin policies translated, in order: each AdminNetworkPolicy by (priority, name), its rules at
+/// `30000 - 100 * priority - index`, then the baseline (`1750 - index`). Without OVN tiers a Pass has no
+/// action of its own: every later admin rule of its direction excludes what it matches, so that traffic
+/// goes on to NetworkPolicies, then the baseline. Each translation's ACLs go on its subject's port group
+/// ([`Translation::parent`]); a policy that cannot be translated gets no ACLs and says why in `problems`.
+pub fn admin_policies(
+    anps: &[&crate::crd::AdminNetworkPolicy],
+    banp: Option<&crate::crd::BaselineAdminNetworkPolicy>,
+    fam: Families,
+    names: &dyn PortNames,
+    node_cidrs: &[String],
+) -> Vec<Translation> {
+    use crate::crd::AdminNetworkPolicyRuleAction as A;
+    use crate::crd::BaselineAdminNetworkPolicyRuleAction as B;
+    let mut sorted: Vec<&crate::crd::AdminNetworkPolicy> = anps.to_vec();
+    sorted.sort_by(|a, b| {
+        (a.spec.priority, a.metadata.name.as_deref())
+            .cmp(&(b.spec.priority, b.metadata.name.as_deref()))
+    });
+    // The negated matches of the Passes so far, per direction.
+    let mut passes: BTreeMap<Direction, Vec<String>> = BTreeMap::new();
+    let mut out = Vec::new();
+    for anp in sorted {
+        let owner = format!(
+            "AdminNetworkPolicy/{}",
+            anp.metadata.name.as_deref().unwrap_or_default()
+        );
+        let mut b = RuleBuilder::new(owner, fam, names);
+        let subject = match admin_subject(&anp.spec.subject) {
+            Ok(s) => s,
+            Err(e) => {
+                b.out.problems.push(e);
+                out.push(b.out);
+                continue;
+            }
+        };
+        if let Err(e) = anp.validate() {
+            b.out.problems.push(e.to_string());
+            out.push(b.out);
+            continue;
+        }
+        if !(0..=ANP_MAX_SPEC_PRIORITY).contains(&anp.spec.priority) {
+            b.out.problems.push(format!(
+                "priority {} is above {ANP_MAX_SPEC_PRIORITY}, the most OVN's priorities leave room for: not applied",
+                anp.spec.priority
+            ));
+            out.push(b.out);
+            continue;
+        }
+        let base = ANP_MAX_PRIORITY - 100 * i64::from(anp.spec.priority);
+        let ingress = anp.spec.ingress.iter().map(|r| {
+            (
+                Direction::Ingress,
+                r.action,
+                admin_ingress_peers(&r.from),
+                r.ports.as_deref(),
+            )
+        });
+        let egress = anp.spec.egress.iter().map(|r| {
+            (
+                Direction::Egress,
+                r.action,
+                admin_egress_peers(r.to.iter().map(|p| p.selection())),
+                r.ports.as_deref(),
+            )
+        });
+        let mut idx: BTreeMap<Direction, i64> = BTreeMap::new();
+        for (dir, action, peers, ports) in ingress.chain(egress).collect::<Vec<_>>() {
+            let i = idx.entry(dir).or_insert(0);
+            let priority = base - *i;
+            *i += 1;
+            let (peers, mut problems) = peers;
+            let ports = admin_ports(ports, &mut problems);
+            b.out.problems.extend(problems);
+            let (Some(peers), Some(ports)) = (peers, ports) else {
+                continue;
+            };
+            let rule = Rule {
+                direction: dir,
+                subject: subject.clone(),
+                peers,
+                ports,
+                priority,
+                verdict: if action == A::Deny {
+                    Verdict::Deny
+                } else {
+                    Verdict::Allow
+                },
+            };
+            let before = passes.get(&dir).cloned().unwrap_or_default();
+            if action == A::Pass {
+                let ms = b.matches_as(&rule, true);
+                passes
+                    .entry(dir)
+                    .or_default()
+                    .extend(ms.into_iter().map(|m| format!("!({m})")));
+                continue;
+            }
+            b.add(&rule, &before.join(" && "), false);
+        }
+        admin_node_allow(&mut b, &subject, node_cidrs);
+        out.push(b.out);
+    }
+    if let Some(banp) = banp {
+        let mut b = RuleBuilder::new(
+            format!(
+                "BaselineAdminNetworkPolicy/{}",
+                banp.metadata.name.as_deref().unwrap_or_default()
+            ),
+            fam,
+            names,
+        );
+        let checked = admin_subject(&banp.spec.subject)
+            .and_then(|s| banp.validate().map(|_| s).map_err(|e| e.to_string()));
+        match checked {
+            Err(e) => b.out.problems.push(e),
+            Ok(subject) => {
+                let ingress = banp.spec.ingress.iter().map(|r| {
+                    (
+                        Direction::Ingress,
+                        r.action,
+                        admin_ingress_peers(&r.from),
+                        r.ports.as_deref(),
+                    )
+                });
+                let egress = banp.spec.egress.iter().map(|r| {
+                    (
+                        Direction::Egress,
+                        r.action,
+                        admin_egress_peers(r.to.iter().map(|p| p.selection())),
+                        r.ports.as_deref(),
+                    )
+                });
+                let mut idx: BTreeMap<Direction, i64> = BTreeMap::new();
+                for (dir, action, (peers, mut problems), ports) in
+                    ingress.chain(egress).collect::<Vec<_>>()
+                {
+                    let i = idx.entry(dir).or_insert(0);
+                    let priority = BANP_MAX_PRIORITY - *i;
+                    *i += 1;
+                    let ports = admin_ports(ports, &mut problems);
+                    b.out.problems.extend(problems);
+                    let (Some(peers), Some(ports)) = (peers, ports) else {
+                        continue;
+                    };
+                    let rule = Rule {
+                        direction: dir,
+                        subject: subject.clone(),
+                        peers,
+                        ports,
+                        priority,
+                        verdict: if action == B::Deny {
+                            Verdict::Deny
+                        } else {
+                            Verdict::Allow
+                        },
+                    };
+                    b.add(&rule, "", false);
+                }
+                admin_node_allow(&mut b, &subject, node_cidrs);
+            }
+        }
+        out.push(b.out);
+    }
+    out
+}
+
+/// Lets the nodes reach the subject's pods above every admin rule (kubelet probes).
+fn admin_node_allow(b: &mut RuleBuilder<'_>, subject: &Pods, node_cidrs: &[String]) {
+    if b.out.acls.is_empty() {
+        return;
+    }
+    let g = SetKey::group(subject.clone());
+    let mut sink = Vec::new();
+    let from: Vec<String> = node_cidrs
+        .iter()
+        .filter_map(|c| cidr_clause("src", c, &[], &mut sink))
+        .collect();
+    if from.is_empty() {
+        return;
+    }
+    b.out.acls.push(AclSpec {
+        direction: Direction::Ingress,
+        priority: NODE_ALLOW_PRIORITY,
+        match_: format!("outport == @{} && {}", g.name(), or(from)),
+        verdict: Verdict::Allow,
+        log: false,
+    });
+    b.out.sets.insert(g.clone());
+    b.out.parent = Some(g);
+}
+
+fn label_selector(
+    s: &k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector,
+) -> Result<Selector, String> {
+    Selector::from_label_selector(s).map_err(|e| e.to_string())
+}
+
+fn admin_pods(p: crate::crd::PodSelection<'_>) -> Result<Pods, String> {
+    use crate::crd::PodSelection as P;
+    Ok(match p {
+        P::Namespaces(n) => Pods::Across {
+            namespaces: label_selector(n)?,
+            pods: Selector::everything(),
+        },
+        P::Pods(np) => Pods::Across {
+            namespaces: label_selector(&np.namespace_selector)?,
+            pods: label_selector(&np.pod_selector)?,
+        },
+    })
+}
+
+fn admin_subject(s: &crate::crd::AdminNetworkPolicySubject) -> Result<Pods, String> {
+    admin_pods(s.selection().map_err(|e| format!("subject: {e}"))?)
+}
+
+/// Peers; None (rule left out, closed) if one cannot be read.
+type Peers = (Option<Vec<RulePeer>>, Vec<String>);
+
+fn admin_ingress_peers(from: &[crate::crd::AdminNetworkPolicyIngressPeer]) -> Peers {
+    let mut problems = Vec::new();
+    let mut out = Vec::new();
+    for p in from {
+        match p
+            .selection()
+            .map_err(|e| e.to_string())
+            .and_then(admin_pods)
+        {
+            Ok(pods) => out.push(RulePeer::Pods(pods)),
+            Err(e) => {
+                problems.push(format!("peer: {e}: rule left out"));
+                return (None, problems);
+            }
+        }
+    }
+    (Some(out), problems)
+}
+
+fn admin_egress_peers<'a>(
+    to: impl Iterator<Item = Result<crate::crd::EgressSelection<'a>, crate::crd::OneOfError>>,
+) -> Peers {
+    use crate::crd::EgressSelection as E;
+    let mut problems = Vec::new();
+    let mut out = Vec::new();
+    for p in to {
+        let peer = match p {
+            Ok(E::Namespaces(n)) => {
+                admin_pods(crate::crd::PodSelection::Namespaces(n)).map(|p| vec![RulePeer::Pods(p)])
+            }
+            Ok(E::Pods(n)) => {
+                admin_pods(crate::crd::PodSelection::Pods(n)).map(|p| vec![RulePeer::Pods(p)])
+            }
+            Ok(E::Nodes(n)) => label_selector(n).map(|s| vec![RulePeer::Nodes(s)]),
+            Ok(E::Networks(cidrs)) => Ok(cidrs
+                .iter()
+                .map(|c| RulePeer::Cidr(c.clone(), Vec::new()))
+                .collect()),
+            Ok(E::DomainNames(_)) => Err("domainNames peers are not supported".to_owned()),
+            Err(e) => Err(e.to_string()),
+        };
+        match peer {
+            Ok(v) => out.extend(v),
+            Err(e) => {
+                problems.push(format!("peer: {e}: rule left out"));
+                return (None, problems);
+            }
+        }
+    }
+    (Some(out), problems)
+}
+
+fn admin_ports(
+    ports: Option<&[crate::crd::AdminNetworkPolicyPort]>,
+    problems: &mut Vec<String>,
+) -> Option<Vec<RulePort>> {
+    use crate::crd::PortProtocol as P;
+    use crate::crd::PortSelection as S;
+    let proto = |p: &P| match p {
+        P::Tcp => Protocol::Tcp,
+        P::Udp => Protocol::Udp,
+        P::Sctp => Protocol::Sctp,
+    };
+    let mut out = Vec::new();
+    for p in ports.unwrap_or_default() {
+        match p.selection() {
+            Ok(S::Number(n)) => out.push(RulePort::Range(proto(&n.protocol), n.port, n.port)),
+            Ok(S::Range(r)) => out.push(RulePort::Range(proto(&r.protocol), r.start, r.end)),
+            // A named port carries no protocol: whichever the container port has.
+            Ok(S::Named(n)) => out.extend(
+                [Protocol::Tcp, Protocol::Udp, Protocol::Sctp]
+                    .map(|x| RulePort::Named(x, n.to_owned())),
+            ),
+            Err(e) => {
+                problems.push(format!("port: {e}: rule left out"));
+                return None;
+            }
+        }
+    }
+    Some(out)
 }
 
 /// The ACLs of the pods of a namespace isolated in `dir` (port group [`namespace_group`]): the drop, and
@@ -1052,6 +1373,88 @@ mod tests {
         assert!(t.acls.is_empty(), "{:?}", t.acls);
         assert_eq!(t.problems.len(), 3, "{:?}", t.problems);
         assert_eq!(t.isolates.len(), 1);
+    }
+
+    #[test]
+    fn admin_priorities_pass_and_baseline() {
+        let anp = |name: &str,
+                   prio: i32,
+                   rules: serde_json::Value|
+         -> crate::crd::AdminNetworkPolicy {
+            serde_json::from_value(json!({"apiVersion": "policy.networking.k8s.io/v1alpha1",
+                "kind": "AdminNetworkPolicy", "metadata": {"name": name},
+                "spec": {"priority": prio, "subject": {"namespaces": {"matchLabels": {"team": "x"}}},
+                         "ingress": rules}}))
+            .expect("anp")
+        };
+        let pass = anp(
+            "pass",
+            5,
+            json!([{"name": "p", "action": "Pass",
+            "from": [{"namespaces": {"matchLabels": {"team": "y"}}}]}]),
+        );
+        let deny = anp(
+            "deny",
+            10,
+            json!([
+            {"name": "a", "action": "Allow", "from": [{"namespaces": {}}],
+             "ports": [{"portNumber": {"protocol": "TCP", "port": 80}}]},
+            {"name": "d", "action": "Deny", "from": [{"namespaces": {}}]}]),
+        );
+        let too_high = anp("high", 500, json!([]));
+        let banp: crate::crd::BaselineAdminNetworkPolicy = serde_json::from_value(json!({
+            "apiVersion": "policy.networking.k8s.io/v1alpha1", "kind": "BaselineAdminNetworkPolicy",
+            "metadata": {"name": "default"},
+            "spec": {"subject": {"namespaces": {}},
+                     "egress": [{"name": "d", "action": "Deny", "to": [{"networks": ["10.0.0.0/8"]}]}]}}))
+        .expect("banp");
+        let ts = admin_policies(
+            &[&deny, &too_high, &pass],
+            Some(&banp),
+            Families::V4,
+            &none,
+            &["100.64.0.0/16".into()],
+        );
+        let owners: Vec<&str> = ts.iter().map(|t| t.owner.as_str()).collect();
+        assert_eq!(
+            owners,
+            [
+                "AdminNetworkPolicy/pass",
+                "AdminNetworkPolicy/deny",
+                "AdminNetworkPolicy/high",
+                "BaselineAdminNetworkPolicy/default"
+            ]
+        );
+        // A Pass has no ACL; it is excluded from every later rule of its direction, by addresses.
+        assert!(ts[0].acls.is_empty() && ts[0].parent.is_none());
+        let d = &ts[1];
+        let prios: Vec<i64> = d.acls.iter().map(|a| a.priority).collect();
+        assert_eq!(prios, [29000, 28999, NODE_ALLOW_PRIORITY]);
+        assert!(
+            d.acls[0].match_.contains("&& !(ip4.dst == $pg_"),
+            "{}",
+            d.acls[0].match_
+        );
+        assert!(
+            d.acls[0].match_.contains("&& ip4.src == $as_"),
+            "{}",
+            d.acls[0].match_
+        );
+        assert_eq!(d.acls[1].verdict, Verdict::Deny);
+        assert!(d.parent.is_some());
+        assert!(
+            ts[2].acls.is_empty() && ts[2].problems.len() == 1,
+            "{:?}",
+            ts[2].problems
+        );
+        let b = &ts[3];
+        assert_eq!(b.acls[0].priority, BANP_MAX_PRIORITY);
+        assert_eq!(b.acls[0].direction, Direction::Egress);
+        assert!(
+            b.acls[0].match_.ends_with("&& ip4.dst == 10.0.0.0/8"),
+            "{}",
+            b.acls[0].match_
+        );
     }
 
     #[test]

@@ -170,6 +170,8 @@ struct Owner {
     named: BTreeSet<(Pods, Protocol, String)>,
     logging: Logging,
     problems: Vec<String>,
+    /// The port group its ACLs hang on (admin policies).
+    parent: Option<String>,
 }
 
 /// The pods of a namespace isolated in one direction.
@@ -196,6 +198,8 @@ struct Inner {
 /// The sets policies name and their members, kept from the watches (see the module doc).
 pub struct NetpolState {
     inner: Mutex<Inner>,
+    /// One run of the admin policies at a time (they are translated together).
+    admin: tokio::sync::Mutex<()>,
     wake: Notify,
     flushed: watch::Sender<u64>,
     families: Families,
@@ -522,6 +526,7 @@ impl NetpolState {
     pub fn new(families: Families, node_cidrs: Vec<String>) -> Self {
         NetpolState {
             inner: Mutex::new(Inner::default()),
+            admin: tokio::sync::Mutex::new(()),
             wake: Notify::new(),
             flushed: watch::channel(0).0,
             families,
@@ -616,6 +621,7 @@ impl NetpolState {
             }
         }
         o.namespace = ns.map(str::to_owned);
+        o.parent = t.parent.as_ref().map(SetKey::name);
         o.isolates = t.isolates.clone();
         o.logging = t.logging;
         g.owners.insert(owner.to_owned(), o);
@@ -660,6 +666,22 @@ impl NetpolState {
         let after = g.generation;
         drop(g);
         self.wake_if(before, after);
+    }
+
+    /// The port group `owner`'s ACLs hang on now, and the admin owners known.
+    fn parent_of(&self, owner: &str) -> Option<String> {
+        self.lock().owners.get(owner).and_then(|o| o.parent.clone())
+    }
+
+    fn admin_owners(&self) -> Vec<String> {
+        self.lock()
+            .owners
+            .keys()
+            .filter(|o| {
+                o.starts_with("AdminNetworkPolicy/") || o.starts_with("BaselineAdminNetworkPolicy/")
+            })
+            .cloned()
+            .collect()
     }
 
     /// The problems last reported for `owner`, replaced by `now`.
@@ -999,19 +1021,31 @@ impl Reconciler<Ctx> for NetworkPolicies {
     }
 
     fn relations(r: &mut Relations<'_, Ctx, NetworkPolicy>) {
-        fn rerun(owners: Vec<String>) -> Vec<Key<NetworkPolicy>> {
+        /// The NetworkPolicies among `owners`; an admin policy among them runs the admin kind.
+        fn rerun(kinds: &Kinds, owners: Vec<String>) -> Vec<Key<NetworkPolicy>> {
+            if let Some(a) = owners
+                .iter()
+                .find_map(|o| o.strip_prefix("AdminNetworkPolicy/"))
+            {
+                kinds.enqueue(Key::<crate::crd::AdminNetworkPolicy>::cluster(a));
+            } else if let Some(b) = owners
+                .iter()
+                .find_map(|o| o.strip_prefix("BaselineAdminNetworkPolicy/"))
+            {
+                kinds.enqueue(Key::<crate::crd::BaselineAdminNetworkPolicy>::cluster(b));
+            }
             owners.iter().filter_map(|o| np_key(o)).collect()
         }
         r.on::<PolicyPod>(|kinds: &Kinds, old, new| {
             kinds
                 .provided::<NetpolState>()
-                .map(|st| rerun(st.pod_event(old, new)))
+                .map(|st| rerun(kinds, st.pod_event(old, new)))
                 .unwrap_or_default()
         });
         r.on::<Namespace>(|kinds: &Kinds, old, new| {
             kinds
                 .provided::<NetpolState>()
-                .map(|st| rerun(st.namespace_event(old, new)))
+                .map(|st| rerun(kinds, st.namespace_event(old, new)))
                 .unwrap_or_default()
         });
         r.on::<Node>(|kinds: &Kinds, old, new| {
@@ -1020,6 +1054,175 @@ impl Reconciler<Ctx> for NetworkPolicies {
             }
             Vec::new()
         });
+    }
+}
+
+/// Translates every admin policy and writes each one's ACLs on its subject's port group (Passes make
+/// them depend on each other: they are translated together, one run at a time).
+async fn sync_admin(ctx: &Arc<Ctx>) -> Result<Action, ControllerError> {
+    use crate::crd::{AdminNetworkPolicy, BaselineAdminNetworkPolicy, BASELINE_NAME};
+    let st = &ctx.netpol;
+    let _one = st.admin.lock().await;
+    let anps = ctx.kinds.list::<AdminNetworkPolicy>();
+    let banp = ctx
+        .kinds
+        .get(&Key::<BaselineAdminNetworkPolicy>::cluster(BASELINE_NAME));
+    let refs: Vec<&AdminNetworkPolicy> = anps.iter().map(|a| a.as_ref()).collect();
+    let names = |p: &Pods, pr, n: &str| st.numbers(p, pr, n);
+    let ts = netpol::admin_policies(&refs, banp.as_deref(), st.families, &names, &st.node_cidrs);
+    let known: HashSet<&str> = ts.iter().map(|t| t.owner.as_str()).collect();
+    let gone: Vec<String> = st
+        .admin_owners()
+        .into_iter()
+        .filter(|o| !known.contains(o.as_str()))
+        .collect();
+    let before: HashMap<String, Option<String>> = ts
+        .iter()
+        .map(|t| t.owner.clone())
+        .chain(gone.iter().cloned())
+        .map(|o| {
+            let p = st.parent_of(&o);
+            (o, p)
+        })
+        .collect();
+    let mut generation = 0;
+    for t in &ts {
+        generation = generation.max(st.hold(&t.owner, None, t));
+    }
+    st.flushed(generation).await?;
+    let mut b = Batch::new();
+    let clear = |b: &mut Batch, owner: &str, parent: &str| {
+        if ctx.nb.port_group(parent).is_some() {
+            b.add(AclSet::new(
+                AclParent::PortGroup(parent.to_owned()),
+                OWNER_KEY,
+                owner,
+                Vec::new(),
+            ));
+        }
+    };
+    for t in &ts {
+        let now = t.parent.as_ref().map(SetKey::name);
+        if let Some(Some(old)) = before.get(&t.owner) {
+            if Some(old) != now.as_ref() {
+                clear(&mut b, &t.owner, old);
+            }
+        }
+        if let Some(parent) = now {
+            let acls = t
+                .acls
+                .iter()
+                .map(|a| ovn_acl(a, &parent, &t.owner, None))
+                .collect();
+            b.add(AclSet::new(
+                AclParent::PortGroup(parent),
+                OWNER_KEY,
+                t.owner.as_str(),
+                acls,
+            ));
+        }
+    }
+    for o in &gone {
+        if let Some(Some(old)) = before.get(o) {
+            clear(&mut b, o, old);
+        }
+    }
+    ctx.writer.commit(b).await?;
+    for t in &ts {
+        st.settle(&t.owner);
+        let reported = st.swap_problems(&t.owner, t.problems.clone());
+        let new: Vec<&String> = t
+            .problems
+            .iter()
+            .filter(|p| !reported.contains(p))
+            .collect();
+        if new.is_empty() {
+            continue;
+        }
+        let name = t.owner.split_once('/').map(|x| x.1).unwrap_or_default();
+        for p in new {
+            if t.owner.starts_with("Admin") {
+                if let Some(a) = ctx.kinds.get(&Key::<AdminNetworkPolicy>::cluster(name)) {
+                    ctx.event(
+                        a.as_ref(),
+                        EventType::Warning,
+                        "AdminNetworkPolicyPartlyApplied",
+                        p.clone(),
+                    )
+                    .await;
+                }
+            } else if let Some(a) = &banp {
+                ctx.event(
+                    a.as_ref(),
+                    EventType::Warning,
+                    "BaselineAdminNetworkPolicyPartlyApplied",
+                    p.clone(),
+                )
+                .await;
+            }
+        }
+    }
+    for o in &gone {
+        st.forget(o);
+    }
+    Ok(Action::Done)
+}
+
+/// The AdminNetworkPolicy kind (every run translates all admin policies, see [`sync_admin`]).
+pub(crate) struct AdminPolicies;
+
+#[async_trait::async_trait]
+impl Reconciler<Ctx> for AdminPolicies {
+    type Object = crate::crd::AdminNetworkPolicy;
+    type Error = ControllerError;
+    const NAME: &'static str = "adminnetworkpolicy";
+
+    fn workers(_: &Ctx) -> usize {
+        1
+    }
+
+    async fn reconcile(
+        ctx: &Arc<Ctx>,
+        _: Arc<crate::crd::AdminNetworkPolicy>,
+    ) -> Result<Action, ControllerError> {
+        sync_admin(ctx).await
+    }
+
+    async fn cleanup(
+        ctx: &Arc<Ctx>,
+        _: &Key<crate::crd::AdminNetworkPolicy>,
+        _: Option<Arc<crate::crd::AdminNetworkPolicy>>,
+    ) -> Result<Action, ControllerError> {
+        sync_admin(ctx).await
+    }
+}
+
+/// The BaselineAdminNetworkPolicy kind (translated with the admin policies, see [`sync_admin`]).
+pub(crate) struct BaselinePolicies;
+
+#[async_trait::async_trait]
+impl Reconciler<Ctx> for BaselinePolicies {
+    type Object = crate::crd::BaselineAdminNetworkPolicy;
+    type Error = ControllerError;
+    const NAME: &'static str = "baselineadminnetworkpolicy";
+
+    fn workers(_: &Ctx) -> usize {
+        1
+    }
+
+    async fn reconcile(
+        ctx: &Arc<Ctx>,
+        _: Arc<crate::crd::BaselineAdminNetworkPolicy>,
+    ) -> Result<Action, ControllerError> {
+        sync_admin(ctx).await
+    }
+
+    async fn cleanup(
+        ctx: &Arc<Ctx>,
+        _: &Key<crate::crd::BaselineAdminNetworkPolicy>,
+        _: Option<Arc<crate::crd::BaselineAdminNetworkPolicy>>,
+    ) -> Result<Action, ControllerError> {
+        sync_admin(ctx).await
     }
 }
 
