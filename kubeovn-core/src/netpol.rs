@@ -49,6 +49,13 @@ pub const NP_ALLOW_PRIORITY: i64 = 2001;
 pub const NP_DENY_PRIORITY: i64 = 2000;
 /// The highest baseline admin network policy ACL: `1750 - rule index`.
 pub const BANP_MAX_PRIORITY: i64 = 1750;
+/// A private Subnet's drop of everything else (below NetworkPolicy, above the baseline admin policy, as
+/// Kube-OVN's tiers order them).
+pub const SUBNET_DROP_PRIORITY: i64 = 1800;
+/// A private Subnet's allows: its own block, `allowSubnets`, the nodes.
+pub const SUBNET_ALLOW_PRIORITY: i64 = 1801;
+/// `allowEWTraffic`: the subnet's own block passes its `acls`.
+pub const SUBNET_EW_PRIORITY: i64 = 1900;
 /// Annotation: log this policy's ACLs (`"true"`).
 pub const ENABLE_LOG: &str = "ovn.kubernetes.io/enable_log";
 /// Annotation: which verdicts are logged (`allow`, `drop`, comma separated; default `drop`).
@@ -1216,6 +1223,81 @@ pub fn namespace_acls(
     out
 }
 
+/// A Subnet's own ACLs on its switch, Kube-OVN's `private` and `allowEWTraffic` (its `acls` are written as
+/// given): a private subnet's switch lets through only traffic within its `cidrs`, to and from
+/// `allow_subnets`, and from the nodes (`node_cidrs`), both into its pods and out of them (to-lport on the
+/// switch covers the router port too). CIDRs that do not parse are left out, with a problem each.
+pub fn subnet_acls(
+    cidrs: &[String],
+    private: bool,
+    allow_subnets: &[String],
+    allow_ew_traffic: bool,
+    node_cidrs: &[String],
+    problems: &mut Vec<String>,
+) -> Vec<AclSpec> {
+    let parse = |c: &String, problems: &mut Vec<String>| match c.trim().parse::<IpNetwork>() {
+        Ok(n) => Some(n),
+        Err(_) => {
+            problems.push(format!("invalid CIDR {c:?}: left out"));
+            None
+        }
+    };
+    let own: Vec<IpNetwork> = cidrs.iter().filter_map(|c| parse(c, problems)).collect();
+    let acl = |priority, match_: String, verdict| AclSpec {
+        direction: Direction::Ingress,
+        priority,
+        match_,
+        verdict,
+        log: false,
+    };
+    let ip = |n: &IpNetwork| if n.is_ipv4() { "ip4" } else { "ip6" };
+    let norm = |n: &IpNetwork| format!("{}/{}", n.network(), n.prefix());
+    let within = |n: &IpNetwork| format!("{0}.src == {1} && {0}.dst == {1}", ip(n), norm(n));
+    let mut out = Vec::new();
+    if allow_ew_traffic {
+        for n in &own {
+            out.push(acl(SUBNET_EW_PRIORITY, within(n), Verdict::Allow));
+        }
+    }
+    if !private {
+        return out;
+    }
+    out.push(acl(SUBNET_DROP_PRIORITY, "ip".into(), Verdict::Deny));
+    out.push(acl(
+        SUBNET_ALLOW_PRIORITY,
+        "nd || nd_ra || nd_rs".into(),
+        Verdict::Allow,
+    ));
+    let allowed: Vec<IpNetwork> = allow_subnets
+        .iter()
+        .filter_map(|c| parse(c, problems))
+        .collect();
+    for n in &own {
+        out.push(acl(SUBNET_ALLOW_PRIORITY, within(n), Verdict::Allow));
+        for a in allowed.iter().filter(|a| a.is_ipv4() == n.is_ipv4()) {
+            out.push(acl(
+                SUBNET_ALLOW_PRIORITY,
+                format!(
+                    "({0}.src == {1} && {0}.dst == {2}) || ({0}.src == {2} && {0}.dst == {1})",
+                    ip(n),
+                    norm(n),
+                    norm(a)
+                ),
+                Verdict::Allow,
+            ));
+        }
+    }
+    let mut sink = Vec::new();
+    let from: Vec<String> = node_cidrs
+        .iter()
+        .filter_map(|c| cidr_clause("src", c, &[], &mut sink))
+        .collect();
+    if !from.is_empty() {
+        out.push(acl(NODE_ALLOW_PRIORITY, or(from), Verdict::Allow));
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1493,5 +1575,50 @@ mod tests {
             "outport == @np_my_ns_ingress && ip4.src == 100.64.0.0/16"
         );
         assert_eq!(namespace_acls("n", Direction::Egress, &[], true).len(), 2);
+    }
+
+    #[test]
+    fn subnet_private_allows_its_block_allow_subnets_and_nodes() {
+        let mut problems = Vec::new();
+        let none = subnet_acls(
+            &["10.1.0.0/24".into()],
+            false,
+            &[],
+            false,
+            &[],
+            &mut problems,
+        );
+        assert!(none.is_empty());
+        let a = subnet_acls(
+            &["10.1.0.0/24".into(), "fd00:1::/120".into()],
+            true,
+            &["10.2.0.5/32".into(), "nonsense".into()],
+            true,
+            &["100.64.0.0/16".into()],
+            &mut problems,
+        );
+        let m: Vec<(i64, &str, Verdict)> = a
+            .iter()
+            .map(|a| (a.priority, a.match_.as_str(), a.verdict))
+            .collect();
+        assert_eq!(
+            m,
+            [
+                (SUBNET_EW_PRIORITY, "ip4.src == 10.1.0.0/24 && ip4.dst == 10.1.0.0/24", Verdict::Allow),
+                (SUBNET_EW_PRIORITY, "ip6.src == fd00:1::/120 && ip6.dst == fd00:1::/120", Verdict::Allow),
+                (SUBNET_DROP_PRIORITY, "ip", Verdict::Deny),
+                (SUBNET_ALLOW_PRIORITY, "nd || nd_ra || nd_rs", Verdict::Allow),
+                (SUBNET_ALLOW_PRIORITY, "ip4.src == 10.1.0.0/24 && ip4.dst == 10.1.0.0/24", Verdict::Allow),
+                (
+                    SUBNET_ALLOW_PRIORITY,
+                    "(ip4.src == 10.1.0.0/24 && ip4.dst == 10.2.0.5/32) || (ip4.src == 10.2.0.5/32 && ip4.dst == 10.1.0.0/24)",
+                    Verdict::Allow
+                ),
+                (SUBNET_ALLOW_PRIORITY, "ip6.src == fd00:1::/120 && ip6.dst == fd00:1::/120", Verdict::Allow),
+                (NODE_ALLOW_PRIORITY, "ip4.src == 100.64.0.0/16", Verdict::Allow),
+            ]
+        );
+        assert_eq!(problems, ["invalid CIDR \"nonsense\": left out"]);
+        assert!(a.iter().all(|a| a.direction == Direction::Ingress));
     }
 }

@@ -104,6 +104,7 @@ impl Selector {
     }
 
     /// An equality term to index the selector by.
+    #[cfg(feature = "controller")]
     pub(crate) fn anchor(&self) -> Option<(String, String)> {
         self.0.iter().find_map(|r| match r {
             Requirement::Equals(k, v) => Some((k.clone(), v.clone())),

@@ -217,7 +217,10 @@ impl OvnStack {
             .transact(&Transaction::new("Open_vSwitch").op(Operation::insert("Open_vSwitch")))
             .await?;
         let mut vswitchd = Command::new("ovs-vswitchd");
-        vswitchd.arg(self.ovs_remote());
+        // Restarted by its monitor if it crashes, as OVS runs in production: OVS 3.1's userspace conntrack
+        // can abort (`conntrack.c:1063: assertion conn->conn_type == CT_CONN_TYPE_DEFAULT failed`) under many
+        // short connections, which the policy tests make.
+        vswitchd.arg(self.ovs_remote()).arg("--monitor");
         self.spawn("ovs-vswitchd", "vswitchd", vswitchd)?;
         if self.opts.configure_chassis {
             let ovs = OvsdbOpenVSwitch::with_client(client).await?;
@@ -440,6 +443,14 @@ impl OvnStack {
         let procs: Vec<Proc> =
             std::mem::take(&mut *self.procs.lock().unwrap_or_else(|e| e.into_inner()));
         let had_vswitchd = procs.iter().any(|p| p.name == "ovs-vswitchd");
+        if had_vswitchd {
+            // The daemon under the monitor first (see `start`): the monitor then exits by itself.
+            if let Some(d) =
+                crate::procs::from_pidfile(&self.dir.join("vswitchd.pid"), "ovs-vswitchd")
+            {
+                d.stop(Duration::from_secs(3));
+            }
+        }
         for mut p in procs.into_iter().rev() {
             stop_child(&mut p.child);
         }

@@ -70,6 +70,14 @@ impl ProcRecord {
     }
 }
 
+/// The process named in `pidfile` if it runs as `comm`: a daemon run under OVS's `--monitor` (the recorded
+/// pid is the monitor's; the pid file names the daemon, a new one after each restart).
+pub fn from_pidfile(pidfile: &Path, comm: &str) -> Option<ProcRecord> {
+    let pid: u32 = std::fs::read_to_string(pidfile).ok()?.trim().parse().ok()?;
+    let name = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
+    (name.trim() == comm).then(|| ProcRecord::of(comm, pid))
+}
+
 impl ProcRecord {
     /// Stops the process group this process leads (a container's monitor and everything it started):
     /// SIGTERM to the group, SIGKILL after `grace`, until no member is left. The group is only signalled while

@@ -203,7 +203,7 @@ pub struct NetpolState {
     wake: Notify,
     flushed: watch::Sender<u64>,
     families: Families,
-    node_cidrs: Vec<String>,
+    pub(crate) node_cidrs: Vec<String>,
 }
 
 impl std::fmt::Debug for NetpolState {
@@ -843,7 +843,7 @@ fn meter_name(owner: &str) -> String {
 }
 
 /// An ACL of the translation as OVN's, on the port group `parent`, owned by `owner`.
-fn ovn_acl(a: &AclSpec, parent: &str, owner: &str, meter: Option<&str>) -> Acl {
+pub(crate) fn ovn_acl(a: &AclSpec, parent: &str, owner: &str, meter: Option<&str>) -> Acl {
     let (direction, after_lb) = match a.direction {
         Direction::Ingress => (AclDirection::ToLport, false),
         Direction::Egress => (AclDirection::FromLport, true),

@@ -38,6 +38,14 @@ pub struct SubnetInfo {
     pub join: bool,
     /// Whether the VPC's Service load balancers apply to the switch (`enableLb`, default true).
     pub enable_lb: bool,
+    /// `private`: only its own block, `allowSubnets` and the nodes reach it, and it reaches only those.
+    pub private: bool,
+    /// `allowSubnets` (CIDRs, checked).
+    pub allow_subnets: Vec<String>,
+    /// `allowEWTraffic`: its own block passes its `acls`.
+    pub allow_ew_traffic: bool,
+    /// `acls`, checked: written on the switch as given.
+    pub acls: Vec<crate::crd::Acl>,
 }
 
 impl SubnetInfo {
@@ -408,6 +416,10 @@ mod tests {
             default: true,
             join: false,
             enable_lb: true,
+            private: false,
+            allow_subnets: Vec::new(),
+            allow_ew_traffic: false,
+            acls: Vec::new(),
         }
     }
 

@@ -112,6 +112,10 @@ pub(crate) fn info_from_config(c: &SubnetConfig, vpc: &str, join: bool) -> Resul
         default: !join,
         join,
         enable_lb: true,
+        private: false,
+        allow_subnets: Vec::new(),
+        allow_ew_traffic: false,
+        acls: Vec::new(),
     })
 }
 
@@ -157,6 +161,21 @@ fn info_from_spec(name: &str, spec: &SubnetSpec, config: &Config) -> Result<Subn
     let mut exclude_ips = spec.exclude_ips.clone();
     check_inside(&what, "excludeIps", &exclude_ips, &block)?;
     exclude_ips.retain(|e| !gateways.iter().any(|g| g.to_string() == *e));
+    let allow_subnets = spec
+        .allow_subnets
+        .iter()
+        .map(|c| {
+            c.trim()
+                .parse::<IpNetwork>()
+                .map(|n| n.to_string())
+                .map_err(|_| {
+                    ControllerError::invalid(&what, format!("allowSubnets: {c:?} is not a CIDR"))
+                })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    for (i, a) in spec.acls.iter().enumerate() {
+        check_acl(&what, i, a)?;
+    }
     Ok(SubnetInfo {
         cidrs,
         gateways,
@@ -169,8 +188,39 @@ fn info_from_spec(name: &str, spec: &SubnetSpec, config: &Config) -> Result<Subn
         default: spec.default,
         join: name == config.join_subnet.name,
         enable_lb: spec.enable_lb.unwrap_or(true),
+        private: spec.private,
+        allow_subnets,
+        allow_ew_traffic: spec.allow_ew_traffic,
+        acls: spec.acls.clone(),
         name: name.to_owned(),
     })
+}
+
+/// Refuses a Subnet ACL OVN would not take: a direction, priority, action or match out of its range.
+fn check_acl(what: &str, i: usize, a: &crate::crd::Acl) -> Result<()> {
+    let bad = |why: String| Err(ControllerError::invalid(what, format!("acls[{i}]: {why}")));
+    if !matches!(a.direction.as_str(), "from-lport" | "to-lport") {
+        return bad(format!(
+            "direction {:?} is not from-lport or to-lport",
+            a.direction
+        ));
+    }
+    if !(0..=32767).contains(&a.priority) {
+        return bad(format!("priority {} is outside 0..32767", a.priority));
+    }
+    if !matches!(
+        a.action.as_str(),
+        "allow" | "allow-related" | "allow-stateless" | "drop" | "reject"
+    ) {
+        return bad(format!(
+            "action {:?} is not allow, allow-related, allow-stateless, drop or reject",
+            a.action
+        ));
+    }
+    if a.match_.trim().is_empty() {
+        return bad("the match is empty".into());
+    }
+    Ok(())
 }
 
 /// Refuses an entry of `entries` (the list `field` of `what`) that does not parse (kubeovn-ipam's syntax:
@@ -458,7 +508,59 @@ pub(crate) async fn reconcile_info(ctx: &Ctx, info: &SubnetInfo) -> Result<()> {
         })
         .collect();
     b.ops.extend(stale);
+    b.add(acl_set(ctx, info));
     ctx.writer.commit(b).await
+}
+
+/// The switch's own ACLs (owner `Subnet/<name>`): `private` with `allowSubnets`, `allowEWTraffic`, and the
+/// Subnet's `acls` as given (checked when parsed).
+fn acl_set(ctx: &Ctx, info: &SubnetInfo) -> kubeovn_ovn::northbound::AclSet {
+    use kubeovn_ovn::northbound::{Acl, AclAction, AclDirection, AclParent, AclSet};
+    let owner = format!("Subnet/{}", info.name);
+    let cidrs: Vec<String> = info.cidrs.iter().map(ToString::to_string).collect();
+    // allowSubnets were checked when parsed: nothing is left out here.
+    let mut problems = Vec::new();
+    let mut acls: Vec<Acl> = crate::netpol::subnet_acls(
+        &cidrs,
+        info.private,
+        &info.allow_subnets,
+        info.allow_ew_traffic,
+        &ctx.netpol.node_cidrs,
+        &mut problems,
+    )
+    .iter()
+    .map(|a| super::netpol::ovn_acl(a, &info.name, &owner, None))
+    .collect();
+    for a in &info.acls {
+        let direction = if a.direction == "from-lport" {
+            AclDirection::FromLport
+        } else {
+            AclDirection::ToLport
+        };
+        let action = match a.action.as_str() {
+            "allow" => AclAction::Allow,
+            "allow-related" => AclAction::AllowRelated,
+            "allow-stateless" => AclAction::AllowStateless,
+            "reject" => AclAction::Reject,
+            _ => AclAction::Drop,
+        };
+        acls.push(
+            Acl::new(
+                AclParent::Switch(info.name.clone()),
+                direction,
+                i64::from(a.priority),
+                a.match_.as_str(),
+                action,
+            )
+            .external_id("vendor", "kube-ovn"),
+        );
+    }
+    AclSet::new(
+        AclParent::Switch(info.name.clone()),
+        crate::netpol::OWNER_KEY,
+        owner,
+        acls,
+    )
 }
 
 /// The conditions recorded on a Subnet object (the rest of its status left out).
@@ -887,6 +989,29 @@ mod tests {
         let e = spec("x", v).expect_err("refused");
         assert!(matches!(e, ControllerError::Invalid { .. }), "{e}");
         e.to_string()
+    }
+
+    #[test]
+    fn bad_acls_and_allow_subnets_are_refused() {
+        let e = spec_error(
+            json!({ "cidrBlock": "10.66.0.0/24", "allowSubnets": ["10.1.0.0/16", "nope"] }),
+        );
+        assert!(e.contains("allowSubnets: \"nope\" is not a CIDR"), "{e}");
+        let acl = |a: Value| spec_error(json!({ "cidrBlock": "10.66.0.0/24", "acls": [a] }));
+        let ok =
+            json!({"direction": "to-lport", "priority": 1000, "match": "ip", "action": "drop"});
+        let with = |k: &str, v: Value| {
+            let mut a = ok.clone();
+            a[k] = v;
+            a
+        };
+        assert!(acl(with("direction", json!("sideways"))).contains("acls[0]: direction"));
+        assert!(acl(with("priority", json!(40000))).contains("priority 40000 is outside"));
+        assert!(acl(with("action", json!("maybe"))).contains("action \"maybe\""));
+        assert!(acl(with("match", json!(" "))).contains("the match is empty"));
+        let good =
+            spec("ok", json!({ "cidrBlock": "10.66.0.0/24", "acls": [ok] })).expect("accepted");
+        assert_eq!(good.acls.len(), 1);
     }
 
     #[test]
@@ -1461,6 +1586,66 @@ mod behaviour {
         for n in ["a", "b", "c"] {
             assert!(all.iter().any(|x| x == n), "{all:?}");
         }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_private_subnet_gets_its_acls_and_loses_them_when_made_public() {
+        use kubeovn_ovn::northbound::AclParent;
+        let h = Harness::start().await;
+        subnet(
+            &h,
+            "priv",
+            json!({ "cidrBlock": "10.70.0.0/24", "private": true, "allowSubnets": ["10.16.0.5/32"],
+                    "acls": [{"direction": "from-lport", "priority": 1200, "match": "udp.dst == 53", "action": "reject"}] }),
+        )
+        .await;
+        run(&h, "priv").await.expect("run");
+        let mut acls: Vec<(i64, String, String)> =
+            h.nb.acls(&AclParent::Switch("priv".into()))
+                .into_iter()
+                .map(|a| (a.priority, a.match_, a.action.as_str().to_owned()))
+                .collect();
+        acls.sort();
+        let drop = crate::netpol::SUBNET_DROP_PRIORITY;
+        let allow = crate::netpol::SUBNET_ALLOW_PRIORITY;
+        assert_eq!(
+            acls.iter()
+                .map(|(p, m, a)| (*p, m.as_str(), a.as_str()))
+                .collect::<Vec<_>>(),
+            [
+                (1200, "udp.dst == 53", "reject"),
+                (drop, "ip", "drop"),
+                (
+                    allow,
+                    "(ip4.src == 10.70.0.0/24 && ip4.dst == 10.16.0.5/32) || (ip4.src == 10.16.0.5/32 && ip4.dst == 10.70.0.0/24)",
+                    "allow-related"
+                ),
+                (allow, "ip4.src == 10.70.0.0/24 && ip4.dst == 10.70.0.0/24", "allow-related"),
+                (allow, "nd || nd_ra || nd_rs", "allow-related"),
+                (crate::netpol::NODE_ALLOW_PRIORITY, "ip4.src == 100.64.0.0/16", "allow-related"),
+            ]
+        );
+        // Running again writes nothing; made public, its ACLs go.
+        let before = h.nb_rows();
+        run(&h, "priv").await.expect("run");
+        assert_eq!(h.nb_rows(), before);
+        let api: Api<Subnet> = Api::all(h.client.clone());
+        api.patch(
+            "priv",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"private": false, "acls": []}})),
+        )
+        .await
+        .expect("patch");
+        h.until("the subnet made public in the store", || {
+            h.ctx
+                .kinds
+                .get(&Key::<Decoded<Subnet>>::cluster("priv"))
+                .is_some_and(|s| !s.object.spec.private)
+        })
+        .await;
+        run(&h, "priv").await.expect("run");
+        assert!(h.nb.acls(&AclParent::Switch("priv".into())).is_empty());
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
