@@ -38,10 +38,10 @@ use std::time::{Duration, Instant};
 use kube_ovn_testapi::{ResourceInfo, Store, TestApiServer};
 use kubeovn_ovn::cache::{Cache, CacheBuilder, CacheView, CachedRow};
 use kubeovn_ovn::models::nb;
-use kubeovn_ovn::monitor::{MonitorRequest, MonitorRequests, RowUpdate, TableUpdates};
+use kubeovn_ovn::monitor::{RowUpdate, TableUpdates};
 use kubeovn_ovn::{Atom, Client, Datum, Model, Uuid};
 use serde_json::{json, Value};
-use support::{env, pct, spawn_controller, start_api, usage};
+use support::{env, monitor_all, pct, spawn_controller, start_api, usage};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const NB_DB: &str = "OVN_Northbound";
@@ -546,38 +546,6 @@ async fn pipeline(sock: &Path, reqs: &[Vec<u8>], window: usize) -> Instant {
         Instant::now()
     };
     tokio::join!(writer, reader).1
-}
-
-/// The NB tables of the schema.
-fn nb_tables() -> Vec<String> {
-    let schema: Value =
-        serde_json::from_str(&std::fs::read_to_string(common::nb_schema()).unwrap()).unwrap();
-    schema["tables"]
-        .as_object()
-        .unwrap()
-        .keys()
-        .cloned()
-        .collect()
-}
-
-type Updates = Arc<Mutex<Vec<(Instant, TableUpdates)>>>;
-
-/// Every update (one per committed transaction) of every NB table from now on.
-async fn monitor_all(remote: &str) -> (Client, Updates) {
-    let client = Client::connect(remote).await.unwrap();
-    let mut reqs = MonitorRequests::new();
-    for t in nb_tables() {
-        reqs = reqs.table(t, MonitorRequest::all());
-    }
-    let (_, mut stream) = client.monitor_cond(NB_DB, &reqs).await.unwrap();
-    let updates: Updates = Arc::default();
-    let u = updates.clone();
-    tokio::spawn(async move {
-        while let Some(Ok(up)) = stream.next().await {
-            u.lock().unwrap().push((Instant::now(), up.tables));
-        }
-    });
-    (client, updates)
 }
 
 /// The updates that changed anything but the load balancer `own` and its addition to a group: their count

@@ -7,7 +7,12 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
 use kube_ovn_testapi::{Config as ApiConfig, TestApiServer};
-use serde_json::json;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use kubeovn_ovn::monitor::{MonitorRequest, MonitorRequests, TableUpdates};
+use kubeovn_ovn::Client;
+use serde_json::{json, Value};
 
 use crate::common;
 
@@ -106,3 +111,36 @@ pub async fn start_api(kubeconfig: &Path) -> (TestApiServer, std::path::PathBuf)
         .unwrap();
     (api, kubeconfig.to_owned())
 }
+
+/// The NB tables of the schema.
+pub fn nb_tables() -> Vec<String> {
+    let schema: Value =
+        serde_json::from_str(&std::fs::read_to_string(common::nb_schema()).unwrap()).unwrap();
+    schema["tables"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .cloned()
+        .collect()
+}
+
+pub type Updates = Arc<Mutex<Vec<(Instant, TableUpdates)>>>;
+
+/// Every update (one per committed transaction) of every NB table from now on.
+pub async fn monitor_all(remote: &str) -> (Client, Updates) {
+    let client = Client::connect(remote).await.unwrap();
+    let mut reqs = MonitorRequests::new();
+    for t in nb_tables() {
+        reqs = reqs.table(t, MonitorRequest::all());
+    }
+    let (_, mut stream) = client.monitor_cond("OVN_Northbound", &reqs).await.unwrap();
+    let updates: Updates = Arc::default();
+    let u = updates.clone();
+    tokio::spawn(async move {
+        while let Some(Ok(up)) = stream.next().await {
+            u.lock().unwrap().push((Instant::now(), up.tables));
+        }
+    });
+    (client, updates)
+}
+

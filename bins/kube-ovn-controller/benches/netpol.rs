@@ -1,0 +1,418 @@
+//! NetworkPolicy benchmark (`cargo bench --profile release -p kube-ovn-controller --bench netpol`), no
+//! criterion: the controller binary as a child process against the in-memory test API server and a real NB
+//! ovsdb-server, in one run.
+//!
+//! The cluster: `NP_BENCH_NAMESPACES` namespaces (default 500) labelled `team=t<i % 10>`, 10 pods each (5,000;
+//! `app=web` on half, `app=db` on the rest), and 4 policies per namespace (2,000): a default deny, an allow
+//! from the namespace's `app=web` pods, an allow from the namespaces of its team, an allow on TCP 80 from an
+//! ipBlock with an except to its `app=web` pods.
+//!
+//! 0. setup (not measured): the pods, programmed by a first controller (ports in NB, addresses annotated).
+//! 1. cold start: the policies loaded, a controller spawned over the preloaded NB: time until every
+//!    policy's and namespace's ACLs are in NB; the controller's CPU and RSS; NB transactions.
+//! 2. pod label change: `NP_BENCH_CHANGES` pods (default 200), one at a time, relabelled `app=web` to `db`:
+//!    time until the pod's address left its namespace's `app=web` address set, and the NB transactions and
+//!    rows each cost.
+//! 3. pod add: `NP_BENCH_CHANGES` pods created one at a time with `app=web`: time until the address the
+//!    controller gave it is in its namespace's `app=web` address set (allocation and port included).
+//! 4. restart: the controller killed (SIGKILL) and started again: time until a policy created after the
+//!    restart has its ACL, and the NB transactions that changed anything else.
+//!
+//! `CTRL_BENCH_BIN=PATH` benchmarks that controller binary instead of this build's. `cargo test --benches`
+//! runs a small smoke version.
+
+#![allow(clippy::unwrap_used)]
+
+#[path = "../tests/common/mod.rs"]
+mod common;
+mod support;
+
+use std::collections::{BTreeMap, HashSet};
+use std::process::Child;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use kube_ovn_testapi::{ResourceInfo, Store};
+use kubeovn_core::netpol::{Pods, Selector, SetKey};
+use kubeovn_ovn::cache::{Cache, CacheBuilder, CacheView};
+use kubeovn_ovn::models::nb;
+use kubeovn_ovn::monitor::{RowUpdate, TableUpdates};
+use kubeovn_ovn::{Client, Datum, Model};
+use serde_json::{json, Value};
+use support::{env, monitor_all, pct, spawn_controller, start_api, usage};
+
+const NB_DB: &str = "OVN_Northbound";
+const PODS_PER_NS: usize = 10;
+
+fn ns_name(i: usize) -> String {
+    format!("ns-{i}")
+}
+
+fn pod(ns: &str, name: &str, app: &str) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": ns, "labels": {"app": app}},
+        "spec": {"nodeName": "bench-node", "containers": [{"name": "c", "image": "pause",
+                 "ports": [{"name": "http", "containerPort": 80}]}]}
+    })
+}
+
+fn policies(ns: &str, i: usize) -> Vec<Value> {
+    let np = |name: &str, spec: Value| {
+        json!({"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+               "metadata": {"name": name, "namespace": ns}, "spec": spec})
+    };
+    vec![
+        np("deny", json!({"podSelector": {}})),
+        np(
+            "from-web",
+            json!({"podSelector": {}, "ingress": [{"from": [{"podSelector": {"matchLabels": {"app": "web"}}}]}]}),
+        ),
+        np(
+            "from-team",
+            json!({"podSelector": {}, "ingress": [{"from": [{"namespaceSelector":
+                {"matchLabels": {"team": format!("t{}", i % 10)}}}]}]}),
+        ),
+        np(
+            "from-cidr",
+            json!({"podSelector": {"matchLabels": {"app": "web"}}, "ingress": [{"from": [{"ipBlock":
+                {"cidr": "10.0.0.0/8", "except": ["10.1.0.0/16"]}}], "ports": [{"port": 80}]}]}),
+        ),
+    ]
+}
+
+/// The name of namespace `ns`'s `app=web` address set (IPv4), as the controller names it.
+fn web_set(ns: &str) -> String {
+    let sel = Selector::from_label_selector(&LabelSelector {
+        match_labels: Some(BTreeMap::from([("app".into(), "web".into())])),
+        ..LabelSelector::default()
+    })
+    .unwrap();
+    SetKey::addresses(Pods::In {
+        namespace: ns.into(),
+        pods: sel,
+    })
+    .family(false)
+}
+
+/// The owners (`external_ids:policy`) that have ACLs.
+fn owners(v: &CacheView<'_>) -> HashSet<String> {
+    v.rows(nb::Acl::TABLE)
+        .filter_map(|r| r.map_get(nb::Acl::EXTERNAL_IDS, "policy"))
+        .map(str::to_owned)
+        .collect()
+}
+
+fn set_has(v: &CacheView<'_>, set: &str, ip: &str) -> bool {
+    v.rows(nb::AddressSet::TABLE)
+        .find(|r| r.get_str(nb::AddressSet::NAME) == set)
+        .is_some_and(|r| {
+            r.get(nb::AddressSet::ADDRESSES)
+                .map(Datum::atoms)
+                .unwrap_or_default()
+                .iter()
+                .any(|a| a.as_str() == Some(ip))
+        })
+}
+
+/// NB transactions and rows changed in `updates` between `from` and `to`.
+fn cost(updates: &[(Instant, TableUpdates)], from: Instant, to: Instant) -> (usize, usize) {
+    updates
+        .iter()
+        .filter(|(t, _)| *t >= from && *t <= to)
+        .fold((0, 0), |(t, r), (_, u)| {
+            (t + 1, r + u.values().map(BTreeMap::len).sum::<usize>())
+        })
+}
+
+struct Kube<'a> {
+    store: &'a Store,
+    pods: std::sync::Arc<ResourceInfo>,
+}
+
+impl Kube<'_> {
+    fn pod_ip(&self, ns: &str, name: &str) -> Option<String> {
+        let p = self.store.get(&self.pods, Some(ns), name).ok()?;
+        p["metadata"]["annotations"]["ovn.kubernetes.io/ip_address"]
+            .as_str()
+            .map(str::to_owned)
+    }
+}
+
+fn kill(mut child: Child) {
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let full = std::env::args().any(|a| a == "--bench");
+    let n_ns = env("NP_BENCH_NAMESPACES", if full { 500 } else { 10 }).max(1);
+    let changes = env("NP_BENCH_CHANGES", if full { 200 } else { 10 }).min(n_ns * PODS_PER_NS / 2);
+    let limit = Duration::from_secs(if full { 300 } else { 60 });
+    if !common::have("ovsdb-server") {
+        return;
+    }
+    let dir = tempfile::Builder::new()
+        .prefix("np-bench")
+        .tempdir()
+        .unwrap();
+    let nbs = common::start_nb().expect("ovsdb-server");
+    let nb_addr = nbs.unix_remote();
+    let client = Client::connect(&nb_addr).await.unwrap();
+    let cache: Cache = CacheBuilder::new(NB_DB)
+        .table(nb::Acl::TABLE)
+        .table(nb::AddressSet::TABLE)
+        .table_columns(
+            nb::LogicalSwitchPort::TABLE,
+            [nb::LogicalSwitchPort::NAME],
+        )
+        .start(&client)
+        .await
+        .unwrap();
+    let (api, kubeconfig) = start_api(&dir.path().join("kubeconfig")).await;
+    let store = api.store();
+    let k = Kube {
+        pods: store.resource("", "v1", "pods").unwrap(),
+        store,
+    };
+    let ns_info = store.resource("", "v1", "namespaces").unwrap();
+    let np_info = store
+        .resource("networking.k8s.io", "v1", "networkpolicies")
+        .unwrap();
+
+    // 0. Setup: namespaces and pods, programmed by a first controller.
+    let t = Instant::now();
+    for i in 0..n_ns {
+        let ns = ns_name(i);
+        store
+            .create(
+                &ns_info,
+                None,
+                json!({"apiVersion": "v1", "kind": "Namespace",
+                       "metadata": {"name": ns, "labels": {"team": format!("t{}", i % 10)}}}),
+            )
+            .unwrap();
+        for j in 0..PODS_PER_NS {
+            let app = if j < PODS_PER_NS / 2 { "web" } else { "db" };
+            store
+                .create(&k.pods, Some(&ns), pod(&ns, &format!("p-{j}"), app))
+                .unwrap();
+        }
+    }
+    let setup = spawn_controller(dir.path(), &kubeconfig, &nb_addr, 0);
+    let n_pods = n_ns * PODS_PER_NS;
+    let programmed = cache
+        .wait_for(limit, |v| {
+            v.rows(nb::LogicalSwitchPort::TABLE)
+                .filter(|r| r.get_str(nb::LogicalSwitchPort::NAME).contains(".ns-"))
+                .count()
+                >= n_pods
+        })
+        .await;
+    assert!(programmed, "the pods' ports never all showed in NB");
+    // Their annotations follow the ports.
+    let t_ann = Instant::now();
+    while (0..n_ns).any(|i| k.pod_ip(&ns_name(i), &format!("p-{}", PODS_PER_NS - 1)).is_none()) {
+        assert!(t_ann.elapsed() < limit, "pods never annotated");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    kill(setup);
+    println!(
+        "setup: {n_ns} namespaces, {n_pods} pods programmed (ports in NB) in {:.1} s",
+        t.elapsed().as_secs_f64()
+    );
+
+    // 1. Cold start with every policy.
+    for i in 0..n_ns {
+        let ns = ns_name(i);
+        for p in policies(&ns, i) {
+            store.create(&np_info, Some(&ns), p).unwrap();
+        }
+    }
+    let mut want: HashSet<String> = HashSet::new();
+    for i in 0..n_ns {
+        let ns = ns_name(i);
+        want.insert(format!("Namespace/{ns}"));
+        for p in ["from-web", "from-team", "from-cidr"] {
+            want.insert(format!("NetworkPolicy/{ns}/{p}"));
+        }
+    }
+    let nb_cpu0 = usage(nbs.pid()).0;
+    let (_mon, updates) = monitor_all(&nb_addr).await;
+    let t0 = Instant::now();
+    let mut child = spawn_controller(dir.path(), &kubeconfig, &nb_addr, 1);
+    let done = cache
+        .wait_for(limit, |v| {
+            let o = owners(v);
+            want.iter().all(|w| o.contains(w))
+        })
+        .await;
+    let took = t0.elapsed().as_secs_f64();
+    let (cpu, rss) = usage(child.id());
+    let acls = cache.rows(nb::Acl::TABLE).len();
+    let sets = cache.rows(nb::AddressSet::TABLE).len();
+    let (txns, rows) = cost(&updates.lock().unwrap(), t0, Instant::now());
+    if done {
+        println!(
+            "cold start: {} policies in {n_ns} namespaces over {n_pods} pods: every ACL in NB {took:.2} s after the \
+             controller's spawn (target <= 5 s); {acls} ACLs, {sets} address sets; controller {cpu:.2} s CPU, RSS \
+             {:.1} MiB; NB ovsdb-server {:.2} s CPU; {txns} NB transactions changing {rows} rows",
+            n_ns * 4,
+            rss / 1048576.0,
+            usage(nbs.pid()).0 - nb_cpu0
+        );
+    } else {
+        let o = owners(&cache.view());
+        let missing = want.iter().filter(|w| !o.contains(*w)).count();
+        println!("cold start: {missing} of {} owners without ACLs after {took:.0} s", want.len());
+        kill(child);
+        std::process::exit(1);
+    }
+
+    // 2. Pod label changes, one at a time.
+    let mut lat = Vec::new();
+    let mut per_txns = Vec::new();
+    let mut per_rows = Vec::new();
+    for c in 0..changes {
+        let i = c % n_ns;
+        let j = (c / n_ns) % (PODS_PER_NS / 2);
+        let (ns, name) = (ns_name(i), format!("p-{j}"));
+        let ip = k.pod_ip(&ns, &name).unwrap();
+        let set = web_set(&ns);
+        let mut p = (*k.store.get(&k.pods, Some(&ns), &name).unwrap()).clone();
+        p["metadata"]["labels"]["app"] = json!("db");
+        let at = Instant::now();
+        k.store.update(&k.pods, Some(&ns), &name, p, false).unwrap();
+        let ok = cache
+            .wait_for(Duration::from_secs(10), |v| !set_has(v, &set, &ip))
+            .await;
+        let end = Instant::now();
+        assert!(ok, "{ns}/{name} ({ip}) never left {set}");
+        lat.push(end.duration_since(at).as_secs_f64() * 1000.0);
+        // Writes of the same change still on their way are counted with it.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let (t, r) = cost(&updates.lock().unwrap(), at, Instant::now());
+        per_txns.push(t as f64);
+        per_rows.push(r as f64);
+    }
+    println!(
+        "pod label change ({changes}, one at a time, app=web to db): its address out of the set in NB after p50 \
+         {:.2} ms, p99 {:.2} ms, max {:.2} ms (target p99 <= 20 ms); NB transactions each: max {}, rows each: \
+         p50 {}, max {}",
+        pct(&mut lat, 0.5),
+        pct(&mut lat, 0.99),
+        pct(&mut lat, 1.0),
+        pct(&mut per_txns, 1.0),
+        pct(&mut per_rows, 0.5),
+        pct(&mut per_rows, 1.0)
+    );
+
+    // 3. Pod adds, one at a time.
+    let mut lat = Vec::new();
+    let mut per_txns = Vec::new();
+    let mut per_rows = Vec::new();
+    for c in 0..changes {
+        let ns = ns_name(c % n_ns);
+        let name = format!("new-{c}");
+        let set = web_set(&ns);
+        let at = Instant::now();
+        k.store
+            .create(&k.pods, Some(&ns), pod(&ns, &name, "web"))
+            .unwrap();
+        let mut ip = None;
+        let ok = cache
+            .wait_for(Duration::from_secs(10), |v| {
+                if ip.is_none() {
+                    ip = k.pod_ip(&ns, &name);
+                }
+                ip.as_ref().is_some_and(|ip| set_has(v, &set, ip))
+            })
+            .await;
+        // The annotation is not an NB event: poll it until the set has the address.
+        let mut ok = ok;
+        while !ok && at.elapsed() < Duration::from_secs(10) {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            if ip.is_none() {
+                ip = k.pod_ip(&ns, &name);
+            }
+            ok = ip
+                .as_ref()
+                .is_some_and(|ip| set_has(&cache.view(), &set, ip));
+        }
+        let end = Instant::now();
+        assert!(ok, "{ns}/{name} never in {set}");
+        lat.push(end.duration_since(at).as_secs_f64() * 1000.0);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let (t, r) = cost(&updates.lock().unwrap(), at, Instant::now());
+        per_txns.push(t as f64);
+        per_rows.push(r as f64);
+    }
+    println!(
+        "pod add ({changes}, one at a time, app=web): its address in the set in NB after p50 {:.2} ms, p99 {:.2} \
+         ms, max {:.2} ms (address allocation and switch port included); NB transactions each: max {}, rows \
+         each: p50 {}, max {}",
+        pct(&mut lat, 0.5),
+        pct(&mut lat, 0.99),
+        pct(&mut lat, 1.0),
+        pct(&mut per_txns, 1.0),
+        pct(&mut per_rows, 0.5),
+        pct(&mut per_rows, 1.0)
+    );
+
+    // 4. Restart with everything in place.
+    kill(child);
+    let (_mon2, updates) = monitor_all(&nb_addr).await;
+    let t = Instant::now();
+    child = spawn_controller(dir.path(), &kubeconfig, &nb_addr, 2);
+    let marker = json!({"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+        "metadata": {"name": "after-restart", "namespace": ns_name(0)},
+        "spec": {"podSelector": {}, "ingress": [{"from": [{"podSelector": {"matchLabels": {"app": "web"}}}],
+                 "ports": [{"port": 81}]}]}});
+    store.create(&np_info, Some(&ns_name(0)), marker).unwrap();
+    let owner = format!("NetworkPolicy/{}/after-restart", ns_name(0));
+    let ok = cache
+        .wait_for(limit, |v| owners(v).contains(&owner))
+        .await;
+    let steady = t.elapsed().as_secs_f64();
+    assert!(ok, "the policy created after the restart never got its ACL");
+    let (cpu, rss) = usage(child.id());
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    // Every transaction but the marker's: one inserting its ACL and adding it to the namespace's group.
+    let foreign: Vec<BTreeMap<String, usize>> = updates
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(_, u)| {
+            let own_acl = u.get(nb::Acl::TABLE).is_some_and(|rows| {
+                rows.values().all(|ch| match ch {
+                    RowUpdate::Insert(r) => r
+                        .get(nb::Acl::EXTERNAL_IDS)
+                        .and_then(Datum::as_map)
+                        .is_some_and(|m| {
+                            m.iter()
+                                .any(|(k, v)| k.as_str() == Some("policy") && v.as_str() == Some(&owner))
+                        }),
+                    _ => false,
+                })
+            });
+            !(own_acl && u.keys().all(|t| t == nb::Acl::TABLE || t == nb::PortGroup::TABLE))
+        })
+        .map(|(_, u)| u.iter().map(|(t, r)| (t.clone(), r.len())).collect())
+        .collect();
+    println!(
+        "restart with {} policies: steady (a policy created after the restart has its ACL) after {steady:.2} s \
+         (target <= 3 s); {cpu:.2} s CPU, RSS {:.1} MiB; NB transactions that changed anything else, within a \
+         second after: {} {:?}",
+        n_ns * 4 + 1,
+        rss / 1048576.0,
+        foreign.len(),
+        foreign
+    );
+    kill(child);
+    drop(api);
+    drop(nbs);
+    drop(dir);
+    // Background watches and connections would keep the runtime's shutdown waiting.
+    std::process::exit(0);
+}
