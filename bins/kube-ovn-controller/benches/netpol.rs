@@ -18,6 +18,11 @@
 //! 4. restart: the controller killed (SIGKILL) and started again: time until a policy created after the
 //!    restart has its ACL, and the NB transactions that changed anything else.
 //!
+//! 5. logical flows: ovn-northd on a fresh NB and SB, `NP_BENCH_LFLOW_NAMESPACES` namespaces (default 50) of
+//!    the same shape: `ovn-sbctl lflow-list` lines and Logical_Flow rows without policies, with ours, and with
+//!    the same policies written as Kube-OVN writes them (a port group, allow and except address sets and a
+//!    drop per policy, nothing shared), with the port group, address set and ACL rows of each.
+//!
 //! `CTRL_BENCH_BIN=PATH` benchmarks that controller binary instead of this build's. `cargo test --benches`
 //! runs a small smoke version.
 
@@ -37,9 +42,10 @@ use kubeovn_core::netpol::{Pods, Selector, SetKey};
 use kubeovn_ovn::cache::{Cache, CacheBuilder, CacheView};
 use kubeovn_ovn::models::nb;
 use kubeovn_ovn::monitor::{RowUpdate, TableUpdates};
+use kubeovn_ovn::northbound::Batch;
 use kubeovn_ovn::{Client, Datum, Model};
 use serde_json::{json, Value};
-use support::{env, monitor_all, pct, spawn_controller, start_api, usage};
+use support::{env, monitor_all, pct, spawn_controller, start_api, usage, Northd};
 
 const NB_DB: &str = "OVN_Northbound";
 const PODS_PER_NS: usize = 10;
@@ -150,6 +156,7 @@ async fn main() {
     let n_ns = env("NP_BENCH_NAMESPACES", if full { 500 } else { 10 }).max(1);
     let changes = env("NP_BENCH_CHANGES", if full { 200 } else { 10 }).min(n_ns * PODS_PER_NS / 2);
     let limit = Duration::from_secs(if full { 300 } else { 60 });
+    let lflow_ns = env("NP_BENCH_LFLOW_NAMESPACES", if full { 50 } else { 4 }).max(1);
     if !common::have("ovsdb-server") {
         return;
     }
@@ -308,8 +315,10 @@ async fn main() {
         pct(&mut per_rows, 1.0)
     );
 
-    // 3. Pod adds, one at a time.
+    // 3. Pod adds, one at a time: from the create, and from the address annotation (what the policy watch
+    // reacts to) to the address in the set.
     let mut lat = Vec::new();
+    let mut from_ann = Vec::new();
     let mut per_txns = Vec::new();
     let mut per_rows = Vec::new();
     for c in 0..changes {
@@ -320,29 +329,22 @@ async fn main() {
         k.store
             .create(&k.pods, Some(&ns), pod(&ns, &name, "web"))
             .unwrap();
-        let mut ip = None;
-        let ok = cache
-            .wait_for(Duration::from_secs(10), |v| {
-                if ip.is_none() {
-                    ip = k.pod_ip(&ns, &name);
-                }
-                ip.as_ref().is_some_and(|ip| set_has(v, &set, ip))
-            })
-            .await;
-        // The annotation is not an NB event: poll it until the set has the address.
-        let mut ok = ok;
-        while !ok && at.elapsed() < Duration::from_secs(10) {
-            tokio::time::sleep(Duration::from_millis(1)).await;
+        // The annotation is not an NB event: both are polled.
+        let mut ip: Option<(String, Instant)> = None;
+        let end = loop {
             if ip.is_none() {
-                ip = k.pod_ip(&ns, &name);
+                ip = k.pod_ip(&ns, &name).map(|a| (a, Instant::now()));
             }
-            ok = ip
-                .as_ref()
-                .is_some_and(|ip| set_has(&cache.view(), &set, ip));
-        }
-        let end = Instant::now();
-        assert!(ok, "{ns}/{name} never in {set}");
+            if let Some((a, _)) = &ip {
+                if set_has(&cache.view(), &set, a) {
+                    break Instant::now();
+                }
+            }
+            assert!(at.elapsed() < Duration::from_secs(10), "{ns}/{name} never in {set}");
+            tokio::time::sleep(Duration::from_micros(200)).await;
+        };
         lat.push(end.duration_since(at).as_secs_f64() * 1000.0);
+        from_ann.push(end.duration_since(ip.unwrap().1).as_secs_f64() * 1000.0);
         tokio::time::sleep(Duration::from_millis(20)).await;
         let (t, r) = cost(&updates.lock().unwrap(), at, Instant::now());
         per_txns.push(t as f64);
@@ -350,11 +352,13 @@ async fn main() {
     }
     println!(
         "pod add ({changes}, one at a time, app=web): its address in the set in NB after p50 {:.2} ms, p99 {:.2} \
-         ms, max {:.2} ms (address allocation and switch port included); NB transactions each: max {}, rows \
-         each: p50 {}, max {}",
+         ms, max {:.2} ms from the create (address allocation and switch port included), p50 {:.2} ms, p99 {:.2} \
+         ms from its address annotation; NB transactions each (port and sets): max {}, rows each: p50 {}, max {}",
         pct(&mut lat, 0.5),
         pct(&mut lat, 0.99),
         pct(&mut lat, 1.0),
+        pct(&mut from_ann, 0.5),
+        pct(&mut from_ann, 0.99),
         pct(&mut per_txns, 1.0),
         pct(&mut per_rows, 0.5),
         pct(&mut per_rows, 1.0)
@@ -410,9 +414,211 @@ async fn main() {
         foreign
     );
     kill(child);
+    drop(cache);
     drop(api);
     drop(nbs);
+
+    // 5. Logical flows: ours against the same policies written the way Kube-OVN writes them.
+    if let Some(northd) = Northd::start() {
+        lflows(&northd, dir.path(), lflow_ns, limit).await;
+    }
     drop(dir);
     // Background watches and connections would keep the runtime's shutdown waiting.
     std::process::exit(0);
+}
+
+/// Creates `n_ns` namespaces of the benchmark's shape (pods and, with `with_policies`, policies).
+fn load(store: &Store, n_ns: usize, with_policies: bool) {
+    let ns_info = store.resource("", "v1", "namespaces").unwrap();
+    let pods = store.resource("", "v1", "pods").unwrap();
+    let np_info = store
+        .resource("networking.k8s.io", "v1", "networkpolicies")
+        .unwrap();
+    for i in 0..n_ns {
+        let ns = ns_name(i);
+        if !with_policies {
+            store
+                .create(
+                    &ns_info,
+                    None,
+                    json!({"apiVersion": "v1", "kind": "Namespace",
+                           "metadata": {"name": ns, "labels": {"team": format!("t{}", i % 10)}}}),
+                )
+                .unwrap();
+            for j in 0..PODS_PER_NS {
+                let app = if j < PODS_PER_NS / 2 { "web" } else { "db" };
+                store
+                    .create(&pods, Some(&ns), pod(&ns, &format!("p-{j}"), app))
+                    .unwrap();
+            }
+        } else {
+            for p in policies(&ns, i) {
+                store.create(&np_info, Some(&ns), p).unwrap();
+            }
+        }
+    }
+}
+
+/// Port group, address set and ACL rows in NB.
+fn rows(v: &CacheView<'_>) -> (usize, usize, usize) {
+    (
+        v.rows(nb::PortGroup::TABLE).count(),
+        v.rows(nb::AddressSet::TABLE).count(),
+        v.rows(nb::Acl::TABLE).count(),
+    )
+}
+
+/// The benchmark's policies as Kube-OVN writes them: per policy a port group of its pods (`<name>.<ns>`),
+/// an allow and an except address set per rule, a drop, the node allow and an allow per rule.
+fn kube_ovn_style(n_ns: usize, pods: &[(String, String, String, String)]) -> Batch {
+    use kubeovn_ovn::northbound::{Acl, AclAction, AclDirection, AclParent, AclSet, AddressSet, PortGroup};
+    let mut b = Batch::new();
+    let port = |p: &(String, String, String, String)| format!("{}.{}", p.1, p.0);
+    for i in 0..n_ns {
+        let ns = ns_name(i);
+        let in_ns: Vec<&(String, String, String, String)> = pods.iter().filter(|p| p.0 == ns).collect();
+        let web: Vec<&(String, String, String, String)> =
+            in_ns.iter().copied().filter(|p| p.2 == "web").collect();
+        let team: Vec<&(String, String, String, String)> = pods
+            .iter()
+            .filter(|p| p.0.trim_start_matches("ns-").parse::<usize>().unwrap() % 10 == i % 10)
+            .collect();
+        // (policy, its pods, the allow set's members, the except set's members, the port clause)
+        let rules: [(&str, &Vec<&(String, String, String, String)>, Option<Vec<String>>, Vec<String>, &str); 4] = [
+            ("deny", &in_ns, None, vec![], ""),
+            ("from-web", &in_ns, Some(web.iter().map(|p| p.3.clone()).collect()), vec![], ""),
+            ("from-team", &in_ns, Some(team.iter().map(|p| p.3.clone()).collect()), vec![], ""),
+            ("from-cidr", &web, Some(vec!["10.0.0.0/8".into()]), vec!["10.1.0.0/16".into()], " && tcp.dst == 80"),
+        ];
+        for (name, members, allow, except, ports) in rules {
+            let pg = format!("{name}.{ns}").replace('-', ".");
+            b.add(PortGroup::new(&pg).ports(members.iter().map(|p| port(p))).external_id("np", format!("{ns}/{name}")));
+            let mut acls = vec![
+                Acl::new(AclParent::PortGroup(pg.clone()), AclDirection::ToLport, 2000, format!("outport == @{pg} && ip"), AclAction::Drop),
+                Acl::new(AclParent::PortGroup(pg.clone()), AclDirection::ToLport, 3000,
+                         format!("ip4.src == 100.64.0.0/16 && outport == @{pg}"), AclAction::AllowRelated),
+            ];
+            if let Some(allow) = allow {
+                let a = format!("{pg}.ingress.allow.IPv4.0");
+                let e = format!("{pg}.ingress.except.IPv4.0");
+                b.add(AddressSet::new(&a, allow));
+                b.add(AddressSet::new(&e, except));
+                acls.push(Acl::new(
+                    AclParent::PortGroup(pg.clone()),
+                    AclDirection::ToLport,
+                    2001,
+                    format!("ip4.src == ${a} && ip4.src != ${e} && outport == @{pg} && ip{ports}"),
+                    AclAction::AllowRelated,
+                ));
+            }
+            b.add(AclSet::new(AclParent::PortGroup(pg.clone()), "np", format!("{ns}/{name}"), acls));
+        }
+    }
+    b
+}
+
+/// Part 5 (see the module doc).
+async fn lflows(northd: &Northd, dir: &std::path::Path, n_ns: usize, limit: Duration) {
+    use kubeovn_ovn::northbound::{Northbound, Op, OvsdbNorthbound};
+    let nb_addr = northd.nb.unix_remote();
+    let client = Client::connect(&nb_addr).await.unwrap();
+    let cache: Cache = CacheBuilder::new(NB_DB)
+        .table(nb::Acl::TABLE)
+        .table(nb::AddressSet::TABLE)
+        .table(nb::PortGroup::TABLE)
+        .table_columns(nb::LogicalSwitchPort::TABLE, [nb::LogicalSwitchPort::NAME])
+        .start(&client)
+        .await
+        .unwrap();
+    let (api, kubeconfig) = start_api(&dir.join("kubeconfig-lflows")).await;
+    let store = api.store();
+    load(store, n_ns, false);
+    let child = spawn_controller(dir, &kubeconfig, &nb_addr, 3);
+    let n_pods = n_ns * PODS_PER_NS;
+    let ok = cache
+        .wait_for(limit, |v| {
+            v.rows(nb::LogicalSwitchPort::TABLE)
+                .filter(|r| r.get_str(nb::LogicalSwitchPort::NAME).contains(".ns-"))
+                .count()
+                >= n_pods
+        })
+        .await;
+    assert!(ok, "lflows: the pods' ports never all showed in NB");
+    let podinfo = store.resource("", "v1", "pods").unwrap();
+    let mut pods = Vec::new();
+    let t = Instant::now();
+    for i in 0..n_ns {
+        for j in 0..PODS_PER_NS {
+            let (ns, name) = (ns_name(i), format!("p-{j}"));
+            let ip = loop {
+                let p = store.get(&podinfo, Some(&ns), &name).unwrap();
+                if let Some(ip) = p["metadata"]["annotations"]["ovn.kubernetes.io/ip_address"].as_str() {
+                    break ip.to_owned();
+                }
+                assert!(t.elapsed() < limit, "lflows: {ns}/{name} never annotated");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            };
+            let app = if j < PODS_PER_NS / 2 { "web" } else { "db" };
+            pods.push((ns, name, app.to_owned(), ip));
+        }
+    }
+    northd.sync();
+    let (l0, r0) = northd.lflows();
+    load(store, n_ns, true);
+    let want = n_ns * 4;
+    let ok = cache
+        .wait_for(limit, |v| {
+            owners(v).iter().filter(|o| o.starts_with("NetworkPolicy/")).count() >= n_ns * 3
+        })
+        .await;
+    assert!(ok, "lflows: the policies' ACLs never all showed in NB");
+    kill(child);
+    northd.sync();
+    let (l1, r1) = northd.lflows();
+    let ours = rows(&cache.view());
+    // Ours out, Kube-OVN's in, on the same switches and ports.
+    let nb = OvsdbNorthbound::connect(&nb_addr).await.unwrap();
+    let mut b = Batch::new();
+    for r in cache.rows(nb::PortGroup::TABLE) {
+        let n = r.get_str(nb::PortGroup::NAME);
+        if n.starts_with("pg_") || n.starts_with("np_") {
+            b.add(Op::DeletePortGroup(n.to_owned()));
+        }
+    }
+    for r in cache.rows(nb::AddressSet::TABLE) {
+        let n = r.get_str(nb::AddressSet::NAME);
+        if n.starts_with("as_") {
+            b.add(Op::DeleteAddressSet(n.to_owned()));
+        }
+    }
+    nb.commit(b).await.unwrap();
+    cache
+        .wait_for(limit, |v| {
+            !v.rows(nb::PortGroup::TABLE)
+                .any(|r| r.get_str(nb::PortGroup::NAME).starts_with("np_"))
+        })
+        .await;
+    let base = rows(&cache.view());
+    nb.commit(kube_ovn_style(n_ns, &pods)).await.unwrap();
+    let ok = cache
+        .wait_for(limit, |v| rows(v).0 >= base.0 + want)
+        .await;
+    assert!(ok, "lflows: Kube-OVN's port groups never all showed in NB");
+    northd.sync();
+    let (l2, r2) = northd.lflows();
+    let theirs = rows(&cache.view());
+    println!(
+        "logical flows (lflow-list lines / Logical_Flow rows) for {want} policies over {n_pods} pods: none {l0} / \
+         {r0}; ours {l1} / {r1} (the policies' own {} / {}); Kube-OVN's way {l2} / {r2} (their own {} / {})",
+        l1 - l0,
+        r1 - r0,
+        l2 - l0,
+        r2 - r0
+    );
+    println!(
+        "  NB rows (port groups, address sets, ACLs): ours {:?}, Kube-OVN's way {:?} (before either: {:?})",
+        (ours.0 - base.0, ours.1 - base.1, ours.2 - base.2),
+        (theirs.0 - base.0, theirs.1 - base.1, theirs.2 - base.2),
+        base
+    );
 }

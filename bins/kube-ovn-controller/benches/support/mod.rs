@@ -144,3 +144,92 @@ pub async fn monitor_all(remote: &str) -> (Client, Updates) {
     (client, updates)
 }
 
+
+/// NB, SB and ovn-northd in a temporary directory; northd stopped by pid when dropped.
+pub struct Northd {
+    pub nb: common::OvsdbServer,
+    pub sb: common::OvsdbServer,
+    northd: Child,
+}
+
+impl Northd {
+    pub fn start() -> Option<Northd> {
+        if !common::have("ovn-northd") || !common::have("ovn-sbctl") {
+            return None;
+        }
+        let nb = common::start_nb()?;
+        let sb = common::OvsdbServer::start(
+            "/usr/share/ovn/ovn-sb.ovsschema",
+            common::ovn::Storage::Standalone,
+            false,
+        )?;
+        let d = nb.dir.path();
+        let northd = Command::new("ovn-northd")
+            .arg(format!("--ovnnb-db={}", nb.unix_remote()))
+            .arg(format!("--ovnsb-db={}", sb.unix_remote()))
+            .arg(format!("--pidfile={}", d.join("northd.pid").display()))
+            .arg(format!("--log-file={}", d.join("northd.log").display()))
+            .arg(format!("--unixctl={}", d.join("northd.ctl").display()))
+            .arg("-vconsole:off")
+            .env("OVN_RUNDIR", d)
+            .env("OVS_RUNDIR", d)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        Some(Northd { nb, sb, northd })
+    }
+
+    /// Waits until northd has translated NB as it is now into SB.
+    pub fn sync(&self) {
+        let out = Command::new("ovn-nbctl")
+            .arg(format!("--db={}", self.nb.unix_remote()))
+            .args(["--timeout=300", "--wait=sb", "sync"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "ovn-nbctl --wait=sb sync: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// `ovn-sbctl lflow-list` lines and Logical_Flow rows (a row with a datapath group is listed once per
+    /// datapath).
+    pub fn lflows(&self) -> (usize, usize) {
+        let sbctl = |args: &[&str]| {
+            let out = Command::new("ovn-sbctl")
+                .arg(format!("--db={}", self.sb.unix_remote()))
+                .arg("--timeout=120")
+                .args(args)
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "ovn-sbctl {args:?}");
+            out.stdout
+        };
+        let lines = sbctl(&["lflow-list"])
+            .iter()
+            .filter(|b| **b == b'\n')
+            .count();
+        let rows = String::from_utf8(sbctl(&[
+            "--bare",
+            "--columns=_uuid",
+            "list",
+            "Logical_Flow",
+        ]))
+        .unwrap()
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .count();
+        (lines, rows)
+    }
+}
+
+impl Drop for Northd {
+    fn drop(&mut self) {
+        let _ = self.northd.kill();
+        let _ = self.northd.wait();
+    }
+}
+
