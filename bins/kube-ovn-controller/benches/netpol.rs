@@ -170,10 +170,7 @@ async fn main() {
     let cache: Cache = CacheBuilder::new(NB_DB)
         .table(nb::Acl::TABLE)
         .table(nb::AddressSet::TABLE)
-        .table_columns(
-            nb::LogicalSwitchPort::TABLE,
-            [nb::LogicalSwitchPort::NAME],
-        )
+        .table_columns(nb::LogicalSwitchPort::TABLE, [nb::LogicalSwitchPort::NAME])
         .start(&client)
         .await
         .unwrap();
@@ -220,7 +217,10 @@ async fn main() {
     assert!(programmed, "the pods' ports never all showed in NB");
     // Their annotations follow the ports.
     let t_ann = Instant::now();
-    while (0..n_ns).any(|i| k.pod_ip(&ns_name(i), &format!("p-{}", PODS_PER_NS - 1)).is_none()) {
+    while (0..n_ns).any(|i| {
+        k.pod_ip(&ns_name(i), &format!("p-{}", PODS_PER_NS - 1))
+            .is_none()
+    }) {
         assert!(t_ann.elapsed() < limit, "pods never annotated");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -272,7 +272,10 @@ async fn main() {
     } else {
         let o = owners(&cache.view());
         let missing = want.iter().filter(|w| !o.contains(*w)).count();
-        println!("cold start: {missing} of {} owners without ACLs after {took:.0} s", want.len());
+        println!(
+            "cold start: {missing} of {} owners without ACLs after {took:.0} s",
+            want.len()
+        );
         kill(child);
         std::process::exit(1);
     }
@@ -340,7 +343,10 @@ async fn main() {
                     break Instant::now();
                 }
             }
-            assert!(at.elapsed() < Duration::from_secs(10), "{ns}/{name} never in {set}");
+            assert!(
+                at.elapsed() < Duration::from_secs(10),
+                "{ns}/{name} never in {set}"
+            );
             tokio::time::sleep(Duration::from_micros(200)).await;
         };
         lat.push(end.duration_since(at).as_secs_f64() * 1000.0);
@@ -375,9 +381,7 @@ async fn main() {
                  "ports": [{"port": 81}]}]}});
     store.create(&np_info, Some(&ns_name(0)), marker).unwrap();
     let owner = format!("NetworkPolicy/{}/after-restart", ns_name(0));
-    let ok = cache
-        .wait_for(limit, |v| owners(v).contains(&owner))
-        .await;
+    let ok = cache.wait_for(limit, |v| owners(v).contains(&owner)).await;
     let steady = t.elapsed().as_secs_f64();
     assert!(ok, "the policy created after the restart never got its ACL");
     let (cpu, rss) = usage(child.id());
@@ -394,13 +398,16 @@ async fn main() {
                         .get(nb::Acl::EXTERNAL_IDS)
                         .and_then(Datum::as_map)
                         .is_some_and(|m| {
-                            m.iter()
-                                .any(|(k, v)| k.as_str() == Some("policy") && v.as_str() == Some(&owner))
+                            m.iter().any(|(k, v)| {
+                                k.as_str() == Some("policy") && v.as_str() == Some(&owner)
+                            })
                         }),
                     _ => false,
                 })
             });
-            !(own_acl && u.keys().all(|t| t == nb::Acl::TABLE || t == nb::PortGroup::TABLE))
+            !(own_acl
+                && u.keys()
+                    .all(|t| t == nb::Acl::TABLE || t == nb::PortGroup::TABLE))
         })
         .map(|(_, u)| u.iter().map(|(t, r)| (t.clone(), r.len())).collect())
         .collect();
@@ -468,35 +475,83 @@ fn rows(v: &CacheView<'_>) -> (usize, usize, usize) {
     )
 }
 
+/// A pod of the logical-flow cluster: namespace, name, `app` label, address.
+type BenchPod = (String, String, String, String);
+
+/// A policy as Kube-OVN writes it: name, its pods, the allow set's members (None: a deny), the except set's
+/// members, the port clause.
+type KubeOvnRule<'a> = (
+    &'a str,
+    &'a Vec<&'a BenchPod>,
+    Option<Vec<String>>,
+    Vec<String>,
+    &'a str,
+);
+
 /// The benchmark's policies as Kube-OVN writes them: per policy a port group of its pods (`<name>.<ns>`),
 /// an allow and an except address set per rule, a drop, the node allow and an allow per rule.
 fn kube_ovn_style(n_ns: usize, pods: &[(String, String, String, String)]) -> Batch {
-    use kubeovn_ovn::northbound::{Acl, AclAction, AclDirection, AclParent, AclSet, AddressSet, PortGroup};
+    use kubeovn_ovn::northbound::{
+        Acl, AclAction, AclDirection, AclParent, AclSet, AddressSet, PortGroup,
+    };
     let mut b = Batch::new();
     let port = |p: &(String, String, String, String)| format!("{}.{}", p.1, p.0);
     for i in 0..n_ns {
         let ns = ns_name(i);
-        let in_ns: Vec<&(String, String, String, String)> = pods.iter().filter(|p| p.0 == ns).collect();
+        let in_ns: Vec<&(String, String, String, String)> =
+            pods.iter().filter(|p| p.0 == ns).collect();
         let web: Vec<&(String, String, String, String)> =
             in_ns.iter().copied().filter(|p| p.2 == "web").collect();
         let team: Vec<&(String, String, String, String)> = pods
             .iter()
             .filter(|p| p.0.trim_start_matches("ns-").parse::<usize>().unwrap() % 10 == i % 10)
             .collect();
-        // (policy, its pods, the allow set's members, the except set's members, the port clause)
-        let rules: [(&str, &Vec<&(String, String, String, String)>, Option<Vec<String>>, Vec<String>, &str); 4] = [
+        let rules: [KubeOvnRule<'_>; 4] = [
             ("deny", &in_ns, None, vec![], ""),
-            ("from-web", &in_ns, Some(web.iter().map(|p| p.3.clone()).collect()), vec![], ""),
-            ("from-team", &in_ns, Some(team.iter().map(|p| p.3.clone()).collect()), vec![], ""),
-            ("from-cidr", &web, Some(vec!["10.0.0.0/8".into()]), vec!["10.1.0.0/16".into()], " && tcp.dst == 80"),
+            (
+                "from-web",
+                &in_ns,
+                Some(web.iter().map(|p| p.3.clone()).collect()),
+                vec![],
+                "",
+            ),
+            (
+                "from-team",
+                &in_ns,
+                Some(team.iter().map(|p| p.3.clone()).collect()),
+                vec![],
+                "",
+            ),
+            (
+                "from-cidr",
+                &web,
+                Some(vec!["10.0.0.0/8".into()]),
+                vec!["10.1.0.0/16".into()],
+                " && tcp.dst == 80",
+            ),
         ];
         for (name, members, allow, except, ports) in rules {
             let pg = format!("{name}.{ns}").replace('-', ".");
-            b.add(PortGroup::new(&pg).ports(members.iter().map(|p| port(p))).external_id("np", format!("{ns}/{name}")));
+            b.add(
+                PortGroup::new(&pg)
+                    .ports(members.iter().map(|p| port(p)))
+                    .external_id("np", format!("{ns}/{name}")),
+            );
             let mut acls = vec![
-                Acl::new(AclParent::PortGroup(pg.clone()), AclDirection::ToLport, 2000, format!("outport == @{pg} && ip"), AclAction::Drop),
-                Acl::new(AclParent::PortGroup(pg.clone()), AclDirection::ToLport, 3000,
-                         format!("ip4.src == 100.64.0.0/16 && outport == @{pg}"), AclAction::AllowRelated),
+                Acl::new(
+                    AclParent::PortGroup(pg.clone()),
+                    AclDirection::ToLport,
+                    2000,
+                    format!("outport == @{pg} && ip"),
+                    AclAction::Drop,
+                ),
+                Acl::new(
+                    AclParent::PortGroup(pg.clone()),
+                    AclDirection::ToLport,
+                    3000,
+                    format!("ip4.src == 100.64.0.0/16 && outport == @{pg}"),
+                    AclAction::AllowRelated,
+                ),
             ];
             if let Some(allow) = allow {
                 let a = format!("{pg}.ingress.allow.IPv4.0");
@@ -511,7 +566,12 @@ fn kube_ovn_style(n_ns: usize, pods: &[(String, String, String, String)]) -> Bat
                     AclAction::AllowRelated,
                 ));
             }
-            b.add(AclSet::new(AclParent::PortGroup(pg.clone()), "np", format!("{ns}/{name}"), acls));
+            b.add(AclSet::new(
+                AclParent::PortGroup(pg.clone()),
+                "np",
+                format!("{ns}/{name}"),
+                acls,
+            ));
         }
     }
     b
@@ -552,7 +612,9 @@ async fn lflows(northd: &Northd, dir: &std::path::Path, n_ns: usize, limit: Dura
             let (ns, name) = (ns_name(i), format!("p-{j}"));
             let ip = loop {
                 let p = store.get(&podinfo, Some(&ns), &name).unwrap();
-                if let Some(ip) = p["metadata"]["annotations"]["ovn.kubernetes.io/ip_address"].as_str() {
+                if let Some(ip) =
+                    p["metadata"]["annotations"]["ovn.kubernetes.io/ip_address"].as_str()
+                {
                     break ip.to_owned();
                 }
                 assert!(t.elapsed() < limit, "lflows: {ns}/{name} never annotated");
@@ -568,7 +630,11 @@ async fn lflows(northd: &Northd, dir: &std::path::Path, n_ns: usize, limit: Dura
     let want = n_ns * 4;
     let ok = cache
         .wait_for(limit, |v| {
-            owners(v).iter().filter(|o| o.starts_with("NetworkPolicy/")).count() >= n_ns * 3
+            owners(v)
+                .iter()
+                .filter(|o| o.starts_with("NetworkPolicy/"))
+                .count()
+                >= n_ns * 3
         })
         .await;
     assert!(ok, "lflows: the policies' ACLs never all showed in NB");
@@ -600,9 +666,7 @@ async fn lflows(northd: &Northd, dir: &std::path::Path, n_ns: usize, limit: Dura
         .await;
     let base = rows(&cache.view());
     nb.commit(kube_ovn_style(n_ns, &pods)).await.unwrap();
-    let ok = cache
-        .wait_for(limit, |v| rows(v).0 >= base.0 + want)
-        .await;
+    let ok = cache.wait_for(limit, |v| rows(v).0 >= base.0 + want).await;
     assert!(ok, "lflows: Kube-OVN's port groups never all showed in NB");
     northd.sync();
     let (l2, r2) = northd.lflows();

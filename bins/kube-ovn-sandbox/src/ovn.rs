@@ -217,9 +217,8 @@ impl OvnStack {
             .transact(&Transaction::new("Open_vSwitch").op(Operation::insert("Open_vSwitch")))
             .await?;
         let mut vswitchd = Command::new("ovs-vswitchd");
-        // Restarted by its monitor if it crashes, as OVS runs in production: OVS 3.1's userspace conntrack
-        // can abort (`conntrack.c:1063: assertion conn->conn_type == CT_CONN_TYPE_DEFAULT failed`) under many
-        // short connections, which the policy tests make.
+        // Restarted by its monitor if it crashes, as OVS runs in production (OVS 3.1's userspace conntrack
+        // has aborted here: see `no_zero_snat`).
         vswitchd.arg(self.ovs_remote()).arg("--monitor");
         self.spawn("ovs-vswitchd", "vswitchd", vswitchd)?;
         if self.opts.configure_chassis {
@@ -232,6 +231,49 @@ impl OvnStack {
         if self.opts.configure_chassis {
             self.wait_chassis().await?;
         }
+        if self.opts.datapath_type == "netdev" {
+            self.no_zero_snat().await?;
+        }
+        Ok(())
+    }
+
+    /// Stops ovn-controller committing connections with an all-zero SNAT (`ct_commit` as `ct(commit,
+    /// nat(src))`) on this userspace datapath: OVS 3.1's userspace conntrack keeps an un-NAT entry for each
+    /// such commit under the reply's own key, and a reply that meets it first aborts ovs-vswitchd
+    /// (`conntrack.c:1063: assertion conn->conn_type == CT_CONN_TYPE_DEFAULT failed`), which every connection a
+    /// stateful ACL allows risks. ovn-controller takes the feature from the datapath's `capabilities`, which
+    /// ovs-vswitchd writes once, when they are empty (they stay as set here across its restarts).
+    async fn no_zero_snat(&self) -> Result<(), SandboxError> {
+        use kubeovn_ovn::ops::OperationResult;
+        use kubeovn_ovn::Datum;
+        let ovs = Client::connect(&self.ovs_remote()).await?;
+        let t0 = Instant::now();
+        loop {
+            let txn = Transaction::new("Open_vSwitch").op(Operation::select("Datapath"));
+            let written = match ovs.transact(&txn).await?.first() {
+                Some(OperationResult::Select(rows)) => rows.iter().any(|r| {
+                    r.get("capabilities")
+                        .and_then(Datum::as_map)
+                        .is_some_and(|m| m.iter().any(|(k, _)| k.as_str() == Some("ct_zero_snat")))
+                }),
+                _ => false,
+            };
+            if written {
+                break;
+            }
+            self.check_alive()?;
+            if t0.elapsed() > self.opts.start_timeout {
+                return Err(SandboxError::Timeout {
+                    what: "the datapath's capabilities in the Open_vSwitch database".into(),
+                    log: self.log_tail("vswitchd"),
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let txn = Transaction::new("Open_vSwitch").op(Operation::mutate("Datapath")
+            .delete("capabilities", Datum::set(["ct_zero_snat"]))
+            .insert("capabilities", Datum::map([("ct_zero_snat", "false")])));
+        ovs.transact(&txn).await?;
         Ok(())
     }
 

@@ -191,16 +191,38 @@ pub fn ask_name(
     udp: bool,
     timeout: Duration,
 ) -> Result<String, String> {
+    ask_name_from(src, addr, udp, timeout, 0)
+}
+
+/// [`ask_name`] from local port `port` (0: any). A caller that must not repeat a 5-tuple gives each ask a
+/// port of its own: a connection tracker may still hold the last connection of the same tuple, which the
+/// kernel's choice of port repeats often for TCP.
+pub fn ask_name_from(
+    src: &Path,
+    addr: std::net::SocketAddr,
+    udp: bool,
+    timeout: Duration,
+    port: u16,
+) -> Result<String, String> {
+    let local = std::net::SocketAddr::new(unspecified(addr.is_ipv6()), port);
     let got = in_netns(src, || {
         let mut buf = [0u8; 256];
         if udp {
-            let s = UdpSocket::bind((unspecified(addr.is_ipv6()), 0))?;
+            let s = UdpSocket::bind(local)?;
             s.set_read_timeout(Some(timeout))?;
             s.send_to(b"?", addr)?;
             let n = s.recv(&mut buf)?;
             Ok(buf[..n].to_vec())
         } else {
-            let mut c = TcpStream::connect_timeout(&addr, timeout)?;
+            let sock = socket2::Socket::new(
+                socket2::Domain::for_address(addr),
+                socket2::Type::STREAM,
+                Some(socket2::Protocol::TCP),
+            )?;
+            sock.set_reuse_address(true)?;
+            sock.bind(&local.into())?;
+            sock.connect_timeout(&addr.into(), timeout)?;
+            let mut c: TcpStream = sock.into();
             c.set_read_timeout(Some(timeout))?;
             let mut out = Vec::new();
             c.read_to_end(&mut out)?;

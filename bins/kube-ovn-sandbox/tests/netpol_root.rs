@@ -656,6 +656,9 @@ const PRIVATE_CIDR: &str = "10.250.0.0/24";
 struct Cluster {
     sb: Sandbox,
     world: World,
+    /// The next source port of each prober: no probe repeats another's 5-tuple (a connection tracker may
+    /// still hold the old connection, and the kernel's choice of port repeats often for TCP).
+    ports: std::sync::Mutex<BTreeMap<String, u16>>,
 }
 
 fn pod_json(ns: &str, name: &str, labels: &Labels) -> Value {
@@ -740,27 +743,34 @@ impl Cluster {
     fn probe(&self) -> Matrix {
         let node = PathBuf::from("/proc/self/ns/net");
         let mut jobs = Vec::new();
+        let mut ports = self.ports.lock().unwrap();
         let _ = self.world.matrix(|c| {
+            let src = c.src.map_or("node".into(), PodInfo::id);
+            let next = ports.entry(src.clone()).or_insert(20000);
+            *next = if *next >= 60000 { 20000 } else { *next + 1 };
             jobs.push((
                 c.src.map_or(node.clone(), |s| s.netns.clone()),
-                c.src.map_or("node".into(), PodInfo::id),
+                src,
                 c.dst.id(),
                 SocketAddr::new(c.dst.ip, c.port),
                 c.port,
                 c.proto,
+                *next,
             ));
             false
         });
+        drop(ports);
         let got: Vec<((String, String, u16, Proto), bool)> = std::thread::scope(|s| {
             let handles: Vec<_> = jobs
                 .iter()
-                .map(|(netns, src, dst, addr, port, proto)| {
+                .map(|(netns, src, dst, addr, port, proto, from)| {
                     s.spawn(move || {
-                        let r = kube_ovn_sandbox::transport::ask_name(
+                        let r = kube_ovn_sandbox::transport::ask_name_from(
                             netns,
                             *addr,
                             *proto == Proto::Udp,
                             Duration::from_millis(800),
+                            *from,
                         );
                         ((src.clone(), dst.clone(), *port, *proto), r.is_ok())
                     })
@@ -769,6 +779,33 @@ impl Cluster {
             handles.into_iter().map(|h| h.join().unwrap()).collect()
         });
         Matrix(got.into_iter().collect())
+    }
+
+    /// `; ovs-vswitchd aborted N times so far` when its log shows aborts (restarted by its monitor).
+    fn vswitchd_aborts(&self) -> String {
+        let log = std::fs::read_to_string(self.sb.dir.path().join("ovn/vswitchd.log"))
+            .unwrap_or_default();
+        match log.lines().filter(|l| l.contains("|EMER|")).count() {
+            0 => String::new(),
+            n => format!("; ovs-vswitchd aborted {n} times so far"),
+        }
+    }
+
+    /// Drops the datapath's cached flows, so that the next packets are translated with the OpenFlow rules of
+    /// now. OVS 3.1's userspace datapath can keep serving a megaflow cached after a recirculation with the
+    /// actions of rules that are gone (seen here: a peer's new connections still allowed or dropped as
+    /// before an ACL change while the OpenFlow rules were already right, for as long as traffic kept the
+    /// megaflow in use); the probes would then measure that cache, not the policies.
+    fn flush_datapath(&self) {
+        let out = std::process::Command::new("ovs-appctl")
+            .arg("-t")
+            .arg(self.sb.dir.path().join("ovn/vswitchd.ctl"))
+            .arg("dpctl/del-flows")
+            .output()
+            .unwrap();
+        if !out.status.success() {
+            eprintln!("dpctl/del-flows: {}", String::from_utf8_lossy(&out.stderr));
+        }
     }
 
     /// Waits until the probed matrix is the oracle's twice in a row (at most 20 s), and says how long it took.
@@ -784,14 +821,16 @@ impl Cluster {
                 if matched == 2 {
                     let blocked = want.0.values().filter(|v| !**v).count();
                     eprintln!(
-                        "scenario {scenario:?}: as expected ({blocked} of {} blocked) after {:.2} s",
+                        "scenario {scenario:?}: as expected ({blocked} of {} blocked) after {:.2} s{}",
                         want.0.len(),
-                        t0.elapsed().as_secs_f64()
+                        t0.elapsed().as_secs_f64(),
+                        self.vswitchd_aborts()
                     );
                     return;
                 }
             } else {
                 matched = 0;
+                self.flush_datapath();
             }
         }
         let mut grids = String::new();
@@ -834,6 +873,20 @@ impl Cluster {
             .output()
             .unwrap();
         let _ = std::fs::write(keep.join("openflow.txt"), &flows.stdout);
+        let ct = std::process::Command::new("ovs-appctl")
+            .arg("-t")
+            .arg(self.sb.dir.path().join("ovn/vswitchd.ctl"))
+            .args(["dpctl/dump-conntrack", "-m"])
+            .output()
+            .unwrap();
+        let _ = std::fs::write(keep.join("conntrack.txt"), &ct.stdout);
+        let dp = std::process::Command::new("ovs-appctl")
+            .arg("-t")
+            .arg(self.sb.dir.path().join("ovn/vswitchd.ctl"))
+            .args(["dpctl/dump-flows", "-m"])
+            .output()
+            .unwrap();
+        let _ = std::fs::write(keep.join("datapath.txt"), &dp.stdout);
         eprintln!("--- logical and OpenFlow flows kept in {}", keep.display());
         for log in ["ovn/vswitchd.log", "ovn/controller.log"] {
             let text = std::fs::read_to_string(self.sb.dir.path().join(log)).unwrap_or_default();
@@ -961,6 +1014,7 @@ fn network_policies_truth_table_in_the_sandbox() {
     let mut c = Cluster {
         sb,
         world: World::default(),
+        ports: Default::default(),
     };
     let namespaces: Vec<Value> = NAMESPACES
         .iter()

@@ -144,7 +144,6 @@ pub async fn monitor_all(remote: &str) -> (Client, Updates) {
     (client, updates)
 }
 
-
 /// NB, SB and ovn-northd in a temporary directory; northd stopped by pid when dropped.
 pub struct Northd {
     pub nb: common::OvsdbServer,
@@ -232,4 +231,3 @@ impl Drop for Northd {
         let _ = self.northd.wait();
     }
 }
-
