@@ -231,7 +231,8 @@ impl OvnStack {
         if self.opts.configure_chassis {
             self.wait_chassis().await?;
         }
-        if self.opts.datapath_type == "netdev" {
+        // Only on a chassis this stack configures: elsewhere the caller sets the bridge up later.
+        if self.opts.configure_chassis && self.opts.datapath_type == "netdev" {
             self.no_zero_snat().await?;
         }
         Ok(())

@@ -1008,7 +1008,10 @@ mod tests {
     fn crds_are_cluster_scoped_kubeovn() {
         let c = crds();
         assert!(c.len() >= 4);
-        assert!(c.iter().all(|c| c["spec"]["group"] == "kubeovn.io"));
+        // Kube-OVN's own, and the network-policy-api's admin policies.
+        assert!(c.iter().all(|c| c["spec"]["group"] == "kubeovn.io"
+            || c["spec"]["group"] == "policy.networking.k8s.io"));
+        assert!(c.iter().all(|c| c["spec"]["scope"] == "Cluster"));
         assert!(c.iter().any(|c| c["spec"]["names"]["plural"] == "subnets"));
     }
 

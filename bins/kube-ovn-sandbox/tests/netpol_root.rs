@@ -791,6 +791,61 @@ impl Cluster {
         }
     }
 
+    /// Waits until TCP to `vip` from each pod of `want` connects or not as it says (twice in a row, at most
+    /// 20 s).
+    fn check_service(&self, what: &str, vip: SocketAddr, want: &[(&str, bool)]) {
+        let t0 = Instant::now();
+        let mut matched = 0;
+        let mut last = Vec::new();
+        while t0.elapsed() < Duration::from_secs(20) {
+            let mut ports = self.ports.lock().unwrap();
+            let jobs: Vec<(&PodInfo, bool, u16)> = want
+                .iter()
+                .map(|(id, w)| {
+                    let p = self.world.pods.iter().find(|p| p.id() == *id).unwrap();
+                    let next = ports.entry(p.id()).or_insert(20000);
+                    *next = if *next >= 60000 { 20000 } else { *next + 1 };
+                    (p, *w, *next)
+                })
+                .collect();
+            drop(ports);
+            last = std::thread::scope(|s| {
+                let hs: Vec<_> = jobs
+                    .iter()
+                    .map(|(p, w, from)| {
+                        s.spawn(move || {
+                            let r = kube_ovn_sandbox::transport::ask_name_from(
+                                &p.netns,
+                                vip,
+                                false,
+                                Duration::from_millis(800),
+                                *from,
+                            );
+                            (p.id(), *w, r.is_ok())
+                        })
+                    })
+                    .collect();
+                hs.into_iter()
+                    .map(|h| h.join().unwrap())
+                    .collect::<Vec<_>>()
+            });
+            if last.iter().all(|(_, w, got)| w == got) {
+                matched += 1;
+                if matched == 2 {
+                    eprintln!(
+                        "scenario {what:?}: as expected after {:.2} s",
+                        t0.elapsed().as_secs_f64()
+                    );
+                    return;
+                }
+            } else {
+                matched = 0;
+                self.flush_datapath();
+            }
+        }
+        panic!("scenario {what:?}: TCP to {vip} (pod, expected, connected): {last:?}");
+    }
+
     /// Drops the datapath's cached flows, so that the next packets are translated with the OpenFlow rules of
     /// now. OVS 3.1's userspace datapath can keep serving a megaflow cached after a recirculation with the
     /// actions of rules that are gone (seen here: a peer's new connections still allowed or dropped as
@@ -1349,6 +1404,47 @@ fn network_policies_truth_table_in_the_sandbox() {
         )),
     );
     c.scenario("everything deleted", &[], &[], None);
+
+    // A Service is judged by the backend it is balanced to: x/a behind a ClusterIP, its ingress from y only,
+    // and y/c's egress only to x. Through the ClusterIP y/b and y/c connect (y/c's egress allows x/a after
+    // load balancing, not the ClusterIP), z/b and x/b do not (x/a's ingress).
+    c.sb.apply(&json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "xa", "namespace": "x"},
+        "spec": {"selector": {"pod": "a"}, "ports": [{"port": 8080, "targetPort": 80, "protocol": "TCP"}]}}));
+    let out = c.sb.kubectl(&[
+        "-n",
+        "x",
+        "get",
+        "service",
+        "xa",
+        "-o",
+        "jsonpath={.spec.clusterIP}",
+    ]);
+    let vip = SocketAddr::new(
+        String::from_utf8_lossy(&out.stdout).trim().parse().unwrap(),
+        8080,
+    );
+    c.check_service(
+        "a ClusterIP without policies",
+        vip,
+        &[("y/b", true), ("y/c", true), ("z/b", true), ("x/b", true)],
+    );
+    c.scenario(
+        "policies of a Service's backend and of its clients",
+        &[
+            np("x", "from-y", json!({"podSelector": pod_sel("a"), "ingress": [{"from": [{"namespaceSelector": ns_sel("y")}]}]})),
+            np("y", "c-to-x", json!({"podSelector": pod_sel("c"), "policyTypes": ["Egress"],
+                                     "egress": [{"to": [{"namespaceSelector": ns_sel("x")}]}]})),
+        ],
+        &[],
+        None,
+    );
+    c.check_service(
+        "a ClusterIP judged by its backend",
+        vip,
+        &[("y/b", true), ("y/c", true), ("z/b", false), ("x/b", false)],
+    );
+    c.kubectl_ok(&["-n", "x", "delete", "service", "xa"]);
+    c.scenario("policies deleted again", &[], &[], None);
 
     // A private Subnet: only its own block, allowSubnets (x/a) and the node reach its pods, and its pods reach
     // only those; a NetworkPolicy above it still decides for the pods it isolates.
