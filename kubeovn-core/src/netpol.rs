@@ -928,46 +928,31 @@ pub fn admin_policies(
         }
         let base = ANP_MAX_PRIORITY - 100 * i64::from(anp.spec.priority);
         let ingress = anp.spec.ingress.iter().map(|r| {
+            let action = match r.action {
+                A::Allow => AdminAction::Allow,
+                A::Deny => AdminAction::Deny,
+                A::Pass => AdminAction::Pass,
+            };
             (
                 Direction::Ingress,
-                r.action,
+                action,
                 admin_ingress_peers(&r.from),
                 r.ports.as_deref(),
             )
         });
         let egress = anp.spec.egress.iter().map(|r| {
-            (
-                Direction::Egress,
-                r.action,
-                admin_egress_peers(r.to.iter().map(|p| p.selection())),
-                r.ports.as_deref(),
-            )
+            let action = match r.action {
+                A::Allow => AdminAction::Allow,
+                A::Deny => AdminAction::Deny,
+                A::Pass => AdminAction::Pass,
+            };
+            let peers = admin_egress_peers(r.to.iter().map(|p| p.selection()));
+            (Direction::Egress, action, peers, r.ports.as_deref())
         });
-        let mut idx: BTreeMap<Direction, i64> = BTreeMap::new();
-        for (dir, action, peers, ports) in ingress.chain(egress).collect::<Vec<_>>() {
-            let i = idx.entry(dir).or_insert(0);
-            let priority = base - *i;
-            *i += 1;
-            let (peers, mut problems) = peers;
-            let ports = admin_ports(ports, &mut problems);
-            b.out.problems.extend(problems);
-            let (Some(peers), Some(ports)) = (peers, ports) else {
-                continue;
-            };
-            let rule = Rule {
-                direction: dir,
-                subject: subject.clone(),
-                peers,
-                ports,
-                priority,
-                verdict: if action == A::Deny {
-                    Verdict::Deny
-                } else {
-                    Verdict::Allow
-                },
-            };
+        for (action, rule) in admin_rules(&mut b, &subject, base, ingress.chain(egress)) {
+            let dir = rule.direction;
             let before = passes.get(&dir).cloned().unwrap_or_default();
-            if action == A::Pass {
+            if action == AdminAction::Pass {
                 let ms = b.matches_as(&rule, true);
                 passes
                     .entry(dir)
@@ -994,46 +979,30 @@ pub fn admin_policies(
         match checked {
             Err(e) => b.out.problems.push(e),
             Ok(subject) => {
+                let action = |a: B| match a {
+                    B::Allow => AdminAction::Allow,
+                    B::Deny => AdminAction::Deny,
+                };
                 let ingress = banp.spec.ingress.iter().map(|r| {
                     (
                         Direction::Ingress,
-                        r.action,
+                        action(r.action),
                         admin_ingress_peers(&r.from),
                         r.ports.as_deref(),
                     )
                 });
                 let egress = banp.spec.egress.iter().map(|r| {
+                    let peers = admin_egress_peers(r.to.iter().map(|p| p.selection()));
                     (
                         Direction::Egress,
-                        r.action,
-                        admin_egress_peers(r.to.iter().map(|p| p.selection())),
+                        action(r.action),
+                        peers,
                         r.ports.as_deref(),
                     )
                 });
-                let mut idx: BTreeMap<Direction, i64> = BTreeMap::new();
-                for (dir, action, (peers, mut problems), ports) in
-                    ingress.chain(egress).collect::<Vec<_>>()
+                for (_, rule) in
+                    admin_rules(&mut b, &subject, BANP_MAX_PRIORITY, ingress.chain(egress))
                 {
-                    let i = idx.entry(dir).or_insert(0);
-                    let priority = BANP_MAX_PRIORITY - *i;
-                    *i += 1;
-                    let ports = admin_ports(ports, &mut problems);
-                    b.out.problems.extend(problems);
-                    let (Some(peers), Some(ports)) = (peers, ports) else {
-                        continue;
-                    };
-                    let rule = Rule {
-                        direction: dir,
-                        subject: subject.clone(),
-                        peers,
-                        ports,
-                        priority,
-                        verdict: if action == B::Deny {
-                            Verdict::Deny
-                        } else {
-                            Verdict::Allow
-                        },
-                    };
                     b.add(&rule, "", false);
                 }
                 admin_node_allow(&mut b, &subject, node_cidrs);
@@ -1044,24 +1013,75 @@ pub fn admin_policies(
     out
 }
 
+/// What an admin rule does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum AdminAction {
+    Allow,
+    Deny,
+    /// On to NetworkPolicy (AdminNetworkPolicy only).
+    Pass,
+}
+
+/// An admin rule as read: direction, action, peers, ports.
+type AdminRule<'a> = (
+    Direction,
+    AdminAction,
+    Peers,
+    Option<&'a [crate::crd::AdminNetworkPolicyPort]>,
+);
+
+/// One admin policy's rules as [`Rule`]s of `subject`, each direction's at `base - index`; a rule whose
+/// peers or ports cannot be read is left out (closed), with its problems in the translation.
+fn admin_rules<'a>(
+    b: &mut RuleBuilder<'_>,
+    subject: &Pods,
+    base: i64,
+    rules: impl Iterator<Item = AdminRule<'a>>,
+) -> Vec<(AdminAction, Rule)> {
+    let mut idx: BTreeMap<Direction, i64> = BTreeMap::new();
+    let mut out = Vec::new();
+    for (dir, action, (peers, mut problems), ports) in rules {
+        let i = idx.entry(dir).or_insert(0);
+        let priority = base - *i;
+        *i += 1;
+        let ports = admin_ports(ports, &mut problems);
+        b.out.problems.extend(problems);
+        let (Some(peers), Some(ports)) = (peers, ports) else {
+            continue;
+        };
+        let verdict = if action == AdminAction::Deny {
+            Verdict::Deny
+        } else {
+            Verdict::Allow
+        };
+        out.push((
+            action,
+            Rule {
+                direction: dir,
+                subject: subject.clone(),
+                peers,
+                ports,
+                priority,
+                verdict,
+            },
+        ));
+    }
+    out
+}
+
 /// Lets the nodes reach the subject's pods above every admin rule (kubelet probes).
 fn admin_node_allow(b: &mut RuleBuilder<'_>, subject: &Pods, node_cidrs: &[String]) {
     if b.out.acls.is_empty() {
         return;
     }
     let g = SetKey::group(subject.clone());
-    let mut sink = Vec::new();
-    let from: Vec<String> = node_cidrs
-        .iter()
-        .filter_map(|c| cidr_clause("src", c, &[], &mut sink))
-        .collect();
-    if from.is_empty() {
+    let Some(from) = from_nodes(node_cidrs) else {
         return;
-    }
+    };
     b.out.acls.push(AclSpec {
         direction: Direction::Ingress,
         priority: NODE_ALLOW_PRIORITY,
-        match_: format!("outport == @{} && {}", g.name(), or(from)),
+        match_: format!("outport == @{} && {from}", g.name()),
         verdict: Verdict::Allow,
         log: false,
     });
@@ -1205,16 +1225,11 @@ pub fn namespace_acls(
         },
     ];
     if dir == Direction::Ingress {
-        let mut sink = Vec::new();
-        let from: Vec<String> = node_cidrs
-            .iter()
-            .filter_map(|c| cidr_clause("src", c, &[], &mut sink))
-            .collect();
-        if !from.is_empty() {
+        if let Some(from) = from_nodes(node_cidrs) {
             out.push(AclSpec {
                 direction: dir,
                 priority: NODE_ALLOW_PRIORITY,
-                match_: format!("{me} && {}", or(from)),
+                match_: format!("{me} && {from}"),
                 verdict: Verdict::Allow,
                 log: false,
             });
@@ -1287,15 +1302,21 @@ pub fn subnet_acls(
             ));
         }
     }
+    if let Some(from) = from_nodes(node_cidrs) {
+        out.push(acl(NODE_ALLOW_PRIORITY, from, Verdict::Allow));
+    }
+    out
+}
+
+/// The clause of traffic from the nodes (`ip4.src == <join CIDR>`, per family); None without a CIDR that
+/// parses.
+fn from_nodes(node_cidrs: &[String]) -> Option<String> {
     let mut sink = Vec::new();
     let from: Vec<String> = node_cidrs
         .iter()
         .filter_map(|c| cidr_clause("src", c, &[], &mut sink))
         .collect();
-    if !from.is_empty() {
-        out.push(acl(NODE_ALLOW_PRIORITY, or(from), Verdict::Allow));
-    }
-    out
+    (!from.is_empty()).then(|| or(from))
 }
 
 #[cfg(test)]

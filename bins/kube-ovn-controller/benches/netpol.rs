@@ -33,7 +33,6 @@ mod common;
 mod support;
 
 use std::collections::{BTreeMap, HashSet};
-use std::process::Child;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
@@ -45,7 +44,7 @@ use kubeovn_ovn::monitor::{RowUpdate, TableUpdates};
 use kubeovn_ovn::northbound::Batch;
 use kubeovn_ovn::{Client, Datum, Model};
 use serde_json::{json, Value};
-use support::{env, monitor_all, pct, spawn_controller, start_api, usage, Northd};
+use support::{env, kill, monitor_all, pct, spawn_controller, start_api, usage, Northd};
 
 const NB_DB: &str = "OVN_Northbound";
 const PODS_PER_NS: usize = 10;
@@ -101,6 +100,18 @@ fn web_set(ns: &str) -> String {
     .family(false)
 }
 
+/// Whether the benchmark pods' `n` switch ports all showed in NB within `limit`.
+async fn ports_programmed(cache: &Cache, n: usize, limit: Duration) -> bool {
+    cache
+        .wait_for(limit, |v| {
+            v.rows(nb::LogicalSwitchPort::TABLE)
+                .filter(|r| r.get_str(nb::LogicalSwitchPort::NAME).contains(".ns-"))
+                .count()
+                >= n
+        })
+        .await
+}
+
 /// The owners (`external_ids:policy`) that have ACLs.
 fn owners(v: &CacheView<'_>) -> HashSet<String> {
     v.rows(nb::Acl::TABLE)
@@ -145,11 +156,6 @@ impl Kube<'_> {
     }
 }
 
-fn kill(mut child: Child) {
-    child.kill().unwrap();
-    child.wait().unwrap();
-}
-
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let full = std::env::args().any(|a| a == "--bench");
@@ -180,40 +186,16 @@ async fn main() {
         pods: store.resource("", "v1", "pods").unwrap(),
         store,
     };
-    let ns_info = store.resource("", "v1", "namespaces").unwrap();
     let np_info = store
         .resource("networking.k8s.io", "v1", "networkpolicies")
         .unwrap();
 
     // 0. Setup: namespaces and pods, programmed by a first controller.
     let t = Instant::now();
-    for i in 0..n_ns {
-        let ns = ns_name(i);
-        store
-            .create(
-                &ns_info,
-                None,
-                json!({"apiVersion": "v1", "kind": "Namespace",
-                       "metadata": {"name": ns, "labels": {"team": format!("t{}", i % 10)}}}),
-            )
-            .unwrap();
-        for j in 0..PODS_PER_NS {
-            let app = if j < PODS_PER_NS / 2 { "web" } else { "db" };
-            store
-                .create(&k.pods, Some(&ns), pod(&ns, &format!("p-{j}"), app))
-                .unwrap();
-        }
-    }
+    load(store, n_ns, false);
     let setup = spawn_controller(dir.path(), &kubeconfig, &nb_addr, 0);
     let n_pods = n_ns * PODS_PER_NS;
-    let programmed = cache
-        .wait_for(limit, |v| {
-            v.rows(nb::LogicalSwitchPort::TABLE)
-                .filter(|r| r.get_str(nb::LogicalSwitchPort::NAME).contains(".ns-"))
-                .count()
-                >= n_pods
-        })
-        .await;
+    let programmed = ports_programmed(&cache, n_pods, limit).await;
     assert!(programmed, "the pods' ports never all showed in NB");
     // Their annotations follow the ports.
     let t_ann = Instant::now();
@@ -231,12 +213,7 @@ async fn main() {
     );
 
     // 1. Cold start with every policy.
-    for i in 0..n_ns {
-        let ns = ns_name(i);
-        for p in policies(&ns, i) {
-            store.create(&np_info, Some(&ns), p).unwrap();
-        }
-    }
+    load(store, n_ns, true);
     let mut want: HashSet<String> = HashSet::new();
     for i in 0..n_ns {
         let ns = ns_name(i);
@@ -595,15 +572,10 @@ async fn lflows(northd: &Northd, dir: &std::path::Path, n_ns: usize, limit: Dura
     load(store, n_ns, false);
     let child = spawn_controller(dir, &kubeconfig, &nb_addr, 3);
     let n_pods = n_ns * PODS_PER_NS;
-    let ok = cache
-        .wait_for(limit, |v| {
-            v.rows(nb::LogicalSwitchPort::TABLE)
-                .filter(|r| r.get_str(nb::LogicalSwitchPort::NAME).contains(".ns-"))
-                .count()
-                >= n_pods
-        })
-        .await;
-    assert!(ok, "lflows: the pods' ports never all showed in NB");
+    assert!(
+        ports_programmed(&cache, n_pods, limit).await,
+        "lflows: the pods' ports never all showed in NB"
+    );
     let podinfo = store.resource("", "v1", "pods").unwrap();
     let mut pods = Vec::new();
     let t = Instant::now();

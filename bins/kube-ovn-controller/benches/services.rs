@@ -41,7 +41,7 @@ use kubeovn_ovn::models::nb;
 use kubeovn_ovn::monitor::{RowUpdate, TableUpdates};
 use kubeovn_ovn::{Atom, Client, Datum, Model, Uuid};
 use serde_json::{json, Value};
-use support::{env, monitor_all, pct, spawn_controller, start_api, usage, Northd};
+use support::{env, kill, monitor_all, pct, spawn_controller, start_api, usage, Northd};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const NB_DB: &str = "OVN_Northbound";
@@ -638,12 +638,6 @@ fn perf_stop(mut p: Child) {
         .args(["-INT", &p.id().to_string()])
         .status();
     let _ = p.wait();
-}
-
-/// Kills (SIGKILL) and reaps a controller.
-fn kill(mut child: Child) {
-    child.kill().unwrap();
-    child.wait().unwrap();
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]

@@ -923,25 +923,42 @@ impl Cluster {
             .dir
             .path()
             .join(format!("ovn/{}.mgmt", self.sb.bridge));
-        let flows = std::process::Command::new("ovs-ofctl")
-            .args(["dump-flows", &format!("unix:{}", mgmt.display())])
-            .output()
-            .unwrap();
-        let _ = std::fs::write(keep.join("openflow.txt"), &flows.stdout);
-        let ct = std::process::Command::new("ovs-appctl")
-            .arg("-t")
-            .arg(self.sb.dir.path().join("ovn/vswitchd.ctl"))
-            .args(["dpctl/dump-conntrack", "-m"])
-            .output()
-            .unwrap();
-        let _ = std::fs::write(keep.join("conntrack.txt"), &ct.stdout);
-        let dp = std::process::Command::new("ovs-appctl")
-            .arg("-t")
-            .arg(self.sb.dir.path().join("ovn/vswitchd.ctl"))
-            .args(["dpctl/dump-flows", "-m"])
-            .output()
-            .unwrap();
-        let _ = std::fs::write(keep.join("datapath.txt"), &dp.stdout);
+        let ctl = self.sb.dir.path().join("ovn/vswitchd.ctl");
+        let ctl = ctl.to_str().unwrap();
+        let runs: [(&str, &str, Vec<String>); 3] = [
+            (
+                "openflow.txt",
+                "ovs-ofctl",
+                vec!["dump-flows".into(), format!("unix:{}", mgmt.display())],
+            ),
+            (
+                "conntrack.txt",
+                "ovs-appctl",
+                vec![
+                    "-t".into(),
+                    ctl.into(),
+                    "dpctl/dump-conntrack".into(),
+                    "-m".into(),
+                ],
+            ),
+            (
+                "datapath.txt",
+                "ovs-appctl",
+                vec![
+                    "-t".into(),
+                    ctl.into(),
+                    "dpctl/dump-flows".into(),
+                    "-m".into(),
+                ],
+            ),
+        ];
+        for (file, prog, args) in runs {
+            let out = std::process::Command::new(prog)
+                .args(&args)
+                .output()
+                .unwrap();
+            let _ = std::fs::write(keep.join(file), &out.stdout);
+        }
         eprintln!("--- logical and OpenFlow flows kept in {}", keep.display());
         for log in ["ovn/vswitchd.log", "ovn/controller.log"] {
             let text = std::fs::read_to_string(self.sb.dir.path().join(log)).unwrap_or_default();
@@ -995,34 +1012,31 @@ impl Cluster {
         self.check(name);
     }
 
-    fn label_namespace(&mut self, ns: &str, key: &str, value: Option<&str>) {
+    /// Sets (or with None removes) label `key` of namespace `ns`, or of its pod `pod`, in the cluster and in
+    /// the oracle's world.
+    fn label(&mut self, ns: &str, pod: Option<&str>, key: &str, value: Option<&str>) {
         let arg = match value {
             Some(v) => format!("{key}={v}"),
             None => format!("{key}-"),
         };
-        self.kubectl_ok(&["label", "--overwrite", "namespace", ns, &arg]);
-        let l = self.world.namespaces.get_mut(ns).unwrap();
-        match value {
-            Some(v) => l.insert(key.into(), v.into()),
-            None => l.remove(key),
+        let labels = match pod {
+            None => {
+                self.kubectl_ok(&["label", "--overwrite", "namespace", ns, &arg]);
+                self.world.namespaces.get_mut(ns).unwrap()
+            }
+            Some(pod) => {
+                self.kubectl_ok(&["-n", ns, "label", "--overwrite", "pod", pod, &arg]);
+                let p = self.world.pods.iter_mut();
+                &mut p
+                    .into_iter()
+                    .find(|p| p.ns == ns && p.name == pod)
+                    .unwrap()
+                    .labels
+            }
         };
-    }
-
-    fn label_pod(&mut self, ns: &str, pod: &str, key: &str, value: Option<&str>) {
-        let arg = match value {
-            Some(v) => format!("{key}={v}"),
-            None => format!("{key}-"),
-        };
-        self.kubectl_ok(&["-n", ns, "label", "--overwrite", "pod", pod, &arg]);
-        let p = self
-            .world
-            .pods
-            .iter_mut()
-            .find(|p| p.ns == ns && p.name == pod)
-            .unwrap();
         match value {
-            Some(v) => p.labels.insert(key.into(), v.into()),
-            None => p.labels.remove(key),
+            Some(v) => labels.insert(key.into(), v.into()),
+            None => labels.remove(key),
         };
     }
 }
@@ -1294,15 +1308,15 @@ fn network_policies_truth_table_in_the_sandbox() {
                "ingress": [{"from": [{"namespaceSelector": {"matchLabels": {"team": "t"}}, "podSelector": pod_sel("a")}]}]}),
     )];
     c.scenario("a selector matching no pod yet", &sel, &[], None);
-    c.label_pod("x", "b", "color", Some("blue"));
+    c.label("x", Some("b"), "color", Some("blue"));
     c.check("a pod relabelled into the subject");
-    c.label_namespace("z", "team", Some("t"));
+    c.label("z", None, "team", Some("t"));
     c.check("a namespace relabelled into the peer");
-    c.label_pod("z", "a", "pod", Some("d"));
+    c.label("z", Some("a"), "pod", Some("d"));
     c.check("a pod relabelled out of the peer");
-    c.label_pod("z", "a", "pod", Some("a"));
-    c.label_namespace("z", "team", None);
-    c.label_pod("x", "b", "color", None);
+    c.label("z", Some("a"), "pod", Some("a"));
+    c.label("z", None, "team", None);
+    c.label("x", Some("b"), "color", None);
     c.check("relabelled back");
     // A pod created after the policy that names it: y/b again, with a new address.
     let peer = [np(

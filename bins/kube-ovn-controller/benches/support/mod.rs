@@ -73,6 +73,12 @@ pub fn spawn_controller(
         .unwrap()
 }
 
+/// Kills (SIGKILL) and reaps a controller.
+pub fn kill(mut child: Child) {
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
 /// The `p` quantile (0..=1) of `v` (sorted in place).
 pub fn pct(v: &mut [f64], p: f64) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
