@@ -44,8 +44,21 @@ pub struct SubnetInfo {
     pub allow_subnets: Vec<String>,
     /// `allowEWTraffic`: its own block passes its `acls`.
     pub allow_ew_traffic: bool,
-    /// `acls`, checked: written on the switch as given.
-    pub acls: Vec<crate::crd::Acl>,
+    /// `acls`, parsed: written on the switch as given.
+    pub acls: Vec<SwitchAcl>,
+}
+
+/// A Subnet's own ACL, parsed into OVN's values.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SwitchAcl {
+    /// `from-lport` or `to-lport`.
+    pub direction: kubeovn_ovn::northbound::AclDirection,
+    /// 0..=32767.
+    pub priority: i64,
+    /// The OVN match (not empty).
+    pub match_: String,
+    /// The action.
+    pub action: kubeovn_ovn::northbound::AclAction,
 }
 
 impl SubnetInfo {

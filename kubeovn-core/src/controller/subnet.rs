@@ -173,9 +173,12 @@ fn info_from_spec(name: &str, spec: &SubnetSpec, config: &Config) -> Result<Subn
                 })
         })
         .collect::<Result<Vec<_>>>()?;
-    for (i, a) in spec.acls.iter().enumerate() {
-        check_acl(&what, i, a)?;
-    }
+    let acls = spec
+        .acls
+        .iter()
+        .enumerate()
+        .map(|(i, a)| parse_acl(&what, i, a))
+        .collect::<Result<Vec<_>>>()?;
     Ok(SubnetInfo {
         cidrs,
         gateways,
@@ -191,36 +194,35 @@ fn info_from_spec(name: &str, spec: &SubnetSpec, config: &Config) -> Result<Subn
         private: spec.private,
         allow_subnets,
         allow_ew_traffic: spec.allow_ew_traffic,
-        acls: spec.acls.clone(),
+        acls,
         name: name.to_owned(),
     })
 }
 
-/// Refuses a Subnet ACL OVN would not take: a direction, priority, action or match out of its range.
-fn check_acl(what: &str, i: usize, a: &crate::crd::Acl) -> Result<()> {
-    let bad = |why: String| Err(ControllerError::invalid(what, format!("acls[{i}]: {why}")));
-    if !matches!(a.direction.as_str(), "from-lport" | "to-lport") {
-        return bad(format!(
-            "direction {:?} is not from-lport or to-lport",
-            a.direction
-        ));
-    }
+/// A Subnet ACL in OVN's values; refused (naming the entry) where OVN would not take it: a direction,
+/// priority, action or match out of its range.
+fn parse_acl(what: &str, i: usize, a: &crate::crd::Acl) -> Result<plan::SwitchAcl> {
+    let bad = |why: String| ControllerError::invalid(what, format!("acls[{i}]: {why}"));
+    let direction = a
+        .direction
+        .parse()
+        .map_err(|e| bad(format!("direction {:?}: {e}", a.direction)))?;
+    let action = a
+        .action
+        .parse()
+        .map_err(|e| bad(format!("action {:?}: {e}", a.action)))?;
     if !(0..=32767).contains(&a.priority) {
-        return bad(format!("priority {} is outside 0..32767", a.priority));
-    }
-    if !matches!(
-        a.action.as_str(),
-        "allow" | "allow-related" | "allow-stateless" | "drop" | "reject"
-    ) {
-        return bad(format!(
-            "action {:?} is not allow, allow-related, allow-stateless, drop or reject",
-            a.action
-        ));
+        return Err(bad(format!("priority {} is outside 0..32767", a.priority)));
     }
     if a.match_.trim().is_empty() {
-        return bad("the match is empty".into());
+        return Err(bad("the match is empty".into()));
     }
-    Ok(())
+    Ok(plan::SwitchAcl {
+        direction,
+        priority: i64::from(a.priority),
+        match_: a.match_.clone(),
+        action,
+    })
 }
 
 /// Refuses an entry of `entries` (the list `field` of `what`) that does not parse (kubeovn-ipam's syntax:
@@ -515,10 +517,10 @@ pub(crate) async fn reconcile_info(ctx: &Ctx, info: &SubnetInfo) -> Result<()> {
 /// The switch's own ACLs (owner `Subnet/<name>`): `private` with `allowSubnets`, `allowEWTraffic`, and the
 /// Subnet's `acls` as given (checked when parsed).
 fn acl_set(ctx: &Ctx, info: &SubnetInfo) -> kubeovn_ovn::northbound::AclSet {
-    use kubeovn_ovn::northbound::{Acl, AclAction, AclDirection, AclParent, AclSet};
+    use kubeovn_ovn::northbound::{Acl, AclParent, AclSet};
     let owner = format!("Subnet/{}", info.name);
     let cidrs: Vec<String> = info.cidrs.iter().map(ToString::to_string).collect();
-    // allowSubnets were checked when parsed: nothing is left out here.
+    // The CIDRs were checked when parsed; a problem here would be a fault of ours, not the user's.
     let mut problems = Vec::new();
     let mut acls: Vec<Acl> = crate::netpol::subnet_acls(
         &cidrs,
@@ -531,26 +533,17 @@ fn acl_set(ctx: &Ctx, info: &SubnetInfo) -> kubeovn_ovn::northbound::AclSet {
     .iter()
     .map(|a| super::netpol::ovn_acl(a, &info.name, &owner, None))
     .collect();
+    for p in problems {
+        tracing::warn!(subnet = %info.name, problem = %p, "subnet ACL left out");
+    }
     for a in &info.acls {
-        let direction = if a.direction == "from-lport" {
-            AclDirection::FromLport
-        } else {
-            AclDirection::ToLport
-        };
-        let action = match a.action.as_str() {
-            "allow" => AclAction::Allow,
-            "allow-related" => AclAction::AllowRelated,
-            "allow-stateless" => AclAction::AllowStateless,
-            "reject" => AclAction::Reject,
-            _ => AclAction::Drop,
-        };
         acls.push(
             Acl::new(
                 AclParent::Switch(info.name.clone()),
-                direction,
-                i64::from(a.priority),
+                a.direction.clone(),
+                a.priority,
                 a.match_.as_str(),
-                action,
+                a.action.clone(),
             )
             .external_id("vendor", "kube-ovn"),
         );

@@ -361,7 +361,7 @@ pub struct U2oFeatures {
 }
 
 /// An ACL of a subnet.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Acl {
     /// `from-lport` or `to-lport`.
     #[serde(
