@@ -889,8 +889,6 @@ pub fn admin_policies(
     names: &dyn PortNames,
     node_cidrs: &[String],
 ) -> Vec<Translation> {
-    use crate::crd::AdminNetworkPolicyRuleAction as A;
-    use crate::crd::BaselineAdminNetworkPolicyRuleAction as B;
     let mut sorted: Vec<&crate::crd::AdminNetworkPolicy> = anps.to_vec();
     sorted.sort_by(|a, b| {
         (a.spec.priority, a.metadata.name.as_deref())
@@ -905,7 +903,19 @@ pub fn admin_policies(
             anp.metadata.name.as_deref().unwrap_or_default()
         );
         let mut b = RuleBuilder::new(owner, fam, names);
-        let subject = match admin_subject(&anp.spec.subject) {
+        let checked = admin_subject(&anp.spec.subject)
+            .and_then(|s| anp.validate().map(|_| s).map_err(|e| e.to_string()))
+            .and_then(|s| {
+                if (0..=ANP_MAX_SPEC_PRIORITY).contains(&anp.spec.priority) {
+                    Ok(s)
+                } else {
+                    Err(format!(
+                        "priority {} is above {ANP_MAX_SPEC_PRIORITY}, the most OVN's priorities leave room for: not applied",
+                        anp.spec.priority
+                    ))
+                }
+            });
+        let subject = match checked {
             Ok(s) => s,
             Err(e) => {
                 b.out.problems.push(e);
@@ -913,41 +923,23 @@ pub fn admin_policies(
                 continue;
             }
         };
-        if let Err(e) = anp.validate() {
-            b.out.problems.push(e.to_string());
-            out.push(b.out);
-            continue;
-        }
-        if !(0..=ANP_MAX_SPEC_PRIORITY).contains(&anp.spec.priority) {
-            b.out.problems.push(format!(
-                "priority {} is above {ANP_MAX_SPEC_PRIORITY}, the most OVN's priorities leave room for: not applied",
-                anp.spec.priority
-            ));
-            out.push(b.out);
-            continue;
-        }
         let base = ANP_MAX_PRIORITY - 100 * i64::from(anp.spec.priority);
         let ingress = anp.spec.ingress.iter().map(|r| {
-            let action = match r.action {
-                A::Allow => AdminAction::Allow,
-                A::Deny => AdminAction::Deny,
-                A::Pass => AdminAction::Pass,
-            };
             (
                 Direction::Ingress,
-                action,
+                r.action.into(),
                 admin_ingress_peers(&r.from),
                 r.ports.as_deref(),
             )
         });
         let egress = anp.spec.egress.iter().map(|r| {
-            let action = match r.action {
-                A::Allow => AdminAction::Allow,
-                A::Deny => AdminAction::Deny,
-                A::Pass => AdminAction::Pass,
-            };
             let peers = admin_egress_peers(r.to.iter().map(|p| p.selection()));
-            (Direction::Egress, action, peers, r.ports.as_deref())
+            (
+                Direction::Egress,
+                r.action.into(),
+                peers,
+                r.ports.as_deref(),
+            )
         });
         for (action, rule) in admin_rules(&mut b, &subject, base, ingress.chain(egress)) {
             let dir = rule.direction;
@@ -979,14 +971,10 @@ pub fn admin_policies(
         match checked {
             Err(e) => b.out.problems.push(e),
             Ok(subject) => {
-                let action = |a: B| match a {
-                    B::Allow => AdminAction::Allow,
-                    B::Deny => AdminAction::Deny,
-                };
                 let ingress = banp.spec.ingress.iter().map(|r| {
                     (
                         Direction::Ingress,
-                        action(r.action),
+                        AdminAction::from(r.action),
                         admin_ingress_peers(&r.from),
                         r.ports.as_deref(),
                     )
@@ -995,7 +983,7 @@ pub fn admin_policies(
                     let peers = admin_egress_peers(r.to.iter().map(|p| p.selection()));
                     (
                         Direction::Egress,
-                        action(r.action),
+                        AdminAction::from(r.action),
                         peers,
                         r.ports.as_deref(),
                     )
@@ -1020,6 +1008,27 @@ enum AdminAction {
     Deny,
     /// On to NetworkPolicy (AdminNetworkPolicy only).
     Pass,
+}
+
+impl From<crate::crd::AdminNetworkPolicyRuleAction> for AdminAction {
+    fn from(a: crate::crd::AdminNetworkPolicyRuleAction) -> Self {
+        use crate::crd::AdminNetworkPolicyRuleAction as A;
+        match a {
+            A::Allow => AdminAction::Allow,
+            A::Deny => AdminAction::Deny,
+            A::Pass => AdminAction::Pass,
+        }
+    }
+}
+
+impl From<crate::crd::BaselineAdminNetworkPolicyRuleAction> for AdminAction {
+    fn from(a: crate::crd::BaselineAdminNetworkPolicyRuleAction) -> Self {
+        use crate::crd::BaselineAdminNetworkPolicyRuleAction as B;
+        match a {
+            B::Allow => AdminAction::Allow,
+            B::Deny => AdminAction::Deny,
+        }
+    }
 }
 
 /// An admin rule as read: direction, action, peers, ports.

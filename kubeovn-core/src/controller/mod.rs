@@ -458,8 +458,8 @@ impl Controller {
         kinds.watch_with::<netpol::PolicyPod>(netpol::pod_watch());
         kinds.provide(np_state.clone());
         kinds.reconcile::<netpol::NetworkPolicies>();
-        kinds.reconcile::<netpol::AdminPolicies>();
-        kinds.reconcile::<netpol::BaselinePolicies>();
+        kinds.reconcile::<netpol::AdminPolicies<crate::crd::AdminNetworkPolicy>>();
+        kinds.reconcile::<netpol::AdminPolicies<crate::crd::BaselineAdminNetworkPolicy>>();
         let (kinds, kinds_start) = kinds.build();
         for i in kinds_start.informers {
             spawn(i);

@@ -668,11 +668,12 @@ impl NetpolState {
         self.wake_if(before, after);
     }
 
-    /// The port group `owner`'s ACLs hang on now, and the admin owners known.
+    /// The port group `owner`'s ACLs hang on now.
     fn parent_of(&self, owner: &str) -> Option<String> {
         self.lock().owners.get(owner).and_then(|o| o.parent.clone())
     }
 
+    /// The admin policies' owners known.
     fn admin_owners(&self) -> Vec<String> {
         self.lock()
             .owners
@@ -1168,59 +1169,42 @@ async fn sync_admin(ctx: &Arc<Ctx>) -> Result<Action, ControllerError> {
     Ok(Action::Done)
 }
 
-/// The AdminNetworkPolicy kind (every run translates all admin policies, see [`sync_admin`]).
-pub(crate) struct AdminPolicies;
-
-#[async_trait::async_trait]
-impl Reconciler<Ctx> for AdminPolicies {
-    type Object = crate::crd::AdminNetworkPolicy;
-    type Error = ControllerError;
-    const NAME: &'static str = "adminnetworkpolicy";
-
-    fn workers(_: &Ctx) -> usize {
-        1
-    }
-
-    async fn reconcile(
-        ctx: &Arc<Ctx>,
-        _: Arc<crate::crd::AdminNetworkPolicy>,
-    ) -> Result<Action, ControllerError> {
-        sync_admin(ctx).await
-    }
-
-    async fn cleanup(
-        ctx: &Arc<Ctx>,
-        _: &Key<crate::crd::AdminNetworkPolicy>,
-        _: Option<Arc<crate::crd::AdminNetworkPolicy>>,
-    ) -> Result<Action, ControllerError> {
-        sync_admin(ctx).await
-    }
+/// An admin policy kind: both are translated together, so either one's change runs [`sync_admin`].
+pub(crate) trait AdminKind: super::framework::Object {
+    /// The kind's name in logs and metrics.
+    const NAME: &'static str;
 }
 
-/// The BaselineAdminNetworkPolicy kind (translated with the admin policies, see [`sync_admin`]).
-pub(crate) struct BaselinePolicies;
+impl AdminKind for crate::crd::AdminNetworkPolicy {
+    const NAME: &'static str = "adminnetworkpolicy";
+}
+
+impl AdminKind for crate::crd::BaselineAdminNetworkPolicy {
+    const NAME: &'static str = "baselineadminnetworkpolicy";
+}
+
+/// The AdminNetworkPolicy and BaselineAdminNetworkPolicy kinds (every run translates all admin policies, see
+/// [`sync_admin`]).
+pub(crate) struct AdminPolicies<K>(std::marker::PhantomData<fn() -> K>);
 
 #[async_trait::async_trait]
-impl Reconciler<Ctx> for BaselinePolicies {
-    type Object = crate::crd::BaselineAdminNetworkPolicy;
+impl<K: AdminKind> Reconciler<Ctx> for AdminPolicies<K> {
+    type Object = K;
     type Error = ControllerError;
-    const NAME: &'static str = "baselineadminnetworkpolicy";
+    const NAME: &'static str = K::NAME;
 
     fn workers(_: &Ctx) -> usize {
         1
     }
 
-    async fn reconcile(
-        ctx: &Arc<Ctx>,
-        _: Arc<crate::crd::BaselineAdminNetworkPolicy>,
-    ) -> Result<Action, ControllerError> {
+    async fn reconcile(ctx: &Arc<Ctx>, _: Arc<K>) -> Result<Action, ControllerError> {
         sync_admin(ctx).await
     }
 
     async fn cleanup(
         ctx: &Arc<Ctx>,
-        _: &Key<crate::crd::BaselineAdminNetworkPolicy>,
-        _: Option<Arc<crate::crd::BaselineAdminNetworkPolicy>>,
+        _: &Key<K>,
+        _: Option<Arc<K>>,
     ) -> Result<Action, ControllerError> {
         sync_admin(ctx).await
     }
