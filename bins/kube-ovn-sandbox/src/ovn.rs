@@ -123,6 +123,15 @@ impl std::fmt::Debug for OvnStack {
     }
 }
 
+/// Stops the ovs-vswitchd daemon that runs under its `--monitor` in `dir` (named by its pid file: the recorded
+/// pid is the monitor's, and the daemon is a new process after each restart); the monitor then exits by itself
+/// instead of leaving the daemon behind.
+pub fn stop_monitored_vswitchd(dir: &Path, grace: Duration) {
+    if let Some(d) = crate::procs::from_pidfile(&dir.join("vswitchd.pid"), "ovs-vswitchd") {
+        d.stop(grace);
+    }
+}
+
 fn have(prog: &str) -> bool {
     Command::new(prog)
         .arg("--version")
@@ -487,12 +496,7 @@ impl OvnStack {
             std::mem::take(&mut *self.procs.lock().unwrap_or_else(|e| e.into_inner()));
         let had_vswitchd = procs.iter().any(|p| p.name == "ovs-vswitchd");
         if had_vswitchd {
-            // The daemon under the monitor first (see `start`): the monitor then exits by itself.
-            if let Some(d) =
-                crate::procs::from_pidfile(&self.dir.join("vswitchd.pid"), "ovs-vswitchd")
-            {
-                d.stop(Duration::from_secs(3));
-            }
+            stop_monitored_vswitchd(&self.dir, Duration::from_secs(3));
         }
         for mut p in procs.into_iter().rev() {
             stop_child(&mut p.child);

@@ -892,12 +892,8 @@ pub fn down(dir: &StateDir) -> Result<(), SandboxError> {
         kubelet::teardown(dir, cni.as_ref(), &rec, 1);
         remove_host_veth(&rec);
     }
-    // ovs-vswitchd runs under its monitor (restarted if it crashes): the daemon goes first, by its pid file,
-    // so the monitor exits instead of leaving it behind.
-    if let Some(d) = crate::procs::from_pidfile(&dir.ovn_dir().join("vswitchd.pid"), "ovs-vswitchd")
-    {
-        d.stop(grace);
-    }
+    // ovs-vswitchd's daemon first, so that its monitor does not leave it behind.
+    crate::ovn::stop_monitored_vswitchd(&dir.ovn_dir(), grace);
     // Newest first: our binaries, then ovn-controller and ovs-vswitchd before the databases.
     for p in pids.iter().rev() {
         p.stop(grace);

@@ -214,15 +214,20 @@ pub fn ask_name_from(
             let n = s.recv(&mut buf)?;
             Ok(buf[..n].to_vec())
         } else {
-            let sock = socket2::Socket::new(
-                socket2::Domain::for_address(addr),
-                socket2::Type::STREAM,
-                Some(socket2::Protocol::TCP),
-            )?;
-            sock.set_reuse_address(true)?;
-            sock.bind(&local.into())?;
-            sock.connect_timeout(&addr.into(), timeout)?;
-            let mut c: TcpStream = sock.into();
+            let mut c = if port == 0 {
+                // The kernel's connect-time choice, which shares ports across destinations.
+                TcpStream::connect_timeout(&addr, timeout)?
+            } else {
+                let sock = socket2::Socket::new(
+                    socket2::Domain::for_address(addr),
+                    socket2::Type::STREAM,
+                    Some(socket2::Protocol::TCP),
+                )?;
+                sock.set_reuse_address(true)?;
+                sock.bind(&local.into())?;
+                sock.connect_timeout(&addr.into(), timeout)?;
+                sock.into()
+            };
             c.set_read_timeout(Some(timeout))?;
             let mut out = Vec::new();
             c.read_to_end(&mut out)?;
