@@ -192,7 +192,7 @@ async fn main() {
 
     // 0. Setup: namespaces and pods, programmed by a first controller.
     let t = Instant::now();
-    load(store, n_ns, false);
+    load_pods(store, n_ns);
     let setup = spawn_controller(dir.path(), &kubeconfig, &nb_addr, 0);
     let n_pods = n_ns * PODS_PER_NS;
     let programmed = ports_programmed(&cache, n_pods, limit).await;
@@ -213,7 +213,7 @@ async fn main() {
     );
 
     // 1. Cold start with every policy.
-    load(store, n_ns, true);
+    load_policies(store, n_ns);
     let mut want: HashSet<String> = HashSet::new();
     for i in 0..n_ns {
         let ns = ns_name(i);
@@ -411,34 +411,38 @@ async fn main() {
     std::process::exit(0);
 }
 
-/// Creates `n_ns` namespaces of the benchmark's shape (pods and, with `with_policies`, policies).
-fn load(store: &Store, n_ns: usize, with_policies: bool) {
+/// Creates `n_ns` namespaces of the benchmark's shape and their pods.
+fn load_pods(store: &Store, n_ns: usize) {
     let ns_info = store.resource("", "v1", "namespaces").unwrap();
     let pods = store.resource("", "v1", "pods").unwrap();
+    for i in 0..n_ns {
+        let ns = ns_name(i);
+        store
+            .create(
+                &ns_info,
+                None,
+                json!({"apiVersion": "v1", "kind": "Namespace",
+                       "metadata": {"name": ns, "labels": {"team": format!("t{}", i % 10)}}}),
+            )
+            .unwrap();
+        for j in 0..PODS_PER_NS {
+            let app = if j < PODS_PER_NS / 2 { "web" } else { "db" };
+            store
+                .create(&pods, Some(&ns), pod(&ns, &format!("p-{j}"), app))
+                .unwrap();
+        }
+    }
+}
+
+/// Creates the 4 policies of each of the `n_ns` namespaces.
+fn load_policies(store: &Store, n_ns: usize) {
     let np_info = store
         .resource("networking.k8s.io", "v1", "networkpolicies")
         .unwrap();
     for i in 0..n_ns {
         let ns = ns_name(i);
-        if !with_policies {
-            store
-                .create(
-                    &ns_info,
-                    None,
-                    json!({"apiVersion": "v1", "kind": "Namespace",
-                           "metadata": {"name": ns, "labels": {"team": format!("t{}", i % 10)}}}),
-                )
-                .unwrap();
-            for j in 0..PODS_PER_NS {
-                let app = if j < PODS_PER_NS / 2 { "web" } else { "db" };
-                store
-                    .create(&pods, Some(&ns), pod(&ns, &format!("p-{j}"), app))
-                    .unwrap();
-            }
-        } else {
-            for p in policies(&ns, i) {
-                store.create(&np_info, Some(&ns), p).unwrap();
-            }
+        for p in policies(&ns, i) {
+            store.create(&np_info, Some(&ns), p).unwrap();
         }
     }
 }
@@ -569,25 +573,25 @@ async fn lflows(northd: &Northd, dir: &std::path::Path, n_ns: usize, limit: Dura
         .unwrap();
     let (api, kubeconfig) = start_api(&dir.join("kubeconfig-lflows")).await;
     let store = api.store();
-    load(store, n_ns, false);
+    load_pods(store, n_ns);
     let child = spawn_controller(dir, &kubeconfig, &nb_addr, 3);
     let n_pods = n_ns * PODS_PER_NS;
     assert!(
         ports_programmed(&cache, n_pods, limit).await,
         "lflows: the pods' ports never all showed in NB"
     );
-    let podinfo = store.resource("", "v1", "pods").unwrap();
+    let k = Kube {
+        pods: store.resource("", "v1", "pods").unwrap(),
+        store,
+    };
     let mut pods = Vec::new();
     let t = Instant::now();
     for i in 0..n_ns {
         for j in 0..PODS_PER_NS {
             let (ns, name) = (ns_name(i), format!("p-{j}"));
             let ip = loop {
-                let p = store.get(&podinfo, Some(&ns), &name).unwrap();
-                if let Some(ip) =
-                    p["metadata"]["annotations"]["ovn.kubernetes.io/ip_address"].as_str()
-                {
-                    break ip.to_owned();
+                if let Some(ip) = k.pod_ip(&ns, &name) {
+                    break ip;
                 }
                 assert!(t.elapsed() < limit, "lflows: {ns}/{name} never annotated");
                 tokio::time::sleep(Duration::from_millis(20)).await;
@@ -598,7 +602,7 @@ async fn lflows(northd: &Northd, dir: &std::path::Path, n_ns: usize, limit: Dura
     }
     northd.sync();
     let (l0, r0) = northd.lflows();
-    load(store, n_ns, true);
+    load_policies(store, n_ns);
     let want = n_ns * 4;
     let ok = cache
         .wait_for(limit, |v| {
