@@ -100,6 +100,21 @@ fn web_set(ns: &str) -> String {
     .family(false)
 }
 
+/// A replica of what the benchmark watches in NB: ACLs, address sets, port groups, switch port names (the
+/// client keeps the monitor open).
+async fn nb_cache(remote: &str) -> (Client, Cache) {
+    let client = Client::connect(remote).await.unwrap();
+    let cache = CacheBuilder::new(NB_DB)
+        .table(nb::Acl::TABLE)
+        .table(nb::AddressSet::TABLE)
+        .table(nb::PortGroup::TABLE)
+        .table_columns(nb::LogicalSwitchPort::TABLE, [nb::LogicalSwitchPort::NAME])
+        .start(&client)
+        .await
+        .unwrap();
+    (client, cache)
+}
+
 /// Whether the benchmark pods' `n` switch ports all showed in NB within `limit`.
 async fn ports_programmed(cache: &Cache, n: usize, limit: Duration) -> bool {
     cache
@@ -172,14 +187,7 @@ async fn main() {
         .unwrap();
     let nbs = common::start_nb().expect("ovsdb-server");
     let nb_addr = nbs.unix_remote();
-    let client = Client::connect(&nb_addr).await.unwrap();
-    let cache: Cache = CacheBuilder::new(NB_DB)
-        .table(nb::Acl::TABLE)
-        .table(nb::AddressSet::TABLE)
-        .table_columns(nb::LogicalSwitchPort::TABLE, [nb::LogicalSwitchPort::NAME])
-        .start(&client)
-        .await
-        .unwrap();
+    let (_client, cache) = nb_cache(&nb_addr).await;
     let (api, kubeconfig) = start_api(&dir.path().join("kubeconfig")).await;
     let store = api.store();
     let k = Kube {
@@ -562,15 +570,7 @@ fn kube_ovn_style(n_ns: usize, pods: &[(String, String, String, String)]) -> Bat
 async fn lflows(northd: &Northd, dir: &std::path::Path, n_ns: usize, limit: Duration) {
     use kubeovn_ovn::northbound::{Northbound, Op, OvsdbNorthbound};
     let nb_addr = northd.nb.unix_remote();
-    let client = Client::connect(&nb_addr).await.unwrap();
-    let cache: Cache = CacheBuilder::new(NB_DB)
-        .table(nb::Acl::TABLE)
-        .table(nb::AddressSet::TABLE)
-        .table(nb::PortGroup::TABLE)
-        .table_columns(nb::LogicalSwitchPort::TABLE, [nb::LogicalSwitchPort::NAME])
-        .start(&client)
-        .await
-        .unwrap();
+    let (_client, cache) = nb_cache(&nb_addr).await;
     let (api, kubeconfig) = start_api(&dir.join("kubeconfig-lflows")).await;
     let store = api.store();
     load_pods(store, n_ns);
