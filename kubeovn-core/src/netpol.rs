@@ -1207,8 +1207,13 @@ fn admin_ports(
     Some(out)
 }
 
-/// The ACLs of the pods of a namespace isolated in `dir` (port group [`namespace_group`]): the drop, and
-/// what passes it: IPv6 neighbour discovery, and for ingress the nodes (`node_cidrs`: the join subnet's).
+/// The ACLs of the pods of a namespace isolated in `dir` (port group [`namespace_group`]): the drop, and for
+/// ingress the nodes (`node_cidrs`: the join subnet's) above it.
+///
+/// The switch must track connections, or the replies of allowed connections meet the drop: OVN tracks them
+/// only on a switch with an `allow-related` ACL. The nodes' allow is one; without it (egress), IPv6
+/// neighbour discovery is allowed instead, as that changes nothing else (ovn-northd passes neighbour
+/// discovery above every ACL) and costs the fewest flows of any real match.
 pub fn namespace_acls(
     ns: &str,
     dir: Direction,
@@ -1217,33 +1222,30 @@ pub fn namespace_acls(
 ) -> Vec<AclSpec> {
     let g = namespace_group(ns, dir);
     let me = format!("{} == @{g}", dir.port_field());
-    let mut out = vec![
-        AclSpec {
+    let mut out = vec![AclSpec {
+        direction: dir,
+        priority: NP_DENY_PRIORITY,
+        match_: format!("{me} && ip"),
+        verdict: Verdict::Deny,
+        log: log_drops,
+    }];
+    let nodes = from_nodes(node_cidrs).filter(|_| dir == Direction::Ingress);
+    out.push(match nodes {
+        Some(from) => AclSpec {
             direction: dir,
-            priority: NP_DENY_PRIORITY,
-            match_: format!("{me} && ip"),
-            verdict: Verdict::Deny,
-            log: log_drops,
+            priority: NODE_ALLOW_PRIORITY,
+            match_: format!("{me} && {from}"),
+            verdict: Verdict::Allow,
+            log: false,
         },
-        AclSpec {
+        None => AclSpec {
             direction: dir,
             priority: NP_ALLOW_PRIORITY,
             match_: format!("{me} && (nd || nd_ra || nd_rs)"),
             verdict: Verdict::Allow,
             log: false,
         },
-    ];
-    if dir == Direction::Ingress {
-        if let Some(from) = from_nodes(node_cidrs) {
-            out.push(AclSpec {
-                direction: dir,
-                priority: NODE_ALLOW_PRIORITY,
-                match_: format!("{me} && {from}"),
-                verdict: Verdict::Allow,
-                log: false,
-            });
-        }
-    }
+    });
     out
 }
 
@@ -1286,12 +1288,8 @@ pub fn subnet_acls(
     if !private {
         return out;
     }
+    // No neighbour-discovery allow: ovn-northd passes it above every ACL.
     out.push(acl(SUBNET_DROP_PRIORITY, "ip".into(), Verdict::Deny));
-    out.push(acl(
-        SUBNET_ALLOW_PRIORITY,
-        "nd || nd_ra || nd_rs".into(),
-        Verdict::Allow,
-    ));
     let allowed: Vec<IpNetwork> = allow_subnets
         .iter()
         .filter_map(|c| parse(c, problems))
@@ -1598,13 +1596,20 @@ mod tests {
             &["100.64.0.0/16".into()],
             false,
         );
-        assert_eq!(a.len(), 3);
+        assert_eq!(a.len(), 2);
         assert_eq!(a[0].match_, "outport == @np_my_ns_ingress && ip");
         assert_eq!(
-            a[2].match_,
+            a[1].match_,
             "outport == @np_my_ns_ingress && ip4.src == 100.64.0.0/16"
         );
-        assert_eq!(namespace_acls("n", Direction::Egress, &[], true).len(), 2);
+        // Egress: the neighbour-discovery allow keeps the switch tracking connections.
+        let e = namespace_acls("n", Direction::Egress, &[], true);
+        assert_eq!(e.len(), 2);
+        assert_eq!(
+            e[1].match_,
+            "inport == @np_n_egress && (nd || nd_ra || nd_rs)"
+        );
+        assert_eq!(e[1].verdict, Verdict::Allow);
     }
 
     #[test]
@@ -1637,7 +1642,6 @@ mod tests {
                 (SUBNET_EW_PRIORITY, "ip4.src == 10.1.0.0/24 && ip4.dst == 10.1.0.0/24", Verdict::Allow),
                 (SUBNET_EW_PRIORITY, "ip6.src == fd00:1::/120 && ip6.dst == fd00:1::/120", Verdict::Allow),
                 (SUBNET_DROP_PRIORITY, "ip", Verdict::Deny),
-                (SUBNET_ALLOW_PRIORITY, "nd || nd_ra || nd_rs", Verdict::Allow),
                 (SUBNET_ALLOW_PRIORITY, "ip4.src == 10.1.0.0/24 && ip4.dst == 10.1.0.0/24", Verdict::Allow),
                 (
                     SUBNET_ALLOW_PRIORITY,

@@ -21,7 +21,9 @@
 //! 5. logical flows: ovn-northd on a fresh NB and SB, `NP_BENCH_LFLOW_NAMESPACES` namespaces (default 50) of
 //!    the same shape: `ovn-sbctl lflow-list` lines and Logical_Flow rows without policies, with ours, and with
 //!    the same policies written as Kube-OVN writes them (a port group, allow and except address sets and a
-//!    drop per policy, nothing shared), with the port group, address set and ACL rows of each.
+//!    drop per policy, nothing shared), with the port group, address set and ACL rows of each; and the OpenFlow
+//!    flows (`ovs-ofctl dump-flows`) of one chassis (ovs-vswitchd on the dummy datapath, ovn-controller) on
+//!    which every pod's port is bound.
 //!
 //! `CTRL_BENCH_BIN=PATH` benchmarks that controller binary instead of this build's. `cargo test --benches`
 //! runs a small smoke version.
@@ -44,7 +46,7 @@ use kubeovn_ovn::monitor::{RowUpdate, TableUpdates};
 use kubeovn_ovn::northbound::Batch;
 use kubeovn_ovn::{Client, Datum, Model};
 use serde_json::{json, Value};
-use support::{env, kill, monitor_all, pct, spawn_controller, start_api, usage, Northd};
+use support::{env, kill, monitor_all, pct, spawn_controller, start_api, usage, Chassis, Northd};
 
 const NB_DB: &str = "OVN_Northbound";
 const PODS_PER_NS: usize = 10;
@@ -600,7 +602,21 @@ async fn lflows(northd: &Northd, dir: &std::path::Path, n_ns: usize, limit: Dura
             pods.push((ns, name, app.to_owned(), ip));
         }
     }
-    northd.sync();
+    // One chassis with every pod's port bound, so ovn-controller installs the flows of every port.
+    let chassis =
+        Chassis::start(&northd.sb.unix_remote()).expect("ovs-vswitchd and ovn-controller");
+    chassis.bind(
+        &pods
+            .iter()
+            .map(|(ns, name, _, _)| kubeovn_core::naming::pod_port(name, ns, "ovn"))
+            .collect::<Vec<_>>(),
+    );
+    let settle = || {
+        northd.sync();
+        northd.sync_hv();
+        chassis.flows()
+    };
+    let f0 = settle();
     let (l0, r0) = northd.lflows();
     load_policies(store, n_ns);
     let want = n_ns * 4;
@@ -615,7 +631,7 @@ async fn lflows(northd: &Northd, dir: &std::path::Path, n_ns: usize, limit: Dura
         .await;
     assert!(ok, "lflows: the policies' ACLs never all showed in NB");
     kill(child);
-    northd.sync();
+    let f1 = settle();
     let (l1, r1) = northd.lflows();
     let ours = rows(&cache.view());
     // Ours out, Kube-OVN's in, on the same switches and ports.
@@ -644,7 +660,7 @@ async fn lflows(northd: &Northd, dir: &std::path::Path, n_ns: usize, limit: Dura
     nb.commit(kube_ovn_style(n_ns, &pods)).await.unwrap();
     let ok = cache.wait_for(limit, |v| rows(v).0 >= base.0 + want).await;
     assert!(ok, "lflows: Kube-OVN's port groups never all showed in NB");
-    northd.sync();
+    let f2 = settle();
     let (l2, r2) = northd.lflows();
     let theirs = rows(&cache.view());
     println!(
@@ -654,6 +670,12 @@ async fn lflows(northd: &Northd, dir: &std::path::Path, n_ns: usize, limit: Dura
         r1 - r0,
         l2 - l0,
         r2 - r0
+    );
+    println!(
+        "OpenFlow flows (ovs-ofctl dump-flows, every pod's port bound on one chassis): none {f0}; ours {f1} (the \
+         policies' own {}); Kube-OVN's way {f2} (their own {})",
+        f1 - f0,
+        f2 - f0
     );
     println!(
         "  NB rows (port groups, address sets, ACLs): ours {:?}, Kube-OVN's way {:?} (before either: {:?})",

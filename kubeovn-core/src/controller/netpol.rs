@@ -167,6 +167,10 @@ struct Owner {
     /// What its ACLs name once written.
     next: BTreeSet<SetKey>,
     isolates: Vec<(Direction, Pods)>,
+    /// The isolation in force: its subjects are in the namespace's group under the drop. An isolation
+    /// joins only once the policy's allows are written, and leaves before they go, so that a policy's
+    /// pods are never dropped by it without its allows.
+    enforced: Vec<(Direction, Pods)>,
     named: BTreeSet<(Pods, Protocol, String)>,
     logging: Logging,
     problems: Vec<String>,
@@ -191,6 +195,10 @@ struct Inner {
     owners: HashMap<String, Owner>,
     dirty_sets: HashSet<SetKey>,
     dirty_groups: HashSet<Group>,
+    /// NetworkPolicies refused (they hold nothing, but are known).
+    refused: HashSet<String>,
+    /// Groups left unwritten by [`NetpolState::take`] until their namespace's policies are known.
+    deferred: HashSet<Group>,
     /// Bumped by every mark.
     generation: u64,
 }
@@ -234,6 +242,20 @@ impl Inner {
     fn mark_group(&mut self, g: Group) {
         self.dirty_groups.insert(g);
         self.generation += 1;
+    }
+
+    /// Marks again the groups of `ns` left unwritten (one of its policies became known).
+    fn undefer(&mut self, ns: &str) {
+        let back: Vec<Group> = self
+            .deferred
+            .iter()
+            .filter(|(n, _)| n == ns)
+            .cloned()
+            .collect();
+        for x in back {
+            self.deferred.remove(&x);
+            self.mark_group(x);
+        }
     }
 
     fn hold(&mut self, s: &SetKey) {
@@ -363,15 +385,25 @@ impl Inner {
         (ports, ips)
     }
 
-    /// The subjects of the owners isolating pods of `ns` in `dir`.
+    /// The subjects of the isolation in force for pods of `ns` in `dir`.
     fn isolating(&self, ns: &str, dir: Direction) -> Vec<&Pods> {
         self.owners
             .values()
             .filter(|o| o.namespace.as_deref() == Some(ns))
-            .flat_map(|o| o.isolates.iter())
+            .flat_map(|o| o.enforced.iter())
             .filter(|(d, _)| *d == dir)
             .map(|(_, p)| p)
             .collect()
+    }
+
+    /// Whether any policy of `ns` isolates, or is about to isolate, pods in `dir` (its group must exist to
+    /// hold the policies' ACLs).
+    fn group_wanted(&self, ns: &str, dir: Direction) -> bool {
+        self.owners
+            .values()
+            .filter(|o| o.namespace.as_deref() == Some(ns))
+            .flat_map(|o| o.isolates.iter().chain(&o.enforced))
+            .any(|(d, _)| *d == dir)
     }
 
     /// Marks what a pod's change touches; returns the policies whose named ports it may change.
@@ -600,9 +632,15 @@ impl NetpolState {
 
     /// Holds the sets of `t` for `owner` (of namespace `ns`) and records its isolation; returns the
     /// generation to wait for.
-    fn hold(&self, owner: &str, ns: Option<&str>, t: &Translation) -> u64 {
+    /// `written`: its ACLs are in NB as `t` has them, so its isolation can be in force at once (a restart,
+    /// or a change of subjects alone).
+    fn hold(&self, owner: &str, ns: Option<&str>, t: &Translation, written: bool) -> u64 {
         let mut g = self.lock();
         let before = g.generation;
+        g.refused.remove(owner);
+        if let Some(ns) = ns {
+            g.undefer(ns);
+        }
         let mut o = g.owners.remove(owner).unwrap_or_default();
         for s in &t.sets {
             if !o.held.contains(s) {
@@ -619,6 +657,13 @@ impl NetpolState {
                     g.mark_group((ns.to_owned(), *d));
                 }
             }
+            // An isolation the policy no longer asks leaves before its allows change; a new one joins in
+            // `settle`, after them.
+            if written {
+                o.enforced = t.isolates.clone();
+            } else {
+                o.enforced.retain(|e| t.isolates.contains(e));
+            }
         }
         o.namespace = ns.map(str::to_owned);
         o.parent = t.parent.as_ref().map(SetKey::name);
@@ -631,22 +676,53 @@ impl NetpolState {
         after
     }
 
-    /// Lets go of the sets `owner`'s ACLs no longer name (they are written).
-    fn settle(&self, owner: &str) {
+    /// Lets go of the sets `owner`'s ACLs no longer name and puts its isolation in force (its ACLs are
+    /// written); returns the generation to wait for.
+    fn settle(&self, owner: &str) -> u64 {
         let mut g = self.lock();
         let before = g.generation;
         let Some(mut o) = g.owners.remove(owner) else {
-            return;
+            return before;
         };
         let gone: Vec<SetKey> = o.held.difference(&o.next).cloned().collect();
         for s in &gone {
             g.release(s);
             o.held.remove(s);
         }
+        if o.enforced != o.isolates {
+            if let Some(ns) = &o.namespace {
+                for (d, _) in &o.isolates {
+                    g.mark_group((ns.clone(), *d));
+                }
+            }
+            o.enforced = o.isolates.clone();
+        }
         g.owners.insert(owner.to_owned(), o);
         let after = g.generation;
         drop(g);
         self.wake_if(before, after);
+        after
+    }
+
+    /// Takes `owner`'s isolation out of force, before its ACLs are removed; returns the generation to wait
+    /// for.
+    fn withdraw(&self, owner: &str) -> u64 {
+        let mut g = self.lock();
+        let before = g.generation;
+        if let Some(mut o) = g.owners.remove(owner) {
+            if let Some(ns) = &o.namespace {
+                for (d, _) in o.isolates.iter().chain(&o.enforced) {
+                    g.mark_group((ns.clone(), *d));
+                }
+            }
+            o.isolates.clear();
+            o.enforced.clear();
+            g.owners.insert(owner.to_owned(), o);
+        }
+        let after = g.generation;
+        drop(g);
+        self.wake_if(before, after);
+        after
     }
 
     /// Forgets `owner` (its ACLs are gone).
@@ -708,10 +784,31 @@ impl NetpolState {
     }
 
     /// The batch writing everything marked, and the generation it covers; what it took is unmarked.
-    fn take(&self) -> (Batch, u64, Vec<SetKey>, Vec<Group>) {
+    /// `policies` lists the owners of every NetworkPolicy known to the store, and `exists` tells the port
+    /// groups in NB: a namespace group that exists is not written while a policy of its namespace is not
+    /// yet known here (just after a restart), as it would lose that policy's pods and drop for a moment.
+    /// The policy's own run marks the group again.
+    fn take(
+        &self,
+        policies: &dyn Fn() -> Vec<String>,
+        exists: &dyn Fn(&str) -> bool,
+    ) -> (Batch, u64, Vec<SetKey>, Vec<Group>) {
         let mut g = self.lock();
         let sets: Vec<SetKey> = g.dirty_sets.drain().collect();
-        let groups: Vec<Group> = g.dirty_groups.drain().collect();
+        let mut groups: Vec<Group> = g.dirty_groups.drain().collect();
+        if !groups.is_empty() {
+            let unknown: HashSet<String> = policies()
+                .into_iter()
+                .filter(|o| !g.owners.contains_key(o) && !g.refused.contains(o))
+                .filter_map(|o| np_key(&o).and_then(|k| k.namespace().map(str::to_owned)))
+                .collect();
+            let (now, later): (Vec<Group>, Vec<Group>) =
+                groups.into_iter().partition(|(ns, dir)| {
+                    !unknown.contains(ns) || !exists(&namespace_group(ns, *dir))
+                });
+            groups = now;
+            g.deferred.extend(later);
+        }
         let generation = g.generation;
         let mut b = Batch::new();
         for s in &sets {
@@ -757,11 +854,11 @@ impl NetpolState {
         }
         for (ns, dir) in &groups {
             let name = namespace_group(ns, *dir);
-            let subjects = g.isolating(ns, *dir);
-            if subjects.is_empty() {
+            if !g.group_wanted(ns, *dir) {
                 b.add(Op::DeletePortGroup(name));
                 continue;
             }
+            let subjects = g.isolating(ns, *dir);
             let empty = BTreeMap::new();
             let nsl = g.namespaces.get(ns).unwrap_or(&empty);
             let mut ports: Vec<String> = g
@@ -796,10 +893,15 @@ impl NetpolState {
                 b.add(Meter::new(&m, MeterUnit::Pktps, r, 0));
                 m
             });
-            let acls = namespace_acls(ns, *dir, &self.node_cidrs, logging.drop)
-                .iter()
-                .map(|a| ovn_acl(a, &name, &owner, meter.as_deref()))
-                .collect();
+            // No drop until an isolation is in force (the group may exist only to hold new allows).
+            let acls = if subjects.is_empty() {
+                Vec::new()
+            } else {
+                namespace_acls(ns, *dir, &self.node_cidrs, logging.drop)
+                    .iter()
+                    .map(|a| ovn_acl(a, &name, &owner, meter.as_deref()))
+                    .collect()
+            };
             b.add(AclSet::new(
                 AclParent::PortGroup(name.clone()),
                 OWNER_KEY,
@@ -883,7 +985,15 @@ pub(crate) async fn run_flusher(ctx: Arc<Ctx>) {
     let st = ctx.netpol.clone();
     loop {
         st.wake.notified().await;
-        let (b, generation, sets, groups) = st.take();
+        let policies = || {
+            ctx.kinds
+                .list::<NetworkPolicy>()
+                .iter()
+                .map(|np| owner_of(&Key::of(np.as_ref())))
+                .collect()
+        };
+        let exists = |g: &str| ctx.nb.port_group(g).is_some();
+        let (b, generation, sets, groups) = st.take(&policies, &exists);
         if b.is_empty() {
             st.flushed.send_replace(generation);
             continue;
@@ -958,6 +1068,54 @@ async fn write_acls(
     ctx.writer.commit(b).await
 }
 
+/// Whether `owner`'s ACLs in NB are those of `t` (the same direction, priority and match each).
+fn acls_written(ctx: &Ctx, owner: &str, ns: &str, t: &Translation) -> bool {
+    [Direction::Ingress, Direction::Egress]
+        .into_iter()
+        .all(|dir| {
+            let group = namespace_group(ns, dir);
+            let key = |d: &AclDirection, p: i64, m: &str| (d.as_str().to_owned(), p, m.to_owned());
+            let mut want: Vec<_> = t
+                .acls
+                .iter()
+                .filter(|a| a.direction == dir)
+                .map(|a| ovn_acl(a, &group, owner, None))
+                .map(|a| key(&a.direction, a.priority, &a.match_))
+                .collect();
+            let mut have: Vec<_> = ctx
+                .nb
+                .acls(&AclParent::PortGroup(group))
+                .iter()
+                .filter(|a| a.external_ids.get(OWNER_KEY).map(String::as_str) == Some(owner))
+                .map(|a| key(&a.direction, a.priority, &a.match_))
+                .collect();
+            want.sort();
+            have.sort();
+            want == have
+        })
+}
+
+/// Removes `owner`'s ACLs: its isolation first, so that its pods are never left dropped without its allows.
+/// `refused`: the policy stays, refused (else it was deleted).
+async fn remove(ctx: &Ctx, owner: &str, ns: &str, refused: bool) -> Result<(), ControllerError> {
+    let st = &ctx.netpol;
+    st.flushed(st.withdraw(owner)).await?;
+    write_acls(ctx, owner, ns, None).await?;
+    st.forget(owner);
+    let mut g = st.lock();
+    if refused {
+        g.refused.insert(owner.to_owned());
+    } else {
+        g.refused.remove(owner);
+    }
+    let before = g.generation;
+    g.undefer(ns);
+    let after = g.generation;
+    drop(g);
+    st.wake_if(before, after);
+    Ok(())
+}
+
 #[async_trait::async_trait]
 impl Reconciler<Ctx> for NetworkPolicies {
     type Object = NetworkPolicy;
@@ -986,15 +1144,14 @@ impl Reconciler<Ctx> for NetworkPolicies {
                 )
                 .await;
                 // Not enforced at all is what Kubernetes would do with a policy it refused.
-                write_acls(ctx, &owner, &ns, None).await?;
-                st.forget(&owner);
+                remove(ctx, &owner, &ns, true).await?;
                 return Ok(Action::Done);
             }
         };
-        let generation = st.hold(&owner, Some(&ns), &t);
+        let generation = st.hold(&owner, Some(&ns), &t, acls_written(ctx, &owner, &ns, &t));
         st.flushed(generation).await?;
         write_acls(ctx, &owner, &ns, Some(&t)).await?;
-        st.settle(&owner);
+        st.flushed(st.settle(&owner)).await?;
         let before = st.swap_problems(&owner, t.problems.clone());
         for p in &t.problems {
             if !before.contains(p) {
@@ -1015,9 +1172,13 @@ impl Reconciler<Ctx> for NetworkPolicies {
         key: &Key<NetworkPolicy>,
         _last: Option<Arc<NetworkPolicy>>,
     ) -> Result<Action, ControllerError> {
-        let owner = owner_of(key);
-        write_acls(ctx, &owner, key.namespace().unwrap_or_default(), None).await?;
-        ctx.netpol.forget(&owner);
+        remove(
+            ctx,
+            &owner_of(key),
+            key.namespace().unwrap_or_default(),
+            false,
+        )
+        .await?;
         Ok(Action::Done)
     }
 
@@ -1088,7 +1249,7 @@ async fn sync_admin(ctx: &Arc<Ctx>) -> Result<Action, ControllerError> {
         .collect();
     let mut generation = 0;
     for t in &ts {
-        generation = generation.max(st.hold(&t.owner, None, t));
+        generation = generation.max(st.hold(&t.owner, None, t, false));
     }
     st.flushed(generation).await?;
     let mut b = Batch::new();
@@ -1265,6 +1426,123 @@ mod tests {
         a
     }
 
+    /// The namespace group's ports and the drop in a flusher batch (None: the batch has no such group).
+    fn group_in(b: &Batch, name: &str) -> Option<(Vec<String>, usize)> {
+        let ports = b.ops.iter().find_map(|o| match o {
+            Op::PortGroup(g) if g.name == name => Some(g.ports.clone().unwrap_or_default()),
+            _ => None,
+        })?;
+        let drops = b
+            .ops
+            .iter()
+            .filter_map(|o| match o {
+                Op::AclSet(s) if s.parent == AclParent::PortGroup(name.into()) => Some(s),
+                _ => None,
+            })
+            .flat_map(|s| &s.acls)
+            .filter(|a| a.action == AclAction::Drop)
+            .count();
+        Some((ports, drops))
+    }
+
+    #[test]
+    fn a_policy_isolates_only_once_its_allows_are_written_and_stops_before_they_go() {
+        let st = NetpolState::new(Families::V4, vec!["100.64.0.0/16".into()]);
+        let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": "x"}})).expect("ns");
+        st.namespace_event(None, Some(&ns));
+        let pod: PolicyPod = serde_json::from_value(json!({
+            "metadata": {"name": "a", "namespace": "x", "labels": {"app": "a"},
+                "annotations": {"ovn.kubernetes.io/allocated": "true", "ovn.kubernetes.io/ip_address": "10.16.0.10"}}}))
+        .expect("pod");
+        st.pod_event(None, Some(&pod));
+        let np: NetworkPolicy = serde_json::from_value(json!({
+            "metadata": {"name": "p", "namespace": "x"},
+            "spec": {"podSelector": {}, "ingress": [{"from": [{"podSelector": {}}]}]}}))
+        .expect("policy");
+        let t = netpol::network_policy(&np, Families::V4, &|_: &Pods, _, _: &str| BTreeSet::new())
+            .expect("translation");
+        let none = || Vec::new();
+        let absent = |_: &str| false;
+        let owner = "NetworkPolicy/x/p";
+
+        // Held, its allows not written yet: the group exists (to hold them) but is empty, with no drop.
+        st.hold(owner, Some("x"), &t, false);
+        let (b, ..) = st.take(&none, &absent);
+        assert_eq!(group_in(&b, "np_x_ingress"), Some((vec![], 0)));
+        // Its allows written: the pod joins the group under the drop.
+        st.settle(owner);
+        let (b, ..) = st.take(&none, &absent);
+        assert_eq!(group_in(&b, "np_x_ingress"), Some((vec!["a.x".into()], 1)));
+        // Withdrawn before its allows go: nothing isolates, so the group goes.
+        st.withdraw(owner);
+        let (b, ..) = st.take(&none, &absent);
+        assert!(b
+            .ops
+            .iter()
+            .any(|o| matches!(o, Op::DeletePortGroup(n) if n == "np_x_ingress")));
+
+        // Its allows already in NB (a restart): in force at once.
+        st.forget(owner);
+        st.hold(owner, Some("x"), &t, true);
+        let (b, ..) = st.take(&none, &absent);
+        assert_eq!(group_in(&b, "np_x_ingress"), Some((vec!["a.x".into()], 1)));
+
+        // Just after a restart, a group in NB is not written while another policy of its namespace is
+        // unknown; it is once that one is known.
+        let other = "NetworkPolicy/x/q";
+        st.hold("NetworkPolicy/x/r", Some("x"), &t, true);
+        let listed = || {
+            vec![
+                owner.to_owned(),
+                other.to_owned(),
+                "NetworkPolicy/x/r".to_owned(),
+            ]
+        };
+        let present = |_: &str| true;
+        let (b, ..) = st.take(&listed, &present);
+        assert_eq!(group_in(&b, "np_x_ingress"), None);
+        st.hold(other, Some("x"), &t, true);
+        let (b, ..) = st.take(&listed, &present);
+        assert_eq!(group_in(&b, "np_x_ingress"), Some((vec!["a.x".into()], 1)));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_policy_changed_from_ingress_to_egress_moves_its_isolation() {
+        let h = Harness::start().await;
+        namespace(&h, "x", json!({})).await;
+        pod(&h, "x", "a", "a", "10.16.0.10").await;
+        let deny = |types: serde_json::Value| -> NetworkPolicy {
+            serde_json::from_value(json!({"metadata": {"name": "deny", "namespace": "x"},
+                "spec": {"podSelector": {}, "policyTypes": types}}))
+            .expect("policy")
+        };
+        let np = h.create(&deny(json!(["Ingress"]))).await;
+        let key = Key::of(&np);
+        h.run::<NetworkPolicies>(key.clone()).await.expect("run");
+        let ports = |g: &str| h.nb.port_group(g).map(|g| g.ports.len());
+        assert_eq!(ports("np_x_ingress"), Some(1));
+        assert_eq!(ports("np_x_egress"), None);
+        let api = Api::<NetworkPolicy>::namespaced(h.client.clone(), "x");
+        api.patch(
+            "deny",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"policyTypes": ["Egress"]}})),
+        )
+        .await
+        .expect("patch");
+        h.until("policy changed in the store", || {
+            h.ctx.kinds.get(&key).is_some_and(|p| {
+                p.spec.as_ref().and_then(|s| s.policy_types.clone()) == Some(vec!["Egress".into()])
+            })
+        })
+        .await;
+        h.run::<NetworkPolicies>(key.clone()).await.expect("run");
+        h.until("isolation moved", || {
+            ports("np_x_ingress").is_none() && ports("np_x_egress") == Some(1)
+        })
+        .await;
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_policy_gets_shared_sets_and_follows_labels_without_running_again() {
         let h = Harness::start().await;
@@ -1284,8 +1562,8 @@ mod tests {
         let key = Key::of(&np);
         h.run::<NetworkPolicies>(key.clone()).await.expect("run");
 
-        // The namespace's isolation group holds the selected pod; its ACLs: the drop, neighbour
-        // discovery, the nodes, and the policy's allows (the named port resolved to 8080).
+        // The namespace's isolation group holds the selected pod; its ACLs: the drop, the nodes, and the
+        // policy's allows (the named port resolved to 8080).
         let g = h.nb.port_group("np_x_ingress").expect("namespace group");
         assert_eq!(g.ports.len(), 1);
         let acls = h.nb.acls(&AclParent::PortGroup("np_x_ingress".into()));
@@ -1294,7 +1572,7 @@ mod tests {
                 .filter(|a| a.external_ids.get(OWNER_KEY).map(String::as_str) == Some(o))
                 .count()
         };
-        assert_eq!(owned("Namespace/x"), 3, "{acls:#?}");
+        assert_eq!(owned("Namespace/x"), 2, "{acls:#?}");
         assert_eq!(
             owned("NetworkPolicy/x/p"),
             4,

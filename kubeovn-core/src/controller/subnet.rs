@@ -1614,7 +1614,6 @@ mod behaviour {
                     "allow-related"
                 ),
                 (allow, "ip4.src == 10.70.0.0/24 && ip4.dst == 10.70.0.0/24", "allow-related"),
-                (allow, "nd || nd_ra || nd_rs", "allow-related"),
                 (crate::netpol::NODE_ALLOW_PRIORITY, "ip4.src == 100.64.0.0/16", "allow-related"),
             ]
         );

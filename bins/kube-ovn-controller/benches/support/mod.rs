@@ -188,9 +188,18 @@ impl Northd {
 
     /// Waits until northd has translated NB as it is now into SB.
     pub fn sync(&self) {
+        self.wait("sb")
+    }
+
+    /// Waits until every chassis has installed NB as it is now (`--wait=hv`).
+    pub fn sync_hv(&self) {
+        self.wait("hv")
+    }
+
+    fn wait(&self, till: &str) {
         let out = Command::new("ovn-nbctl")
             .arg(format!("--db={}", self.nb.unix_remote()))
-            .args(["--timeout=300", "--wait=sb", "sync"])
+            .args(["--timeout=300", &format!("--wait={till}"), "sync"])
             .output()
             .unwrap();
         assert!(
@@ -235,5 +244,181 @@ impl Drop for Northd {
     fn drop(&mut self) {
         let _ = self.northd.kill();
         let _ = self.northd.wait();
+    }
+}
+
+/// One chassis for counting OpenFlow flows: an Open_vSwitch database, ovs-vswitchd on OVS's dummy datapath
+/// (`--enable-dummy=override`: ports are in-memory, nothing appears on the host) and ovn-controller on `sb`.
+/// Stopped by pid when dropped.
+pub struct Chassis {
+    pub db: common::OvsdbServer,
+    vswitchd: Child,
+    controller: Child,
+}
+
+impl Chassis {
+    /// Starts the chassis on the SB at `sb` (a unix remote); None without the OVS and OVN node binaries.
+    pub fn start(sb: &str) -> Option<Chassis> {
+        if !common::have("ovs-vswitchd") || !common::have("ovn-controller") {
+            return None;
+        }
+        let db = common::OvsdbServer::start(
+            "/usr/share/openvswitch/vswitch.ovsschema",
+            common::ovn::Storage::Standalone,
+            false,
+        )?;
+        let d = db.dir.path().to_owned();
+        let remote = db.unix_remote();
+        let spawn = |prog: &str, args: Vec<String>| {
+            Command::new(prog)
+                .args(args)
+                .arg("-vconsole:off")
+                .env("OVS_RUNDIR", &d)
+                .env("OVN_RUNDIR", &d)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap()
+        };
+        let vsctl = |args: &[&str]| {
+            let out = Command::new("ovs-vsctl")
+                .arg(format!("--db={remote}"))
+                .arg("--timeout=60")
+                .args(args)
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "ovs-vsctl {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        };
+        vsctl(&["--no-wait", "init"]);
+        let vswitchd = spawn(
+            "ovs-vswitchd",
+            vec![
+                "--enable-dummy=override".into(),
+                remote.clone(),
+                format!("--pidfile={}", d.join("vswitchd.pid").display()),
+                format!("--log-file={}", d.join("vswitchd.log").display()),
+                format!("--unixctl={}", d.join("vswitchd.ctl").display()),
+            ],
+        );
+        vsctl(&[
+            "--",
+            "add-br",
+            "br-int",
+            "--",
+            "set",
+            "bridge",
+            "br-int",
+            "datapath_type=dummy",
+            "fail-mode=secure",
+            "--",
+            "set",
+            "open_vswitch",
+            ".",
+            "external_ids:system-id=bench",
+            &format!("external_ids:ovn-remote={sb}"),
+            "external_ids:ovn-encap-type=geneve",
+            "external_ids:ovn-encap-ip=127.0.0.1",
+        ]);
+        let controller = spawn(
+            "ovn-controller",
+            vec![
+                remote.clone(),
+                format!("--pidfile={}", d.join("ovn-controller.pid").display()),
+                format!("--log-file={}", d.join("ovn-controller.log").display()),
+            ],
+        );
+        Some(Chassis {
+            db,
+            vswitchd,
+            controller,
+        })
+    }
+
+    /// Plugs a dummy interface for each logical switch port, bound to it by `iface-id`, in one transaction,
+    /// and waits until ovn-controller has installed every one (`ovn-installed`).
+    pub fn bind(&self, ports: &[String]) {
+        let mut args = vec![
+            format!("--db={}", self.db.unix_remote()),
+            "--timeout=120".into(),
+        ];
+        for (i, p) in ports.iter().enumerate() {
+            let name = format!("d{i}");
+            args.extend(
+                [
+                    "--",
+                    "add-port",
+                    "br-int",
+                    &name,
+                    "--",
+                    "set",
+                    "interface",
+                    &name,
+                    "type=dummy",
+                ]
+                .map(String::from),
+            );
+            args.push(format!("external_ids:iface-id={p}"));
+        }
+        let out = Command::new("ovs-vsctl").args(args).output().unwrap();
+        assert!(
+            out.status.success(),
+            "ovs-vsctl add-port: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let t = Instant::now();
+        loop {
+            let out = Command::new("ovs-vsctl")
+                .arg(format!("--db={}", self.db.unix_remote()))
+                .args(["--bare", "--columns=name", "find", "interface"])
+                .arg("external_ids:ovn-installed=\"true\"")
+                .output()
+                .unwrap();
+            let installed = String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .filter(|l| !l.trim().is_empty())
+                .count();
+            if installed >= ports.len() {
+                return;
+            }
+            assert!(
+                t.elapsed() < std::time::Duration::from_secs(300),
+                "ovn-controller installed {installed} of {} ports",
+                ports.len()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    }
+
+    /// OpenFlow flows on br-int (`ovs-ofctl dump-flows` lines, the reply header left out).
+    pub fn flows(&self) -> usize {
+        let mgmt = self.db.dir.path().join("br-int.mgmt");
+        let out = Command::new("ovs-ofctl")
+            .args(["--timeout=120", "dump-flows"])
+            .arg(format!("unix:{}", mgmt.display()))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "ovs-ofctl dump-flows: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| l.contains("actions="))
+            .count()
+    }
+}
+
+impl Drop for Chassis {
+    fn drop(&mut self) {
+        for c in [&mut self.controller, &mut self.vswitchd] {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
     }
 }
