@@ -24,6 +24,8 @@ const USAGE: &str = "usage: kube-ovn-daemon --node-name NAME [options]
   --encap-ip IP                  tunnel endpoint (default 127.0.0.1)
   --mtu N                        pod and join interface MTU (default 1400)
   --node-nic NAME                join interface (default ovn0)
+  --netns PATH                   the node's network namespace, where ovs-vswitchd runs and the join
+                                 interface, routes and pods' host ends live (default: this process's)
   --pod-cidrs CIDR[,CIDR]        routed through the join gateway besides the default VPC's subnets
   --service-cluster-ip-range CIDR[,CIDR]
                                  Services' ClusterIPs, routed through the join gateway too: the node reaches
@@ -61,6 +63,7 @@ struct Opts {
     encap_ip: String,
     mtu: u32,
     nic: String,
+    netns: Option<PathBuf>,
     pod_cidrs: Vec<ipnetwork::IpNetwork>,
     pod_source: String,
     kubeconfig: Option<PathBuf>,
@@ -88,6 +91,7 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Opts, Error> {
         encap_ip: "127.0.0.1".into(),
         mtu: 1400,
         nic: kubeovn_core::naming::NODE_NIC.into(),
+        netns: None,
         pod_cidrs: Vec::new(),
         pod_source: "kube".into(),
         kubeconfig: None,
@@ -151,6 +155,7 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Opts, Error> {
                     .ok_or_else(|| bad(format!("bad MTU {v}")))?
             }
             "--node-nic" => o.nic = v,
+            "--netns" => o.netns = Some(v.into()),
             "--pod-cidrs" | "--service-cluster-ip-range" => {
                 for s in v.split(',').filter(|s| !s.is_empty()) {
                     let c = s
@@ -222,7 +227,15 @@ async fn run(o: Opts) -> Result<(), Error> {
             .await
             .map_err(DaemonError::from)?,
     );
-    let host = Arc::new(NetlinkNetdev::current().map_err(DaemonError::from)?);
+    // The node's links and routes: in its own namespace when it has one (a sandbox node on a shared
+    // machine), this process's otherwise.
+    let host = Arc::new(
+        match &o.netns {
+            Some(p) => NetlinkNetdev::open(p),
+            None => NetlinkNetdev::current(),
+        }
+        .map_err(DaemonError::from)?,
+    );
     let mut client = None;
     let source: Arc<dyn PodNetworkSource> = if o.pod_source == "kube" {
         let c = kube_client(&o).await?;

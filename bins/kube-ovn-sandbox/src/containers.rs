@@ -274,7 +274,11 @@ fn field(pod: &Pod, path: &str, ips: &[String]) -> Option<String> {
         "spec.serviceAccountName" => spec.and_then(|s| s.service_account_name.clone()),
         "status.podIP" => ips.first().cloned(),
         "status.podIPs" => Some(ips.join(",")),
-        "status.hostIP" | "status.hostIPs" => Some(crate::kubelet::NODE_IP.into()),
+        "status.hostIP" | "status.hostIPs" => pod
+            .status
+            .as_ref()
+            .and_then(|s| s.host_ip.clone())
+            .or_else(|| Some(crate::kubelet::NODE_IP.into())),
         _ => None,
     }
 }

@@ -252,7 +252,7 @@ fn now() -> String {
 }
 
 /// Creates the Node object (or refreshes it) and reports it Ready.
-pub async fn register_node(client: &kube::Client, name: &str) -> Result<(), SandboxError> {
+pub async fn register_node(client: &kube::Client, name: &str, ip: &str) -> Result<(), SandboxError> {
     let nodes: Api<Node> = Api::all(client.clone());
     let node: Node = serde_json::from_value(json!({
         "apiVersion": "v1",
@@ -274,7 +274,7 @@ pub async fn register_node(client: &kube::Client, name: &str) -> Result<(), Sand
     }
     let t = now();
     let status = json!({"status": {
-        "addresses": [{"type": "InternalIP", "address": NODE_IP}, {"type": "Hostname", "address": name}],
+        "addresses": [{"type": "InternalIP", "address": ip}, {"type": "Hostname", "address": name}],
         "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
                         "message": "kube-ovn-sandbox kubelet is posting ready status",
                         "lastHeartbeatTime": t, "lastTransitionTime": t}],
@@ -286,6 +286,39 @@ pub async fn register_node(client: &kube::Client, name: &str) -> Result<(), Sand
         .await
         .map_err(kube_err("node status"))?;
     Ok(())
+}
+
+/// The node a pod goes to: among the Ready, schedulable nodes whose labels hold every pair of the pod's
+/// `nodeSelector`, the one running the fewest pods (by name on a tie); `None` if none fits.
+pub fn pick_node(pod: &Pod, nodes: &[Node], pods: &[Pod]) -> Option<String> {
+    let selector = pod.spec.as_ref().and_then(|s| s.node_selector.clone()).unwrap_or_default();
+    let ready = |n: &Node| {
+        n.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+            && n.spec.as_ref().and_then(|s| s.unschedulable) != Some(true)
+    };
+    let load = |name: &str| {
+        pods.iter()
+            .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(name))
+            .filter(|p| {
+                !matches!(
+                    p.status.as_ref().and_then(|s| s.phase.as_deref()),
+                    Some("Succeeded" | "Failed")
+                )
+            })
+            .count()
+    };
+    nodes
+        .iter()
+        .filter(|n| ready(n))
+        .filter(|n| {
+            let labels = n.metadata.labels.clone().unwrap_or_default();
+            selector.iter().all(|(k, v)| labels.get(k) == Some(v))
+        })
+        .filter_map(|n| n.metadata.name.clone())
+        .min_by(|a, b| load(a).cmp(&load(b)).then_with(|| a.cmp(b)))
 }
 
 /// Per-pod state: serialises setup and teardown of one pod.
@@ -363,13 +396,13 @@ impl Kubelet {
         self: Arc<Self>,
         shutdown: impl std::future::Future<Output = ()>,
     ) -> Result<(), SandboxError> {
-        register_node(&self.client, &self.settings.node_name).await?;
+        register_node(&self.client, &self.settings.node_name, &self.settings.node_ip).await?;
         let heartbeat = {
             let k = self.clone();
             tokio::spawn(async move {
                 loop {
                     tokio::time::sleep(Duration::from_secs(10)).await;
-                    let _ = register_node(&k.client, &k.settings.node_name).await;
+                    let _ = register_node(&k.client, &k.settings.node_name, &k.settings.node_ip).await;
                 }
             })
         };
@@ -423,14 +456,9 @@ impl Kubelet {
         let node = self.settings.node_name.clone();
         match spec.node_name.as_deref() {
             None | Some("") => {
-                // The scheduler's part: one node, every pod goes there.
-                let api: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
-                let patch = json!({"spec": {"nodeName": node}});
-                if let Err(e) = api
-                    .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-                    .await
-                {
-                    eprintln!("kubelet: schedule {ns}/{name}: {e}");
+                // The scheduler's part, done by one node's kubelet.
+                if self.settings.schedules {
+                    self.schedule(&ns, &name).await;
                 }
                 return;
             }
@@ -462,13 +490,55 @@ impl Kubelet {
             let _g = slot.lock.lock().await;
             if !slot.deleted.load(Ordering::SeqCst) {
                 if host_network {
-                    let _ = self.report_running(&ns, &name, &[NODE_IP.to_owned()]).await;
+                    let _ = self.report_running(&ns, &name, std::slice::from_ref(&self.settings.node_ip)).await;
                 } else if self.setup(&slot, &ns, &name, &uid).await {
                     self.supervise_once(&slot, pod);
                 }
             }
             slot.in_flight.store(false, Ordering::SeqCst);
         });
+    }
+
+    /// Binds pod `ns/name` to a node ([`pick_node`]); while none fits, tries again every 2 s until the pod
+    /// has a node or is gone.
+    async fn schedule(&self, ns: &str, name: &str) {
+        let pods: Api<Pod> = Api::all(self.client.clone());
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), ns);
+        loop {
+            let pod = match api.get_opt(name).await {
+                Ok(Some(p)) => p,
+                Ok(None) => return,
+                Err(e) => {
+                    eprintln!("kubelet: schedule {ns}/{name}: {e}");
+                    return;
+                }
+            };
+            if pod.spec.as_ref().and_then(|s| s.node_name.as_deref()).is_some_and(|n| !n.is_empty()) {
+                return;
+            }
+            let (all_nodes, all_pods) = match (
+                nodes.list(&Default::default()).await,
+                pods.list(&Default::default()).await,
+            ) {
+                (Ok(n), Ok(p)) => (n.items, p.items),
+                (Err(e), _) | (_, Err(e)) => {
+                    eprintln!("kubelet: schedule {ns}/{name}: {e}");
+                    return;
+                }
+            };
+            if let Some(node) = pick_node(&pod, &all_nodes, &all_pods) {
+                let patch = json!({"spec": {"nodeName": node}});
+                if let Err(e) = api
+                    .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                {
+                    eprintln!("kubelet: schedule {ns}/{name}: {e}");
+                }
+                return;
+            }
+            tokio::time::sleep(Duration::from_secs(2)).await;
+        }
     }
 
     /// Makes the pod's sandbox; false if the pod went meanwhile.
@@ -556,8 +626,8 @@ impl Kubelet {
             .collect();
         let status = json!({"status": {
             "phase": "Running",
-            "hostIP": NODE_IP,
-            "hostIPs": [{"ip": NODE_IP}],
+            "hostIP": self.settings.node_ip,
+            "hostIPs": [{"ip": self.settings.node_ip}],
             "podIP": ips.first(),
             "podIPs": ips.iter().map(|i| json!({"ip": i})).collect::<Vec<_>>(),
             "startTime": t,
@@ -653,7 +723,7 @@ impl Kubelet {
             }
             let desired = pod_status(
                 current.as_ref(),
-                NODE_IP,
+                &self.settings.node_ip,
                 &rec.addresses(),
                 &views,
                 time_of(crate::containers::now_ms()),
@@ -964,6 +1034,31 @@ pub fn pod_annotation<'a>(ann: &'a BTreeMap<String, String>, key: &str) -> Optio
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pods_go_to_the_least_loaded_ready_node_their_selector_allows() {
+        let node = |name: &str, ready: &str, zone: &str| -> Node {
+            serde_json::from_value(json!({"metadata": {"name": name, "labels": {"zone": zone}},
+                "status": {"conditions": [{"type": "Ready", "status": ready}]}}))
+            .expect("node")
+        };
+        let pod = |node: Option<&str>, selector: serde_json::Value| -> Pod {
+            serde_json::from_value(json!({"metadata": {"name": "p", "namespace": "d"},
+                "spec": {"nodeName": node, "nodeSelector": selector, "containers": []}}))
+            .expect("pod")
+        };
+        let nodes = [node("n1", "True", "a"), node("n2", "True", "b"), node("n3", "False", "b")];
+        let on = |n: &str| pod(Some(n), json!({}));
+        // n1 runs two pods, n2 one: n2; n3 is not Ready.
+        let running = [on("n1"), on("n1"), on("n2")];
+        assert_eq!(pick_node(&pod(None, json!({})), &nodes, &running).as_deref(), Some("n2"));
+        // A tie goes by name.
+        assert_eq!(pick_node(&pod(None, json!({})), &nodes, &[]).as_deref(), Some("n1"));
+        // The selector narrows to n1 even though it is busier; a selector no Ready node holds: none.
+        let to_a = pod(None, json!({"zone": "a"}));
+        assert_eq!(pick_node(&to_a, &nodes, &running).as_deref(), Some("n1"));
+        assert_eq!(pick_node(&pod(None, json!({"zone": "c"})), &nodes, &running), None);
+    }
 
     #[test]
     fn record_names() {

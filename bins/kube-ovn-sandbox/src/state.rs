@@ -10,6 +10,7 @@
 //! DIR/cni/bin, cni/net.d  the shim and the conflist, where a runtime looks
 //! DIR/pods/<uid>.json     one record per pod sandbox the kubelet made (kubelet::PodRecord)
 //! DIR/logs/               the logs of our binaries
+//! DIR/nodes/NAME/         the same for each node beyond the first (its ovn/ holds only Open_vSwitch)
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -53,10 +54,45 @@ pub struct Settings {
     /// server and to the controller as `--service-cluster-ip-range`.
     #[serde(default = "default_service_cidr")]
     pub service_cidr: String,
+    /// The nodes of the cluster (`up --nodes N`): the first is this machine's own network namespace, the
+    /// others each have one of their own ([`crate::cluster`]).
+    #[serde(default = "one")]
+    pub nodes: usize,
+    /// The underlay segment the nodes' tunnels run over (the nodes take its 1st, 2nd, ... addresses).
+    #[serde(default = "default_underlay_cidr")]
+    pub underlay_cidr: String,
+    /// This node's InternalIP (its underlay address in a cluster of several nodes).
+    #[serde(default = "default_node_ip")]
+    pub node_ip: String,
+    /// This node's own network namespace (a name under `netns_dir`); `None`: the machine's.
+    #[serde(default)]
+    pub node_netns: Option<String>,
+    /// The southbound database, when it is not this directory's (a node beyond the first).
+    #[serde(default)]
+    pub sb_remote: Option<String>,
+    /// Whether this node's kubelet schedules the pods that name no node (the first node's does).
+    #[serde(default = "yes")]
+    pub schedules: bool,
 }
 
 fn default_service_cidr() -> String {
     "10.96.0.0/12".into()
+}
+
+fn one() -> usize {
+    1
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn default_underlay_cidr() -> String {
+    "198.18.0.0/24".into()
+}
+
+fn default_node_ip() -> String {
+    "127.0.0.1".into()
 }
 
 impl Default for Settings {
@@ -76,6 +112,12 @@ impl Default for Settings {
             demo_pods: 3,
             daemon_metrics_addr: "127.0.0.1:10665".into(),
             service_cidr: default_service_cidr(),
+            nodes: 1,
+            underlay_cidr: default_underlay_cidr(),
+            node_ip: default_node_ip(),
+            node_netns: None,
+            sb_remote: None,
+            schedules: true,
         }
     }
 }
@@ -128,6 +170,21 @@ impl StateDir {
     /// `unix:DIR/ovn/nb.sock`.
     pub fn nb_remote(&self) -> String {
         format!("unix:{}", self.ovn_dir().join("nb.sock").display())
+    }
+
+    /// `DIR/nodes/NAME`: the state of the cluster's node `name` beyond the first (its settings, Open_vSwitch
+    /// database, daemon, kubelet and pods), laid out as this directory is.
+    pub fn node_dir(&self, name: &str) -> StateDir {
+        StateDir::new(self.root.join("nodes").join(name))
+    }
+
+    /// The state directories of the nodes beyond the first.
+    pub fn node_dirs(&self) -> Vec<StateDir> {
+        let mut v: Vec<StateDir> = std::fs::read_dir(self.root.join("nodes"))
+            .map(|rd| rd.flatten().map(|e| StateDir::new(e.path())).collect())
+            .unwrap_or_default();
+        v.sort_by(|a, b| a.root.cmp(&b.root));
+        v
     }
 
     /// `unix:DIR/ovn/sb.sock`.

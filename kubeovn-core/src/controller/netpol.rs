@@ -199,6 +199,9 @@ struct Inner {
     refused: HashSet<String>,
     /// Groups left unwritten by [`NetpolState::take`] until their namespace's policies are known.
     deferred: HashSet<Group>,
+    /// Every NetworkPolicy the store listed was known here once: NB no longer holds isolation of policies
+    /// this controller has not seen, so nothing is deferred any more.
+    loaded: bool,
     /// Bumped by every mark.
     generation: u64,
 }
@@ -796,7 +799,7 @@ impl NetpolState {
         let mut g = self.lock();
         let sets: Vec<SetKey> = g.dirty_sets.drain().collect();
         let mut groups: Vec<Group> = g.dirty_groups.drain().collect();
-        if !groups.is_empty() {
+        if !groups.is_empty() && !g.loaded {
             let unknown: HashSet<String> = policies()
                 .into_iter()
                 .filter(|o| !g.owners.contains_key(o) && !g.refused.contains(o))
@@ -807,6 +810,7 @@ impl NetpolState {
                     !unknown.contains(ns) || !exists(&namespace_group(ns, *dir))
                 });
             groups = now;
+            g.loaded = unknown.is_empty();
             g.deferred.extend(later);
         }
         let generation = g.generation;
@@ -1151,7 +1155,8 @@ impl Reconciler<Ctx> for NetworkPolicies {
         let generation = st.hold(&owner, Some(&ns), &t, acls_written(ctx, &owner, &ns, &t));
         st.flushed(generation).await?;
         write_acls(ctx, &owner, &ns, Some(&t)).await?;
-        st.flushed(st.settle(&owner)).await?;
+        // Its isolation joins with the next flush; nothing waits for it.
+        st.settle(&owner);
         let before = st.swap_problems(&owner, t.problems.clone());
         for p in &t.problems {
             if !before.contains(p) {
@@ -1489,6 +1494,10 @@ mod tests {
 
         // Just after a restart, a group in NB is not written while another policy of its namespace is
         // unknown; it is once that one is known.
+        let st = NetpolState::new(Families::V4, vec!["100.64.0.0/16".into()]);
+        st.namespace_event(None, Some(&ns));
+        st.pod_event(None, Some(&pod));
+        st.hold(owner, Some("x"), &t, true);
         let other = "NetworkPolicy/x/q";
         st.hold("NetworkPolicy/x/r", Some("x"), &t, true);
         let listed = || {
@@ -1564,8 +1573,11 @@ mod tests {
 
         // The namespace's isolation group holds the selected pod; its ACLs: the drop, the nodes, and the
         // policy's allows (the named port resolved to 8080).
-        let g = h.nb.port_group("np_x_ingress").expect("namespace group");
-        assert_eq!(g.ports.len(), 1);
+        h.until("the pod in the namespace group", || {
+            h.nb.port_group("np_x_ingress")
+                .is_some_and(|g| g.ports.len() == 1)
+        })
+        .await;
         let acls = h.nb.acls(&AclParent::PortGroup("np_x_ingress".into()));
         let owned = |o: &str| {
             acls.iter()
