@@ -142,9 +142,18 @@ pub fn records(dir: &StateDir) -> Vec<PodRecord> {
     out
 }
 
-/// The record of pod `namespace/name`.
+/// The records of every node's pods: `dir`'s and those of the nodes beyond the first.
+pub fn all_records(dir: &StateDir) -> Vec<PodRecord> {
+    let mut out = records(dir);
+    for d in dir.node_dirs() {
+        out.extend(records(&d));
+    }
+    out
+}
+
+/// The record of pod `namespace/name`, on whichever node.
 pub fn find_record(dir: &StateDir, namespace: &str, name: &str) -> Option<PodRecord> {
-    records(dir)
+    all_records(dir)
         .into_iter()
         .find(|r| r.namespace == namespace && r.name == name)
 }
@@ -252,7 +261,11 @@ fn now() -> String {
 }
 
 /// Creates the Node object (or refreshes it) and reports it Ready.
-pub async fn register_node(client: &kube::Client, name: &str, ip: &str) -> Result<(), SandboxError> {
+pub async fn register_node(
+    client: &kube::Client,
+    name: &str,
+    ip: &str,
+) -> Result<(), SandboxError> {
     let nodes: Api<Node> = Api::all(client.clone());
     let node: Node = serde_json::from_value(json!({
         "apiVersion": "v1",
@@ -291,7 +304,11 @@ pub async fn register_node(client: &kube::Client, name: &str, ip: &str) -> Resul
 /// The node a pod goes to: among the Ready, schedulable nodes whose labels hold every pair of the pod's
 /// `nodeSelector`, the one running the fewest pods (by name on a tie); `None` if none fits.
 pub fn pick_node(pod: &Pod, nodes: &[Node], pods: &[Pod]) -> Option<String> {
-    let selector = pod.spec.as_ref().and_then(|s| s.node_selector.clone()).unwrap_or_default();
+    let selector = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_selector.clone())
+        .unwrap_or_default();
     let ready = |n: &Node| {
         n.status
             .as_ref()
@@ -396,13 +413,19 @@ impl Kubelet {
         self: Arc<Self>,
         shutdown: impl std::future::Future<Output = ()>,
     ) -> Result<(), SandboxError> {
-        register_node(&self.client, &self.settings.node_name, &self.settings.node_ip).await?;
+        register_node(
+            &self.client,
+            &self.settings.node_name,
+            &self.settings.node_ip,
+        )
+        .await?;
         let heartbeat = {
             let k = self.clone();
             tokio::spawn(async move {
                 loop {
                     tokio::time::sleep(Duration::from_secs(10)).await;
-                    let _ = register_node(&k.client, &k.settings.node_name, &k.settings.node_ip).await;
+                    let _ =
+                        register_node(&k.client, &k.settings.node_name, &k.settings.node_ip).await;
                 }
             })
         };
@@ -490,7 +513,9 @@ impl Kubelet {
             let _g = slot.lock.lock().await;
             if !slot.deleted.load(Ordering::SeqCst) {
                 if host_network {
-                    let _ = self.report_running(&ns, &name, std::slice::from_ref(&self.settings.node_ip)).await;
+                    let _ = self
+                        .report_running(&ns, &name, std::slice::from_ref(&self.settings.node_ip))
+                        .await;
                 } else if self.setup(&slot, &ns, &name, &uid).await {
                     self.supervise_once(&slot, pod);
                 }
@@ -514,7 +539,12 @@ impl Kubelet {
                     return;
                 }
             };
-            if pod.spec.as_ref().and_then(|s| s.node_name.as_deref()).is_some_and(|n| !n.is_empty()) {
+            if pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.node_name.as_deref())
+                .is_some_and(|n| !n.is_empty())
+            {
                 return;
             }
             let (all_nodes, all_pods) = match (
@@ -1047,17 +1077,30 @@ mod tests {
                 "spec": {"nodeName": node, "nodeSelector": selector, "containers": []}}))
             .expect("pod")
         };
-        let nodes = [node("n1", "True", "a"), node("n2", "True", "b"), node("n3", "False", "b")];
+        let nodes = [
+            node("n1", "True", "a"),
+            node("n2", "True", "b"),
+            node("n3", "False", "b"),
+        ];
         let on = |n: &str| pod(Some(n), json!({}));
         // n1 runs two pods, n2 one: n2; n3 is not Ready.
         let running = [on("n1"), on("n1"), on("n2")];
-        assert_eq!(pick_node(&pod(None, json!({})), &nodes, &running).as_deref(), Some("n2"));
+        assert_eq!(
+            pick_node(&pod(None, json!({})), &nodes, &running).as_deref(),
+            Some("n2")
+        );
         // A tie goes by name.
-        assert_eq!(pick_node(&pod(None, json!({})), &nodes, &[]).as_deref(), Some("n1"));
+        assert_eq!(
+            pick_node(&pod(None, json!({})), &nodes, &[]).as_deref(),
+            Some("n1")
+        );
         // The selector narrows to n1 even though it is busier; a selector no Ready node holds: none.
         let to_a = pod(None, json!({"zone": "a"}));
         assert_eq!(pick_node(&to_a, &nodes, &running).as_deref(), Some("n1"));
-        assert_eq!(pick_node(&pod(None, json!({"zone": "c"})), &nodes, &running), None);
+        assert_eq!(
+            pick_node(&pod(None, json!({"zone": "c"})), &nodes, &running),
+            None
+        );
     }
 
     #[test]

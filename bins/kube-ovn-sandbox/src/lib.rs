@@ -25,6 +25,7 @@
 //! ```
 
 pub mod cgroup;
+pub mod cluster;
 // What a unit test does when it cannot run here (a failure under CI); shared with the test crates.
 pub mod cni;
 pub mod containers;

@@ -27,7 +27,9 @@ up options:
   --demo-cidr CIDR      (10.66.0.0/24)    --demo-namespace NS  (demo)
   --demo-pods N         (3 per namespace) --netns-prefix P     (sbx)
   --service-cidr CIDR[,CIDR]  (10.96.0.0/12) where Services' ClusterIPs come from
-  --pod-timeout SECS    (90)";
+  --pod-timeout SECS    (90)
+  --nodes N             (1) nodes: the first in this machine's network namespace, each other in one of
+                        its own, joined by Geneve over an underlay segment (--underlay-cidr, 198.18.0.0/24)";
 
 enum Cmd {
     Up(Box<UpOptions>),
@@ -89,6 +91,14 @@ fn parse(args: Vec<String>) -> Result<(StateDir, Cmd), String> {
             }
             "--netns-prefix" => s.netns_prefix = value()?,
             "--service-cidr" => s.service_cidr = value()?,
+            "--nodes" => {
+                s.nodes = value()?
+                    .parse()
+                    .ok()
+                    .filter(|n| (1..=16).contains(n))
+                    .ok_or_else(|| format!("--nodes: a number from 1 to 16\n{USAGE}"))?
+            }
+            "--underlay-cidr" => s.underlay_cidr = value()?,
             "--pod-timeout" => {
                 let secs: u64 = value()?
                     .parse()

@@ -51,6 +51,13 @@ pub struct OvnOptions {
     pub datapath_type: String,
     /// Start ovs-vswitchd and ovn-controller (false: only NB, SB and northd, for control-plane tests).
     pub chassis: bool,
+    /// Start NB, SB and ovn-northd (false: a chassis of a cluster whose southbound is `sb_remote`).
+    pub central: bool,
+    /// The southbound database ovn-controller joins when this stack has none of its own.
+    pub sb_remote: Option<String>,
+    /// The network namespace the processes run in (a node of its own on this machine); `None`: this
+    /// process's. Its tap devices go with the namespace.
+    pub netns: Option<PathBuf>,
     /// Write the chassis settings and create the bridge (false leaves that to the caller, e.g. the daemon).
     pub configure_chassis: bool,
     /// How long to wait for each process to come up.
@@ -72,6 +79,9 @@ impl OvnOptions {
             encap_type: "geneve".into(),
             datapath_type: "netdev".into(),
             chassis: true,
+            central: true,
+            sb_remote: None,
+            netns: None,
             configure_chassis: true,
             start_timeout: Duration::from_secs(15),
             cgroup_prefix: None,
@@ -88,6 +98,15 @@ impl OvnOptions {
     pub fn central_only(mut self) -> Self {
         self.chassis = false;
         self.configure_chassis = false;
+        self
+    }
+
+    /// A chassis of the cluster whose southbound database is `sb_remote`: the Open_vSwitch database,
+    /// ovs-vswitchd and ovn-controller only, in network namespace `netns` if given.
+    pub fn chassis_of(mut self, sb_remote: impl Into<String>, netns: Option<PathBuf>) -> Self {
+        self.central = false;
+        self.sb_remote = Some(sb_remote.into());
+        self.netns = netns;
         self
     }
 
@@ -182,7 +201,10 @@ impl OvnStack {
     }
 
     async fn start_all(&self) -> Result<(), SandboxError> {
-        let mut dbs = vec![("nb", NB_SCHEMA), ("sb", SB_SCHEMA)];
+        let mut dbs = Vec::new();
+        if self.opts.central {
+            dbs.extend([("nb", NB_SCHEMA), ("sb", SB_SCHEMA)]);
+        }
         if self.opts.chassis {
             dbs.push(("ovs", VSWITCH_SCHEMA));
         }
@@ -212,11 +234,13 @@ impl OvnStack {
         for (stem, _) in &dbs {
             self.wait_socket(&self.sock(stem)).await?;
         }
-        let mut northd = Command::new("ovn-northd");
-        northd
-            .arg(format!("--ovnnb-db={}", self.nb_remote()))
-            .arg(format!("--ovnsb-db={}", self.sb_remote()));
-        self.spawn("ovn-northd", "northd", northd)?;
+        if self.opts.central {
+            let mut northd = Command::new("ovn-northd");
+            northd
+                .arg(format!("--ovnnb-db={}", self.nb_remote()))
+                .arg(format!("--ovnsb-db={}", self.sb_remote()));
+            self.spawn("ovn-northd", "northd", northd)?;
+        }
         if !self.opts.chassis {
             return Ok(());
         }
@@ -379,6 +403,25 @@ impl OvnStack {
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null());
+        if let Some(ns) = &self.opts.netns {
+            // nsenter execs the program itself: the pid stays the program's.
+            let mut inner = Command::new("nsenter");
+            inner
+                .arg(format!("--net={}", ns.display()))
+                .arg("--")
+                .arg(cmd.get_program())
+                .args(cmd.get_args());
+            for (k, v) in cmd.get_envs() {
+                if let Some(v) = v {
+                    inner.env(k, v);
+                }
+            }
+            inner
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null());
+            cmd = inner;
+        }
         let mut child = cmd
             .spawn()
             .map_err(|e| SandboxError::io("spawn", Path::new(name), e))?;
@@ -469,9 +512,12 @@ impl OvnStack {
         format!("unix:{}", self.sock("nb").display())
     }
 
-    /// `unix:<dir>/sb.sock`.
+    /// `unix:<dir>/sb.sock`, or the cluster's southbound of a chassis-only stack.
     pub fn sb_remote(&self) -> String {
-        format!("unix:{}", self.sock("sb").display())
+        match &self.opts.sb_remote {
+            Some(r) => r.clone(),
+            None => format!("unix:{}", self.sock("sb").display()),
+        }
     }
 
     /// `unix:<dir>/ovs.sock` (the Open_vSwitch database).
@@ -505,7 +551,8 @@ impl OvnStack {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clear();
-        if had_vswitchd {
+        // In a namespace of its own, the taps go with it (and the names may be the machine's too).
+        if had_vswitchd && self.opts.netns.is_none() {
             let mut names = vec![self.opts.bridge.clone()];
             names.append(&mut self.taps.lock().unwrap_or_else(|e| e.into_inner()));
             cleanup_taps(names);

@@ -12,7 +12,7 @@ use kube::api::{Api, ListParams};
 use kube::ResourceExt;
 use kubeovn_cni::node::{GatewayProbe, IcmpGatewayProbe};
 
-use crate::kubelet::{pod_annotation, records};
+use crate::kubelet::{all_records, pod_annotation};
 use crate::state::{Settings, StateDir};
 use crate::transport::{self, Transport};
 use crate::SandboxError;
@@ -48,7 +48,7 @@ pub async fn endpoints(
             what: "list pods",
             detail: e.to_string(),
         })?;
-    let recs = records(dir);
+    let recs = all_records(dir);
     let mut out = Vec::new();
     for p in list.items {
         let uid = p.uid().unwrap_or_default();

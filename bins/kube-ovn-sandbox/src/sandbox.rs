@@ -12,6 +12,7 @@ use kube::api::{Api, ApiResource, DynamicObject, PostParams};
 use kube::ResourceExt;
 use serde_json::{json, Value};
 
+use crate::cluster;
 use crate::kubelet::{self, records, PodRecord};
 use crate::ovn::{missing_programs, OvnOptions, OvnStack};
 use crate::procs::{log_tail, spawn_detached, ProcRecord};
@@ -328,7 +329,8 @@ pub async fn up(dir: &StateDir, opts: &UpOptions) -> Result<report::Reachability
             "the sandbox makes network namespaces and an OVS bridge: run it as root (sudo)",
         ));
     }
-    let total = if opts.no_demo { 9 } else { 11 };
+    // Each node beyond the first: its OVS, kubelet and daemon.
+    let total = if opts.no_demo { 9 } else { 11 } + 3 * opts.settings.nodes.saturating_sub(1);
     let mut pr = Progress::new(total);
     pr.begin("OVN/OVS packages");
     let note = ensure_packages(opts.install)?;
@@ -379,6 +381,9 @@ pub async fn up(dir: &StateDir, opts: &UpOptions) -> Result<report::Reachability
         .unwrap_or(16443);
     settings.api_addr = format!("127.0.0.1:{}", free_port(port));
     settings.daemon_metrics_addr = format!("127.0.0.1:{}", free_port(10665));
+    if settings.nodes > 1 {
+        settings.node_ip = cluster::node_ip(&settings, 1)?;
+    }
     dir.save_settings(&settings)?;
     let mut pids: Vec<ProcRecord> = Vec::new();
 
@@ -412,11 +417,24 @@ async fn start_all(
     pr.begin("OVN: NB, SB, northd, ovs-vswitchd (netdev), ovn-controller");
     let mut o = OvnOptions::new(&settings.bridge);
     o.system_id = settings.node_name.clone();
+    if settings.nodes > 1 {
+        o.encap_ip = settings.node_ip.clone();
+    }
     let stack = OvnStack::start(&dir.ovn_dir(), o).await?;
     for (name, pid) in stack.detach() {
         pids.push(ProcRecord::of(name, pid));
     }
     save_pids(dir, pids)?;
+    if settings.nodes > 1 {
+        // The underlay's switch, and this node's address on it.
+        cluster::underlay(
+            &dir.ovs_remote(),
+            settings,
+            cluster::node_ip_cidr(settings, 1)?,
+            &[],
+        )
+        .await?;
+    }
     pr.done("");
 
     pr.begin("kube-ovn-testapi (in-memory Kubernetes API)");
@@ -502,78 +520,13 @@ async fn start_all(
     pr.done("subnets ovn-default and join");
 
     pr.begin("CNI shim and conflist");
-    let shim = dir.cni_bin_dir().join("kube-ovn");
-    // Copy to a new file and rename: a running shim keeps its old inode.
-    let tmp = shim.with_extension("new");
-    std::fs::copy(&bins.shim, &tmp).map_err(|e| SandboxError::io("copy shim", &tmp, e))?;
-    std::fs::rename(&tmp, &shim).map_err(|e| SandboxError::io("install shim", &shim, e))?;
-    write_json(&dir.conflist(), &crate::cni::conflist(&dir.daemon_socket()))?;
+    install_cni(dir, bins)?;
     pr.done(&format!("{}", dir.conflist().display()));
 
-    pr.begin("sandbox kubelet (node registration, pod sandboxes)");
-    let log = dir.log("kubelet");
-    let mut cmd = Command::new(&bins.sandbox);
-    cmd.arg("kubelet").arg("--state-dir").arg(dir.root());
-    let kl = spawn_detached("kubelet", cmd, &log)?;
-    pids.push(kl.clone());
-    save_pids(dir, pids)?;
-    let nodes: Api<Node> = Api::all(client.clone());
-    let node_name = settings.node_name.clone();
-    wait_for(
-        "the node to register",
-        Duration::from_secs(15),
-        Some(&log),
-        || {
-            let n = nodes.clone();
-            let name = node_name.clone();
-            let alive = kl.alive();
-            async move { !alive || n.get(&name).await.is_ok() }
-        },
-    )
-    .await?;
-    check_alive(&kl, &log)?;
-    // The controller allocates the node's join address.
-    wait_for(
-        "the node's join address",
-        Duration::from_secs(20),
-        Some(&dir.log("kube-ovn-controller")),
-        || {
-            let n = nodes.clone();
-            let name = node_name.clone();
-            async move {
-                n.get(&name)
-                    .await
-                    .map(|n| n.annotations().contains_key("ovn.kubernetes.io/ip_address"))
-                    .unwrap_or(false)
-            }
-        },
-    )
-    .await?;
-    pr.done(&format!("node {}", settings.node_name));
-
-    pr.begin("kube-ovn-daemon (node start: chassis, bridge, join port)");
-    let log = dir.log("kube-ovn-daemon");
-    let mut cmd = Command::new(&bins.daemon);
-    daemon_args(&mut cmd, dir, settings);
-    let dm = spawn_detached("kube-ovn-daemon", cmd, &log)?;
-    pids.push(dm.clone());
-    save_pids(dir, pids)?;
-    let sock = dir.daemon_socket();
-    let nic = settings.node_nic.clone();
-    wait_for(
-        "the daemon's socket and the node's join interface",
-        Duration::from_secs(30),
-        Some(&log),
-        || {
-            let ok = std::os::unix::net::UnixStream::connect(&sock).is_ok()
-                && Path::new("/sys/class/net").join(&nic).exists();
-            let alive = dm.alive();
-            async move { ok || !alive }
-        },
-    )
-    .await?;
-    check_alive(&dm, &log)?;
-    pr.done(&format!("{} up", settings.node_nic));
+    start_agents(dir, settings, bins, &client, pr, pids).await?;
+    for k in 2..=settings.nodes {
+        start_node(dir, settings, k, bins, &client, pr).await?;
+    }
 
     pr.begin("all processes running");
     for p in pids.iter() {
@@ -638,6 +591,160 @@ async fn start_all(
     Ok(())
 }
 
+/// Puts the CNI shim and the conflist (naming the node's daemon socket) in `dir`.
+fn install_cni(dir: &StateDir, bins: &Binaries) -> Result<(), SandboxError> {
+    let shim = dir.cni_bin_dir().join("kube-ovn");
+    // Copy to a new file and rename: a running shim keeps its old inode.
+    let tmp = shim.with_extension("new");
+    std::fs::copy(&bins.shim, &tmp).map_err(|e| SandboxError::io("copy shim", &tmp, e))?;
+    std::fs::rename(&tmp, &shim).map_err(|e| SandboxError::io("install shim", &shim, e))?;
+    write_json(&dir.conflist(), &crate::cni::conflist(&dir.daemon_socket()))
+}
+
+/// Starts a node's kubelet, then its daemon (its Open_vSwitch is up), and waits until the node is
+/// registered with a join address and the daemon serves with the join interface up.
+async fn start_agents(
+    dir: &StateDir,
+    settings: &Settings,
+    bins: &Binaries,
+    client: &kube::Client,
+    pr: &mut Progress,
+    pids: &mut Vec<ProcRecord>,
+) -> Result<(), SandboxError> {
+    pr.begin(&format!(
+        "sandbox kubelet of {} (node registration, pod sandboxes)",
+        settings.node_name
+    ));
+    let log = dir.log("kubelet");
+    let mut cmd = Command::new(&bins.sandbox);
+    cmd.arg("kubelet").arg("--state-dir").arg(dir.root());
+    let kl = spawn_detached("kubelet", cmd, &log)?;
+    pids.push(kl.clone());
+    save_pids(dir, pids)?;
+    let nodes: Api<Node> = Api::all(client.clone());
+    let node_name = settings.node_name.clone();
+    wait_for(
+        "the node to register",
+        Duration::from_secs(15),
+        Some(&log),
+        || {
+            let n = nodes.clone();
+            let name = node_name.clone();
+            let alive = kl.alive();
+            async move { !alive || n.get(&name).await.is_ok() }
+        },
+    )
+    .await?;
+    check_alive(&kl, &log)?;
+    // The controller allocates the node's join address.
+    let controller_log = dir.log("kube-ovn-controller");
+    wait_for(
+        "the node's join address",
+        Duration::from_secs(20),
+        controller_log.exists().then_some(controller_log.as_path()),
+        || {
+            let n = nodes.clone();
+            let name = node_name.clone();
+            async move {
+                n.get(&name)
+                    .await
+                    .map(|n| n.annotations().contains_key("ovn.kubernetes.io/ip_address"))
+                    .unwrap_or(false)
+            }
+        },
+    )
+    .await?;
+    pr.done(&format!("node {}", settings.node_name));
+
+    pr.begin(&format!(
+        "kube-ovn-daemon of {} (node start: chassis, bridge, join port)",
+        settings.node_name
+    ));
+    let log = dir.log("kube-ovn-daemon");
+    let mut cmd = Command::new(&bins.daemon);
+    daemon_args(&mut cmd, dir, settings);
+    let dm = spawn_detached("kube-ovn-daemon", cmd, &log)?;
+    pids.push(dm.clone());
+    save_pids(dir, pids)?;
+    let sock = dir.daemon_socket();
+    let nic = settings.node_nic.clone();
+    // The join interface is in the node's namespace.
+    let nd = std::sync::Arc::new(cluster::netdev(settings)?);
+    wait_for(
+        "the daemon's socket and the node's join interface",
+        Duration::from_secs(30),
+        Some(&log),
+        || {
+            let serving = std::os::unix::net::UnixStream::connect(&sock).is_ok();
+            let alive = dm.alive();
+            let (nd, nic) = (nd.clone(), nic.clone());
+            async move {
+                use kubeovn_netdev::Netdev;
+                !alive || (serving && matches!(nd.link(&nic).await, Ok(Some(_))))
+            }
+        },
+    )
+    .await?;
+    check_alive(&dm, &log)?;
+    pr.done(&format!("{} up", settings.node_nic));
+
+    Ok(())
+}
+
+/// Starts node `k` of the cluster (beyond the first): its namespace on the underlay, its Open_vSwitch
+/// database, ovs-vswitchd and ovn-controller there, then its kubelet and daemon; its state in
+/// `DIR/nodes/NAME`.
+async fn start_node(
+    root: &StateDir,
+    cluster_settings: &Settings,
+    k: usize,
+    bins: &Binaries,
+    client: &kube::Client,
+    pr: &mut Progress,
+) -> Result<(), SandboxError> {
+    let name = cluster::node_name(cluster_settings, k);
+    pr.begin(&format!(
+        "node {name}: namespace, underlay, ovs-vswitchd, ovn-controller"
+    ));
+    let mut s = cluster::node_settings(cluster_settings, k, &root.sb_remote())?;
+    s.daemon_metrics_addr = format!("127.0.0.1:{}", free_port(0));
+    let dir = root.node_dir(&name);
+    for d in [
+        dir.root().to_owned(),
+        dir.logs_dir(),
+        dir.cni_bin_dir(),
+        dir.cni_conf_dir(),
+        dir.pods_dir(),
+    ] {
+        std::fs::create_dir_all(&d).map_err(|e| SandboxError::io("create directory", &d, e))?;
+    }
+    dir.save_settings(&s)?;
+    std::fs::copy(root.kubeconfig(), dir.kubeconfig())
+        .map_err(|e| SandboxError::io("copy kubeconfig", &dir.kubeconfig(), e))?;
+    install_cni(&dir, bins)?;
+    let mut pids: Vec<ProcRecord> = Vec::new();
+    let netns = cluster::wire_node(cluster_settings, &s, k, &root.ovs_remote()).await?;
+    let mut o = OvnOptions::new(&s.bridge).chassis_of(root.sb_remote(), Some(netns));
+    o.system_id = name.clone();
+    o.encap_ip = s.node_ip.clone();
+    let stack = OvnStack::start(&dir.ovn_dir(), o).await?;
+    for (n, pid) in stack.detach() {
+        pids.push(ProcRecord::of(n, pid));
+    }
+    save_pids(&dir, &pids)?;
+    cluster::underlay(
+        &dir.ovs_remote(),
+        &s,
+        cluster::node_ip_cidr(cluster_settings, k)?,
+        &[cluster::NODE_UNDERLAY_NIC.to_owned()],
+    )
+    .await?;
+    pr.done(&s.node_ip);
+    let r = start_agents(&dir, &s, bins, client, pr, &mut pids).await;
+    save_pids(&dir, &pids)?;
+    r
+}
+
 /// The daemon's flags for this sandbox.
 pub fn daemon_args(cmd: &mut Command, dir: &StateDir, s: &Settings) {
     cmd.arg("--kubeconfig")
@@ -651,7 +758,7 @@ pub fn daemon_args(cmd: &mut Command, dir: &StateDir, s: &Settings) {
         .arg("--ovs-remote")
         .arg(dir.ovs_remote())
         .arg("--ovn-remote")
-        .arg(dir.sb_remote())
+        .arg(s.sb_remote.clone().unwrap_or_else(|| dir.sb_remote()))
         .arg("--bridge")
         .arg(&s.bridge)
         .arg("--datapath-type")
@@ -662,6 +769,12 @@ pub fn daemon_args(cmd: &mut Command, dir: &StateDir, s: &Settings) {
         .arg(format!("{},{}", s.default_cidr, s.demo_cidr))
         .arg("--service-cluster-ip-range")
         .arg(&s.service_cidr);
+    if s.nodes > 1 {
+        cmd.arg("--encap-ip").arg(&s.node_ip);
+    }
+    if let Some(p) = cluster::netns_path(s) {
+        cmd.arg("--netns").arg(p);
+    }
 }
 
 async fn create_demo_subnet(client: &kube::Client, s: &Settings) -> Result<(), SandboxError> {
@@ -876,6 +989,23 @@ async fn demo_service_report(
 /// join interface. Idempotent.
 pub fn down(dir: &StateDir) -> Result<(), SandboxError> {
     let settings = dir.load_settings().ok();
+    // The other nodes first: their pods' CNI DEL needs their daemons, which need this node's SB.
+    for node in dir.node_dirs().iter().rev() {
+        let ns = node.load_settings().ok();
+        down(node)?;
+        if let (Some(c), Some(n)) = (&settings, &ns) {
+            let k: usize = n
+                .node_name
+                .strip_prefix(&c.node_name)
+                .and_then(|k| k.parse().ok())
+                .unwrap_or(0);
+            if let Some(netns) = &n.node_netns {
+                cluster::unwire_node(c, netns, &cluster::host_veth(c, k));
+            }
+        }
+        let _ = std::fs::remove_dir_all(node.root());
+    }
+    let _ = std::fs::remove_dir(dir.root().join("nodes"));
     let pids = load_pids(dir);
     let grace = Duration::from_secs(3);
     let find = |n: &str| pids.iter().find(|p| p.name == n);
@@ -912,7 +1042,14 @@ pub fn down(dir: &StateDir) -> Result<(), SandboxError> {
                 }
             }
         }
-        crate::ovn::cleanup_taps(vec![s.bridge.clone(), s.node_nic.clone()]);
+        // A node in a namespace of its own leaves its taps there (and shares their names with the first).
+        if s.node_netns.is_none() {
+            crate::ovn::cleanup_taps(vec![
+                s.bridge.clone(),
+                s.node_nic.clone(),
+                cluster::underlay_bridge(s),
+            ]);
+        }
     }
     for f in [dir.pids_file(), dir.kubeconfig()] {
         let _ = std::fs::remove_file(f);
@@ -954,19 +1091,26 @@ pub fn status(dir: &StateDir) -> Result<bool, SandboxError> {
         return Ok(false);
     }
     let mut all = true;
-    let _ = writeln!(out, "{:<22} {:>8}  STATE", "PROCESS", "PID");
-    for p in &pids {
-        let alive = p.alive();
-        all &= alive;
-        let _ = writeln!(
-            out,
-            "{:<22} {:>8}  {}",
-            p.name,
-            p.pid,
-            if alive { "running" } else { "DEAD" }
-        );
+    let node = |d: &StateDir| d.load_settings().map(|s| s.node_name).unwrap_or_default();
+    let _ = writeln!(out, "{:<12} {:<22} {:>8}  STATE", "NODE", "PROCESS", "PID");
+    let nodes = dir.node_dirs();
+    let recs = kubelet::all_records(dir);
+    for (d, pids) in std::iter::once((dir, pids)).chain(nodes.iter().map(|d| (d, load_pids(d)))) {
+        let name = node(d);
+        for p in &pids {
+            let alive = p.alive();
+            all &= alive;
+            let _ = writeln!(
+                out,
+                "{:<12} {:<22} {:>8}  {}",
+                name,
+                p.name,
+                p.pid,
+                if alive { "running" } else { "DEAD" }
+            );
+        }
     }
-    let recs = records(dir);
+
     let _ = writeln!(out, "\n{:<32} {:<44} IPS", "POD", "NETNS");
     for r in &recs {
         let _ = writeln!(
