@@ -1,0 +1,290 @@
+//! A cluster of three nodes on one machine (`up --nodes 3`, root): pods on every node reach each other over
+//! TCP, UDP and ICMP through the Geneve tunnels, within a subnet and across two; every node reaches every
+//! pod; the scheduler honours `nodeName`, `nodeSelector` and load; a stopped node leaves the others
+//! talking; `down` leaves no namespace or link behind.
+
+mod common;
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+/// Every pod record of every node: (namespace/name, network namespace path).
+fn netns_of_pods(dir: &Path) -> Vec<(String, PathBuf)> {
+    let mut dirs = vec![dir.join("pods")];
+    if let Ok(rd) = std::fs::read_dir(dir.join("nodes")) {
+        dirs.extend(rd.flatten().map(|e| e.path().join("pods")));
+    }
+    dirs.iter()
+        .filter_map(|d| std::fs::read_dir(d).ok())
+        .flat_map(|rd| rd.flatten())
+        .filter(|e| e.path().extension().is_some_and(|x| x == "json"))
+        .map(|e| serde_json::from_slice::<Value>(&std::fs::read(e.path()).unwrap()).unwrap())
+        .map(|r| {
+            (
+                format!(
+                    "{}/{}",
+                    r["namespace"].as_str().unwrap(),
+                    r["name"].as_str().unwrap()
+                ),
+                PathBuf::from(r["netns"].as_str().unwrap()),
+            )
+        })
+        .collect()
+}
+
+fn ping(from: &Path, ip: IpAddr) -> bool {
+    Command::new("nsenter")
+        .arg(format!("--net={}", from.display()))
+        .args(["ping", "-c1", "-W2", &ip.to_string()])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// TCP, UDP and ICMP from `from` to the name server of `name` at `ip`: what failed.
+fn reach(from: &Path, name: &str, ip: IpAddr) -> Vec<String> {
+    let mut bad = Vec::new();
+    for udp in [false, true] {
+        let got = kube_ovn_sandbox::transport::ask_name(
+            from,
+            SocketAddr::new(ip, 80),
+            udp,
+            Duration::from_secs(2),
+        );
+        // A pod's name answers: the right pod, not just any listener.
+        if got.as_deref() != Ok(name) {
+            bad.push(format!("{} {got:?}", if udp { "udp" } else { "tcp" }));
+        }
+    }
+    if !ping(from, ip) {
+        bad.push("icmp".into());
+    }
+    bad
+}
+
+#[test]
+fn three_nodes_carry_pod_traffic_over_geneve() {
+    if !common::runnable() {
+        return;
+    }
+    let (sb, out) = common::up(
+        "cl",
+        &[
+            "--nodes",
+            "3",
+            "--no-demo",
+            "--default-cidr",
+            "10.245.0.0/16",
+            "--join-cidr",
+            "100.94.0.0/16",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "up --nodes 3: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let node = |k: usize| {
+        if k == 1 {
+            sb.prefix.clone()
+        } else {
+            format!("{}{k}", sb.prefix)
+        }
+    };
+
+    // Three Ready nodes, each with its underlay address, and three chassis tunnelling between them.
+    let nodes = sb.kubectl(&["get", "nodes", "-o", "json"]);
+    let nodes: Value = serde_json::from_slice(&nodes.stdout).unwrap();
+    let mut seen: Vec<(String, String)> = nodes["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| {
+            let ip = n["status"]["addresses"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|a| a["type"] == "InternalIP")
+                .map(|a| a["address"].as_str().unwrap().to_owned())
+                .unwrap();
+            (n["metadata"]["name"].as_str().unwrap().to_owned(), ip)
+        })
+        .collect();
+    seen.sort();
+    assert_eq!(
+        seen,
+        (1..=3)
+            .map(|k| (node(k), format!("198.18.0.{k}")))
+            .collect::<Vec<_>>()
+    );
+    let sbctl = Command::new("ovn-sbctl")
+        .arg(format!("--db=unix:{}/ovn/sb.sock", sb.dir.path().display()))
+        .args(["--bare", "--columns=ip", "list", "Encap"])
+        .output()
+        .unwrap();
+    let mut encaps: Vec<String> = String::from_utf8_lossy(&sbctl.stdout)
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect();
+    encaps.sort();
+    assert_eq!(encaps, ["198.18.0.1", "198.18.0.2", "198.18.0.3"]);
+
+    // A second subnet; pods pinned by nodeName, by nodeSelector, and left to the scheduler.
+    let bin = env!("CARGO_BIN_EXE_kube-ovn-sandbox");
+    let pod = |ns: &str, name: &str, placement: Value| {
+        let mut spec = json!({"containers": [{"name": "serve", "image": "any",
+            "command": [bin, "serve-name", "80"],
+            "readinessProbe": {"tcpSocket": {"port": 80}, "periodSeconds": 1}}]});
+        spec.as_object_mut()
+            .unwrap()
+            .extend(placement.as_object().unwrap().clone());
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": ns}, "spec": spec})
+    };
+    sb.apply(&json!({"apiVersion": "v1", "kind": "List", "items": [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "blue"}},
+        {"apiVersion": "kubeovn.io/v1", "kind": "Subnet", "metadata": {"name": "blue"},
+         "spec": {"cidrBlock": "10.246.0.0/24", "namespaces": ["blue"]}},
+    ]}));
+    sb.apply(&json!({"apiVersion": "v1", "kind": "List", "items": [
+        pod("default", "a1", json!({"nodeName": node(1)})),
+        pod("default", "a2", json!({"nodeName": node(2)})),
+        pod("default", "a3", json!({"nodeSelector": {"kubernetes.io/hostname": node(3)}})),
+        pod("blue", "b1", json!({"nodeName": node(2)})),
+        pod("blue", "b2", json!({"nodeName": node(3)})),
+    ]}));
+    common::wait_until("the pinned pods ready", Duration::from_secs(90), || {
+        let p = sb.pods();
+        p.len() == 5 && p.iter().all(common::ready)
+    });
+    // Node 1 runs one pod, the others two each: the scheduler puts the next one on node 1.
+    sb.apply(&pod("blue", "b3", json!({})));
+    common::wait_until("every pod ready", Duration::from_secs(90), || {
+        let p = sb.pods();
+        p.len() == 6 && p.iter().all(common::ready)
+    });
+    let pods = sb.pods();
+    let placed: Vec<(String, String)> = pods
+        .iter()
+        .map(|p| {
+            (
+                p["metadata"]["name"].as_str().unwrap().to_owned(),
+                p["spec"]["nodeName"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    for (name, k) in [
+        ("a1", 1),
+        ("a2", 2),
+        ("a3", 3),
+        ("b1", 2),
+        ("b2", 3),
+        ("b3", 1),
+    ] {
+        assert!(
+            placed.contains(&(name.to_owned(), node(k))),
+            "{name} not on {}: {placed:?}",
+            node(k)
+        );
+    }
+
+    // Every pod and every node reaches every pod: TCP, UDP and ICMP, across nodes and subnets.
+    let targets: Vec<(String, String, IpAddr)> = pods
+        .iter()
+        .map(|p| {
+            (
+                p["metadata"]["name"].as_str().unwrap().to_owned(),
+                p["spec"]["nodeName"].as_str().unwrap().to_owned(),
+                p["status"]["podIP"].as_str().unwrap().parse().unwrap(),
+            )
+        })
+        .collect();
+    let node_netns = |k: usize| {
+        if k == 1 {
+            PathBuf::from("/proc/self/ns/net")
+        } else {
+            PathBuf::from(format!("/var/run/netns/{}-node{k}", sb.prefix))
+        }
+    };
+    let mut sources: Vec<(String, PathBuf)> = (1..=3).map(|k| (node(k), node_netns(k))).collect();
+    sources.extend(netns_of_pods(sb.dir.path()));
+    assert_eq!(sources.len(), 9, "{sources:?}");
+    let failures = |sources: &[(String, PathBuf)], targets: &[(String, String, IpAddr)]| {
+        std::thread::scope(|s| {
+            let jobs: Vec<_> = sources
+                .iter()
+                .flat_map(|(src, netns)| targets.iter().map(move |t| (src, netns, t)))
+                .map(|(src, netns, (name, _, ip))| {
+                    s.spawn(move || {
+                        reach(netns, name, *ip)
+                            .into_iter()
+                            .map(|b| format!("{src} -> {name} ({ip}): {b}"))
+                            .collect::<Vec<_>>()
+                    })
+                })
+                .collect();
+            jobs.into_iter()
+                .flat_map(|j| j.join().unwrap())
+                .collect::<Vec<_>>()
+        })
+    };
+    let bad = failures(&sources, &targets);
+    assert!(
+        bad.is_empty(),
+        "{} failures:\n{}",
+        bad.len(),
+        bad.join("\n")
+    );
+
+    // Node 3 stops (its kubelet, daemon, ovn-controller and ovs-vswitchd): pods on nodes 1 and 2 keep
+    // talking to each other.
+    let node3 = sb.dir.path().join("nodes").join(node(3));
+    let pids: Vec<Value> =
+        serde_json::from_slice(&std::fs::read(node3.join("pids.json")).unwrap()).unwrap();
+    kube_ovn_sandbox::ovn::stop_monitored_vswitchd(&node3.join("ovn"), Duration::from_secs(3));
+    for p in pids.iter().rev() {
+        let pid = p["pid"].as_u64().unwrap().to_string();
+        let _ = Command::new("kill").args(["-TERM", &pid]).status();
+    }
+    let on_3 = |who: &str| {
+        placed
+            .iter()
+            .any(|(n, k)| who.ends_with(&format!("/{n}")) && *k == node(3))
+            || who == node(3)
+    };
+    let left: Vec<(String, PathBuf)> = sources.iter().filter(|(s, _)| !on_3(s)).cloned().collect();
+    let left_targets: Vec<(String, String, IpAddr)> = targets
+        .iter()
+        .filter(|(_, k, _)| *k != node(3))
+        .cloned()
+        .collect();
+    assert_eq!((left.len(), left_targets.len()), (6, 4));
+    let bad = failures(&left, &left_targets);
+    assert!(
+        bad.is_empty(),
+        "after node 3 stopped, {} failures:\n{}",
+        bad.len(),
+        bad.join("\n")
+    );
+
+    // down: no namespace of this sandbox and no underlay link left.
+    let out = sb.run(&["down"]);
+    assert!(out.status.success(), "down: {out:?}");
+    assert_eq!(sb.netns(), Vec::<String>::new());
+    let pods_left: Vec<String> = std::fs::read_dir("/var/run/netns")
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with(&format!("{}n", sb.prefix)))
+                .collect()
+        })
+        .unwrap_or_default();
+    assert_eq!(pods_left, Vec::<String>::new());
+    for k in 2..=3 {
+        assert!(!common::link_exists(&format!("{}-ul{k}", sb.prefix)));
+    }
+    assert!(!common::link_exists(&format!("{}-ul", sb.bridge)));
+}
