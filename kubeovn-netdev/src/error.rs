@@ -89,6 +89,26 @@ pub enum Error {
         #[source]
         source: io::Error,
     },
+    /// An nftables table name is empty, longer than 255 bytes or holds a NUL.
+    #[error("invalid nftables table name {name:?}: {reason}")]
+    InvalidTableName {
+        /// The name as given.
+        name: String,
+        /// Why it was refused.
+        reason: &'static str,
+    },
+    /// The kernel refused an nftables batch; none of it was applied.
+    #[error("nftables {op} in table {table} (netns {netns}) failed: {}", io::Error::from_raw_os_error(*.errno))]
+    Nftables {
+        /// What the refused message did (`add rule 2 of ip kube-ovn postrouting (ip saddr 10.16.0.0/16 ...)`).
+        op: String,
+        /// The table.
+        table: String,
+        /// The namespace.
+        netns: String,
+        /// The kernel's errno, positive.
+        errno: i32,
+    },
     /// The thread serving a namespace has stopped (it failed to start or its runtime died).
     #[error("the netlink worker thread for netns {netns} has stopped")]
     WorkerGone {
@@ -103,6 +123,7 @@ impl Error {
         match self {
             Error::Netlink { errno, .. } => *errno,
             Error::Io { source, .. } => source.raw_os_error(),
+            Error::Nftables { errno, .. } => Some(*errno),
             _ => None,
         }
     }

@@ -12,6 +12,8 @@
 //! first one in a new namespace costs more with every namespace on the node); [`NetOp::tx_checksum_off`] turns
 //! TX checksum offload off over ethtool's generic netlink family (the userspace datapath forwards a veth's
 //! partial checksums unfinished: without it ICMP passes and TCP and UDP do not).
+//! [`Netdev::set_nat`] masquerades pods' traffic leaving the cluster (a Subnet's `natOutgoing`, [`NatRules`]) with an
+//! nftables table it replaces atomically, in one batch spoken over netlink (`NETLINK_NETFILTER`), with no `nft`.
 //! Operations are idempotent: creating what exists with the same parameters and deleting what is absent succeed.
 //!
 //! Enable the `mock` feature for `MockNetdev` and `MockNamespaces` (mockall) in downstream tests.
@@ -50,11 +52,17 @@
 
 mod error;
 mod ethtool;
+mod nat;
 mod netdev;
 mod netns;
+mod nft;
+#[cfg(test)]
+#[path = "../../test-support/skip.rs"]
+mod skip;
 mod types;
 
 pub use error::{Error, Result};
+pub use nat::{NatAction, NatPolicyRule, NatRules, NatSource};
 #[cfg(feature = "mock")]
 pub use netdev::{MockNamespaces, MockNetdev};
 pub use netdev::{NamedNetns, Namespaces, Netdev, NetlinkNetdev};

@@ -22,6 +22,7 @@ use rtnetlink::{LinkMessageBuilder, LinkUnspec, LinkVeth};
 
 use crate::error::{nl_errno, Error, Result};
 use crate::ethtool;
+use crate::nat::{self, NatRules};
 use crate::netns::{create_named_netns, delete_named_netns, in_netns, Ctx, Worker, NETNS_RUN_DIR};
 use crate::types::{
     sysctl_path, validate_ifname, Address, Link, Mac, NetOp, OperState, Route, RouteSpec, VethPair,
@@ -113,6 +114,15 @@ pub trait Netdev: Send + Sync {
 
     /// Reads a sysctl of this namespace, trailing newline removed.
     async fn sysctl(&self, key: &str) -> Result<String>;
+
+    /// Replaces NAT table `table` of this namespace (nftables families `ip` and `ip6`) with `rules`, atomically in one
+    /// netlink batch; rules with nothing for a family remove that family's table. Idempotent.
+    ///
+    /// A family has nothing when no source is in it. The name must be 1 to 255 bytes without NUL
+    /// ([`Error::InvalidTableName`]); a refusal by the kernel is [`Error::Nftables`], and leaves the tables as
+    /// they were. The batch is one netlink datagram: one larger than the socket's send buffer
+    /// (`net.core.wmem_default`, 208 KiB by default: some 800 rules) is refused with `EMSGSIZE`.
+    async fn set_nat(&self, table: &str, rules: &NatRules) -> Result<()>;
 
     /// Runs `ops` in order and stops at the first failure, returning its error (the steps before it stay
     /// done). [`NetlinkNetdev`] runs them all in one round trip to its thread; this default calls the
@@ -702,6 +712,17 @@ impl Netdev for NetlinkNetdev {
                     Error::io("read sysctl", path.display().to_string(), &ctx.netns, e)
                 })?;
                 Ok(s.trim_end_matches('\n').to_string())
+            })
+            .await
+    }
+
+    async fn set_nat(&self, table: &str, rules: &NatRules) -> Result<()> {
+        let batch = nat::batch(table, rules)?;
+        let table = table.to_string();
+        self.worker
+            .call(move |ctx| async move {
+                // The socket is opened here, on the thread inside the namespace: it belongs to that namespace.
+                nat::commit(&ctx.netns, &table, &batch)
             })
             .await
     }

@@ -19,12 +19,12 @@
 //! assert_eq!(cluster::underlay_bridge(&s), "br-sbx-ul");
 //! ```
 
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use kubeovn_netdev::ipnetwork::IpNetwork;
-use kubeovn_netdev::{Netdev, NetlinkNetdev, VethSpec};
+use kubeovn_netdev::{NetOp, Netdev, NetlinkNetdev, RouteSpec, VethSpec};
 use kubeovn_ovn::vswitch::{BridgeSpec, OpenVSwitch, OvsBatch, OvsdbOpenVSwitch, PortSpec};
 
 use crate::state::Settings;
@@ -185,8 +185,15 @@ pub async fn wire_node(
     host.create_veth(&spec)
         .await
         .map_err(|e| failed("underlay veth", e.to_string()))?;
+    // The userspace datapath forwards a veth's partial checksums as they are: TCP and UDP would fail.
+    host.apply(&[NetOp::tx_checksum_off(host_veth(cluster, k))])
+        .await
+        .map_err(|e| failed("underlay veth", e.to_string()))?;
     inside
-        .set_link_up(NODE_UNDERLAY_NIC, true)
+        .apply(&[
+            NetOp::tx_checksum_off(NODE_UNDERLAY_NIC),
+            NetOp::up(NODE_UNDERLAY_NIC),
+        ])
         .await
         .map_err(|e| failed("underlay veth up", e.to_string()))?;
     let ovs = OvsdbOpenVSwitch::connect(first_ovs).await?;
@@ -197,6 +204,128 @@ pub async fn wire_node(
     ));
     ovs.commit(b).await?;
     Ok(path)
+}
+
+/// The namespace standing for the world beyond the cluster.
+pub fn external_netns(s: &Settings) -> String {
+    format!("{}-ext", s.netns_prefix)
+}
+
+/// The first node's end of the external namespace's veth.
+pub fn external_veth(s: &Settings) -> String {
+    format!("{}-ulx", s.netns_prefix)
+}
+
+/// The external namespace's address on the underlay: the segment's last usable one.
+pub fn external_underlay_ip(s: &Settings) -> Result<IpAddr, SandboxError> {
+    let net: IpNetwork = s
+        .underlay_cidr
+        .parse()
+        .map_err(|e| failed("underlay CIDR", format!("{}: {e}", s.underlay_cidr)))?;
+    match net {
+        IpNetwork::V4(v4) if v4.prefix() <= 29 => {
+            Ok(IpAddr::V4(Ipv4Addr::from(u32::from(v4.broadcast()) - 1)))
+        }
+        _ => Err(failed(
+            "underlay CIDR",
+            format!(
+                "{} leaves no address for the external network",
+                s.underlay_cidr
+            ),
+        )),
+    }
+}
+
+/// The address a server in the external namespace listens on: the first of [`Settings::external_cidr`].
+pub fn external_ip(s: &Settings) -> Result<IpAddr, SandboxError> {
+    match s.external_cidr.parse::<IpNetwork>() {
+        Ok(IpNetwork::V4(v4)) if v4.prefix() < 32 => {
+            Ok(IpAddr::V4(Ipv4Addr::from(u32::from(v4.network()) + 1)))
+        }
+        _ => Err(failed(
+            "external CIDR",
+            format!("{}: an IPv4 CIDR with room for an address", s.external_cidr),
+        )),
+    }
+}
+
+/// Creates the external namespace on the underlay (its veth's other end a port of the first node's
+/// underlay bridge), with [`external_ip`] on its loopback. Returns the namespace's path.
+pub async fn wire_external(cluster: &Settings, first_ovs: &str) -> Result<PathBuf, SandboxError> {
+    let name = external_netns(cluster);
+    let path = kubeovn_netdev::create_named_netns(&cluster.netns_dir, &name)
+        .map_err(|e| failed("external namespace", e.to_string()))?;
+    let ext = NetlinkNetdev::open(&path).map_err(|e| failed("netlink", e.to_string()))?;
+    let host = NetlinkNetdev::current().map_err(|e| failed("netlink", e.to_string()))?;
+    let mut spec = VethSpec::new(external_veth(cluster), NODE_UNDERLAY_NIC, &path);
+    spec.host_up = true;
+    host.create_veth(&spec)
+        .await
+        .map_err(|e| failed("external veth", e.to_string()))?;
+    let prefix = cluster
+        .underlay_cidr
+        .rsplit_once('/')
+        .map(|(_, p)| p)
+        .unwrap_or("24");
+    let on_underlay: IpNetwork = format!("{}/{prefix}", external_underlay_ip(cluster)?)
+        .parse()
+        .map_err(|e| failed("external address", format!("{e}")))?;
+    let world = IpNetwork::from(external_ip(cluster)?);
+    host.apply(&[NetOp::tx_checksum_off(external_veth(cluster))])
+        .await
+        .map_err(|e| failed("external veth", e.to_string()))?;
+    ext.apply(&[
+        NetOp::up("lo"),
+        NetOp::address("lo", world),
+        // The userspace datapath forwards a veth's partial checksums as they are: TCP and UDP would fail.
+        NetOp::tx_checksum_off(NODE_UNDERLAY_NIC),
+        NetOp::address(NODE_UNDERLAY_NIC, on_underlay),
+        NetOp::up(NODE_UNDERLAY_NIC),
+    ])
+    .await
+    .map_err(|e| failed("external namespace", e.to_string()))?;
+    let ovs = OvsdbOpenVSwitch::connect(first_ovs).await?;
+    let mut b = OvsBatch::new();
+    b.add(PortSpec::new(
+        underlay_bridge(cluster),
+        external_veth(cluster),
+    ));
+    ovs.commit(b).await?;
+    Ok(path)
+}
+
+/// Routes the external range from a node (in its namespace) through the external namespace's underlay
+/// address.
+pub async fn route_external(cluster: &Settings, node: &Settings) -> Result<(), SandboxError> {
+    let dst: IpNetwork = cluster
+        .external_cidr
+        .parse()
+        .map_err(|e| failed("external CIDR", format!("{}: {e}", cluster.external_cidr)))?;
+    netdev(node)?
+        .add_route(&RouteSpec::via(dst, external_underlay_ip(cluster)?))
+        .await
+        .map_err(|e| failed("route to the external network", e.to_string()))
+}
+
+/// Removes the daemon's NAT table from a node's namespace (the first node's is this machine's).
+pub fn remove_nat(s: &Settings) {
+    let s = s.clone();
+    let _ = std::thread::spawn(move || {
+        let Ok(rt) = tokio::runtime::Builder::new_current_thread().build() else {
+            return;
+        };
+        rt.block_on(async {
+            if let Ok(nd) = netdev(&s) {
+                let _ = nd
+                    .set_nat(
+                        kubeovn_cni::node::NAT_TABLE,
+                        &kubeovn_netdev::NatRules::default(),
+                    )
+                    .await;
+            }
+        })
+    })
+    .join();
 }
 
 /// Removes node `k`'s namespace (its links and pods' host ends go with it) and the first node's end of its
@@ -253,5 +382,12 @@ mod tests {
             ..Settings::default()
         };
         assert!(node_ip(&v6, 1).is_err());
+        assert_eq!(
+            external_underlay_ip(&s).expect("ip").to_string(),
+            "198.18.0.254"
+        );
+        assert_eq!(external_ip(&s).expect("ip").to_string(), "198.51.100.1");
+        assert_eq!(external_netns(&s), "sbx-ext");
+        assert!(external_underlay_ip(&small).is_err());
     }
 }

@@ -166,6 +166,18 @@ fn main() -> ExitCode {
         }
         return ExitCode::SUCCESS;
     }
+    if args.first().map(String::as_str) == Some(kube_ovn_sandbox::transport::SERVE_PEER_COMMAND) {
+        // The external network's server: answer with the peer's address.
+        let Some(addr) = args.get(1).and_then(|a| a.parse().ok()) else {
+            eprintln!("kube-ovn-sandbox serve-peer: an ADDRESS:PORT to serve on is needed");
+            return ExitCode::from(2);
+        };
+        if let Err(e) = kube_ovn_sandbox::transport::serve_peer(addr) {
+            eprintln!("kube-ovn-sandbox serve-peer: {e}");
+            return ExitCode::FAILURE;
+        }
+        return ExitCode::SUCCESS;
+    }
     let (dir, cmd) = match parse(args) {
         Ok(x) => x,
         Err(e) => {

@@ -384,6 +384,10 @@ pub async fn up(dir: &StateDir, opts: &UpOptions) -> Result<report::Reachability
     if settings.nodes > 1 {
         settings.node_ip = cluster::node_ip(&settings, 1)?;
     }
+    // This machine is the first node: its daemon turns forwarding on for pods' egress; `down` restores it.
+    settings.host_ip_forward = std::fs::read_to_string("/proc/sys/net/ipv4/ip_forward")
+        .ok()
+        .map(|v| v.trim().to_owned());
     dir.save_settings(&settings)?;
     let mut pids: Vec<ProcRecord> = Vec::new();
 
@@ -434,8 +438,32 @@ async fn start_all(
             &[],
         )
         .await?;
+        let ext = cluster::wire_external(settings, &dir.ovs_remote()).await?;
+        cluster::route_external(settings, settings).await?;
+        // The world's server: it answers with the address it sees.
+        let mut cmd = Command::new("nsenter");
+        cmd.arg(format!("--net={}", ext.display()))
+            .arg("--")
+            .arg(&bins.sandbox)
+            .arg(crate::transport::SERVE_PEER_COMMAND)
+            .arg(SocketAddr::new(cluster::external_ip(settings)?, 80).to_string());
+        pids.push(spawn_detached(
+            "external-server",
+            cmd,
+            &dir.log("external-server"),
+        )?);
+        save_pids(dir, pids)?;
     }
-    pr.done("");
+    pr.done(&if settings.nodes > 1 {
+        format!(
+            "underlay {}, external network {} in namespace {}",
+            settings.underlay_cidr,
+            settings.external_cidr,
+            cluster::external_netns(settings)
+        )
+    } else {
+        String::new()
+    });
 
     pr.begin("kube-ovn-testapi (in-memory Kubernetes API)");
     let log = dir.log("kube-ovn-testapi");
@@ -739,6 +767,7 @@ async fn start_node(
         &[cluster::NODE_UNDERLAY_NIC.to_owned()],
     )
     .await?;
+    cluster::route_external(cluster_settings, &s).await?;
     pr.done(&s.node_ip);
     let r = start_agents(&dir, &s, bins, client, pr, &mut pids).await;
     save_pids(&dir, &pids)?;
@@ -1006,6 +1035,9 @@ pub fn down(dir: &StateDir) -> Result<(), SandboxError> {
         let _ = std::fs::remove_dir_all(node.root());
     }
     let _ = std::fs::remove_dir(dir.root().join("nodes"));
+    if let Some(c) = settings.as_ref().filter(|c| c.nodes > 1) {
+        cluster::unwire_node(c, &cluster::external_netns(c), &cluster::external_veth(c));
+    }
     let pids = load_pids(dir);
     let grace = Duration::from_secs(3);
     let find = |n: &str| pids.iter().find(|p| p.name == n);
@@ -1049,6 +1081,13 @@ pub fn down(dir: &StateDir) -> Result<(), SandboxError> {
                 s.node_nic.clone(),
                 cluster::underlay_bridge(s),
             ]);
+        }
+    }
+    // What the daemon of a node on this machine's own namespace left in it: its masquerade and forwarding.
+    if let Some(s) = settings.as_ref().filter(|s| s.node_netns.is_none()) {
+        cluster::remove_nat(s);
+        if let Some(v) = &s.host_ip_forward {
+            let _ = std::fs::write("/proc/sys/net/ipv4/ip_forward", v);
         }
     }
     for f in [dir.pids_file(), dir.kubeconfig()] {

@@ -73,6 +73,13 @@ pub struct Settings {
     /// Whether this node's kubelet schedules the pods that name no node (the first node's does).
     #[serde(default = "yes")]
     pub schedules: bool,
+    /// The world beyond the cluster (a cluster of several nodes): a network namespace holding the first
+    /// address of this range, reached from the nodes over the underlay and from pods only through a gateway.
+    #[serde(default = "default_external_cidr")]
+    pub external_cidr: String,
+    /// The first node's `net.ipv4.ip_forward` before `up` (its daemon turns forwarding on; `down` restores it).
+    #[serde(default)]
+    pub host_ip_forward: Option<String>,
 }
 
 fn default_service_cidr() -> String {
@@ -89,6 +96,10 @@ fn yes() -> bool {
 
 fn default_underlay_cidr() -> String {
     "198.18.0.0/24".into()
+}
+
+fn default_external_cidr() -> String {
+    "198.51.100.0/24".into()
 }
 
 fn default_node_ip() -> String {
@@ -118,6 +129,8 @@ impl Default for Settings {
             node_netns: None,
             sb_remote: None,
             schedules: true,
+            external_cidr: default_external_cidr(),
+            host_ip_forward: None,
         }
     }
 }

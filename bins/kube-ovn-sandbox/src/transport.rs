@@ -184,6 +184,36 @@ pub fn serve_name(port: u16, name: &str) -> io::Result<()> {
     Ok(())
 }
 
+/// The hidden command the external network's server runs: `kube-ovn-sandbox serve-peer PORT` answers every
+/// TCP connection and UDP datagram on PORT with the address it came from, so a pod sees what the world
+/// beyond the cluster sees of it (its node's address when its subnet has `natOutgoing`).
+pub const SERVE_PEER_COMMAND: &str = "serve-peer";
+
+/// Answers each peer on TCP and UDP `addr` with its own address until the process ends. The UDP socket is
+/// bound to `addr` itself so that replies come from the address asked (a NAT on the way matches them).
+pub fn serve_peer(addr: std::net::SocketAddr) -> io::Result<()> {
+    let tcp = TcpListener::bind(addr)?;
+    let udp = UdpSocket::bind(addr)?;
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 1500];
+        while let Ok((_, from)) = udp.recv_from(&mut buf) {
+            let _ = udp.send_to(from.ip().to_string().as_bytes(), from);
+        }
+    });
+    for c in tcp.incoming() {
+        match c {
+            Ok(mut c) => {
+                if let Ok(peer) = c.peer_addr() {
+                    let _ = c.write_all(peer.ip().to_string().as_bytes());
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
 /// Asks the name server at `addr` from the namespace at `src`, over TCP or UDP: the name that answered.
 pub fn ask_name(
     src: &Path,

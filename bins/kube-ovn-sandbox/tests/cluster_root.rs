@@ -1,7 +1,10 @@
 //! A cluster of three nodes on one machine (`up --nodes 3`, root): pods on every node reach each other over
 //! TCP, UDP and ICMP through the Geneve tunnels, within a subnet and across two; every node reaches every
-//! pod; the scheduler honours `nodeName`, `nodeSelector` and load; a stopped node leaves the others
+//! pod; pods of a subnet with `natOutgoing` reach the external network as their node's address, the others
+//! not at all; the scheduler honours `nodeName`, `nodeSelector` and load; a stopped node leaves the others
 //! talking; `down` leaves no namespace or link behind.
+
+#![allow(clippy::unwrap_used)]
 
 mod common;
 
@@ -238,6 +241,45 @@ fn three_nodes_carry_pod_traffic_over_geneve() {
         bad.len(),
         bad.join("\n")
     );
+
+    // Egress to the external network: the default subnet masquerades (natOutgoing, as Kube-OVN's default
+    // subnet does), so the world sees each pod as its own node's underlay address, over TCP and UDP; the blue
+    // subnet does not, and the world has no route back to its pods' addresses.
+    let world = SocketAddr::new("198.51.100.1".parse().unwrap(), 80);
+    let netns = |who: &str| {
+        sources
+            .iter()
+            .find(|(s, _)| s == who)
+            .map(|(_, p)| p.clone())
+            .unwrap_or_else(|| panic!("no namespace for {who}"))
+    };
+    for (pod, k) in [("default/a1", 1), ("default/a2", 2), ("default/a3", 3)] {
+        for udp in [false, true] {
+            let seen = kube_ovn_sandbox::transport::ask_name(
+                &netns(pod),
+                world,
+                udp,
+                Duration::from_secs(3),
+            );
+            assert_eq!(
+                seen,
+                Ok(format!("198.18.0.{k}")),
+                "{pod} to the world (udp: {udp})"
+            );
+        }
+    }
+    for pod in ["blue/b1", "blue/b3"] {
+        let seen = kube_ovn_sandbox::transport::ask_name(
+            &netns(pod),
+            world,
+            false,
+            Duration::from_secs(2),
+        );
+        assert!(
+            seen.is_err(),
+            "{pod} without natOutgoing reached the world: {seen:?}"
+        );
+    }
 
     // Node 3 stops (its kubelet, daemon, ovn-controller and ovs-vswitchd): pods on nodes 1 and 2 keep
     // talking to each other.

@@ -18,12 +18,13 @@ use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Api, Client};
 use kubeovn_core::crd::{condition_types, Conditions, Subnet};
 use kubeovn_core::naming::DEFAULT_VPC;
-use kubeovn_netdev::{Netdev, RouteSpec};
+use kubeovn_netdev::{NatRules, Netdev, RouteSpec};
 use kubeovn_ovn::vswitch::OpenVSwitch;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use super::kube::join_from_node_annotations;
+use super::nat::{nat_rules, NAT_TABLE};
 use super::start::{init_node, join_routes, sync_join_routes, JoinNetwork, NodeConfig};
 use super::{PodNetwork, PodNetworkSource, SourceError};
 use crate::daemon::PodRef;
@@ -141,6 +142,8 @@ async fn run(
     // The routes of the last successful sync: a subnet event that changes none of them (status counters)
     // costs no netlink dump.
     let mut synced: Option<Vec<RouteSpec>> = None;
+    // The NAT rules last written (`None`: write them).
+    let mut nat_applied: Option<NatRules> = None;
     loop {
         tokio::select! {
             ev = nodes.next() => match ev {
@@ -162,7 +165,10 @@ async fn run(
                 Some(Err(e)) => eprintln!("kube-ovn-daemon: watch subnets: {e}"),
                 None => return,
             },
-            _ = tick.tick() => synced = None,
+            _ = tick.tick() => {
+                synced = None;
+                nat_applied = None;
+            }
         }
         let Some(j) = &join else { continue };
         if plugged.as_ref() != Some(j) {
@@ -177,16 +183,50 @@ async fn run(
                 cfg.nic,
                 ips.join(",")
             );
+            // Pods' egress is forwarded by the node (Kube-OVN's daemon turns forwarding on at start).
+            let mut forwarding = vec![("net.ipv4.ip_forward", "1")];
+            if j.ips.iter().any(IpNetwork::is_ipv6) {
+                forwarding.push(("net.ipv6.conf.all.forwarding", "1"));
+            }
+            for (k, v) in forwarding {
+                if let Err(e) = host.set_sysctl(k, v).await {
+                    eprintln!("kube-ovn-daemon: {k}: {e}");
+                }
+            }
             plugged = Some(j.clone());
             synced = None;
+            nat_applied = None;
             joined.send_replace(true);
         }
         // Before the first full list every route on the join interface would look stale.
         if !subnets_synced {
             continue;
         }
-        let mut cidrs = routed_cidrs(&store.state(), DEFAULT_VPC);
+        let subnets = store.state();
+        let mut cidrs = routed_cidrs(&subnets, DEFAULT_VPC);
         cidrs.extend(pod_cidrs.iter().copied());
+        // Never masqueraded: the cluster's own ranges, the join subnet's among them.
+        let mut cluster = cidrs.clone();
+        cluster.extend(
+            j.ips
+                .iter()
+                .filter_map(|ip| IpNetwork::new(ip.network(), ip.prefix()).ok()),
+        );
+        let nat = nat_rules(&subnets, &node, DEFAULT_VPC, &cluster);
+        if nat_applied.as_ref() != Some(&nat) {
+            match host.set_nat(NAT_TABLE, &nat).await {
+                Ok(()) => {
+                    if nat_applied.is_none() || !nat.sources.is_empty() {
+                        let s: Vec<String> =
+                            nat.sources.iter().map(|s| s.cidr.to_string()).collect();
+                        eprintln!("kube-ovn-daemon: masquerading [{}]", s.join(","));
+                    }
+                    nat_applied = Some(nat);
+                }
+                // Tried again at the next event or tick.
+                Err(e) => eprintln!("kube-ovn-daemon: NAT table {NAT_TABLE}: {e}"),
+            }
+        }
         let want = join_routes(j, &cfg.nic, &cidrs);
         if synced.as_ref() == Some(&want) {
             continue;

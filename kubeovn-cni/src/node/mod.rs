@@ -3,7 +3,8 @@
 //! [`Daemon`] composes the parts: node start ([`init_node`]: chassis settings, the integration bridge, the
 //! node's join port), the join port and its routes following the API ([`NodeSync`]: a watch on the Node waits
 //! for the controller's join address, a watch on the Subnets keeps a route to each subnet of the default VPC
-//! through the join gateway; [`AfterJoin`] holds pods until then), and the server half of the shim protocol
+//! through the join gateway and, for subnets with `natOutgoing`, the node's masquerade of pods' egress
+//! ([`nat_rules`] in nftables table [`NAT_TABLE`]); [`AfterJoin`] holds pods until then), and the server half of the shim protocol
 //! ([`Server`]: HTTP/1 on the unix socket, many requests at once, and Prometheus [`Metrics`] on a TCP
 //! address). Pods' network data comes from a [`PodNetworkSource`]: the Kubernetes API ([`KubePodNetworks`], a
 //! watch-based cache of this node's pods read with kubeovn-core's annotation parser) or an in-memory table
@@ -51,6 +52,7 @@ mod handler;
 mod join;
 mod kube;
 mod metrics;
+mod nat;
 mod probe;
 mod server;
 mod source;
@@ -63,6 +65,7 @@ pub use kube::{
     join_from_node_annotations, node_join_network, pod_network_from_annotations, KubePodNetworks,
 };
 pub use metrics::Metrics;
+pub use nat::{egress_through, gateway_nodes, nat_rules, NAT_TABLE};
 pub use probe::{GatewayProbe, IcmpGatewayProbe, NoGatewayProbe};
 pub use server::{bind_socket, Server, MAX_REQUEST};
 pub use source::{

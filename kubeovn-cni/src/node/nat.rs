@@ -1,0 +1,163 @@
+//! The node's masquerade of pods' egress, Kube-OVN's `natOutgoing`: a pod's packet to outside the cluster
+//! leaves the VPC router for its node's join address (the distributed gateway) or a gateway node's
+//! (centralized), and that node rewrites its source to its own address, unless the subnet's
+//! `natOutgoingPolicyRules` say `forward`. The rules live in the node's own nftables table [`NAT_TABLE`],
+//! replaced whole as Subnets change ([`kubeovn_netdev::Netdev::set_nat`]).
+
+use std::sync::Arc;
+
+use ipnetwork::IpNetwork;
+use kubeovn_core::crd::{GatewayType, Subnet};
+use kubeovn_netdev::{NatAction, NatPolicyRule, NatRules, NatSource};
+
+use super::join::subnet_is_routed;
+
+/// The node's nftables table (families `ip` and `ip6`).
+pub const NAT_TABLE: &str = "kube-ovn";
+
+/// The gateway nodes a centralized subnet names in `spec.gatewayNode` (`node1,node2` or `node1:ip,...`).
+pub fn gateway_nodes(s: &Subnet) -> Vec<String> {
+    s.spec
+        .gateway_node
+        .split(',')
+        .map(|n| n.split(':').next().unwrap_or_default().trim())
+        .filter(|n| !n.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Whether pods' egress of subnet `s` leaves the cluster through node `node`: every node for a distributed
+/// subnet, its gateway nodes for a centralized one.
+pub fn egress_through(s: &Subnet, node: &str) -> bool {
+    match s.spec.gateway_type {
+        Some(GatewayType::Centralized) => gateway_nodes(s).iter().any(|n| n == node),
+        _ => true,
+    }
+}
+
+/// Addresses or CIDRs, comma separated; what does not parse is left out (the controller reports it).
+fn cidr_list(v: &str) -> Vec<IpNetwork> {
+    v.split(',')
+        .map(str::trim)
+        .filter(|c| !c.is_empty())
+        .filter_map(|c| c.parse().ok())
+        .collect()
+}
+
+/// What node `node` masquerades: the validated subnets of `default_vpc` with `natOutgoing` whose egress
+/// leaves through it (in name order, with their policy rules), toward anything but `cluster` (the routed
+/// subnets, the join subnet and the service ranges).
+pub fn nat_rules(
+    subnets: &[Arc<Subnet>],
+    node: &str,
+    default_vpc: &str,
+    cluster: &[IpNetwork],
+) -> NatRules {
+    let mut nat: Vec<&Arc<Subnet>> = subnets
+        .iter()
+        .filter(|s| subnet_is_routed(s, default_vpc))
+        .filter(|s| s.spec.nat_outgoing && egress_through(s, node))
+        .collect();
+    nat.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+    let mut sources = Vec::new();
+    for s in nat {
+        let rules: Vec<NatPolicyRule> = s
+            .spec
+            .nat_outgoing_policy_rules
+            .iter()
+            .map(|r| NatPolicyRule {
+                src: cidr_list(&r.match_.src_ips),
+                dst: cidr_list(&r.match_.dst_ips),
+                action: if r.action == "forward" {
+                    NatAction::Forward
+                } else {
+                    NatAction::Masquerade
+                },
+            })
+            .collect();
+        for cidr in s.cidrs().unwrap_or_default() {
+            sources.push(NatSource {
+                cidr,
+                rules: rules.clone(),
+            });
+        }
+    }
+    let mut cluster = cluster.to_vec();
+    cluster.sort();
+    cluster.dedup();
+    if sources.is_empty() {
+        // Nothing to masquerade: no table at all.
+        cluster.clear();
+    }
+    NatRules { cluster, sources }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn subnet(v: serde_json::Value) -> Arc<Subnet> {
+        let mut s: Subnet = serde_json::from_value(v).expect("subnet");
+        s.status = Some(
+            serde_json::from_value(
+                json!({"conditions": [{"type": "Validated", "status": "True"}]}),
+            )
+            .expect("status"),
+        );
+        Arc::new(s)
+    }
+
+    #[test]
+    fn distributed_subnets_everywhere_centralized_on_their_gateways_only() {
+        let subnets = [
+            subnet(
+                json!({"metadata": {"name": "b"}, "spec": {"cidrBlock": "10.2.0.0/16",
+                "natOutgoing": true, "natOutgoingPolicyRules": [
+                    {"match": {"dstIPs": "198.51.100.0/24, bad"}, "action": "forward"}]}}),
+            ),
+            subnet(
+                json!({"metadata": {"name": "a"}, "spec": {"cidrBlock": "10.1.0.0/16,fd00:1::/64",
+                "natOutgoing": true}}),
+            ),
+            subnet(
+                json!({"metadata": {"name": "c"}, "spec": {"cidrBlock": "10.3.0.0/16",
+                "natOutgoing": true, "gatewayType": "centralized", "gatewayNode": "n2:198.18.0.2,n3"}}),
+            ),
+            subnet(json!({"metadata": {"name": "d"}, "spec": {"cidrBlock": "10.4.0.0/16"}})),
+            subnet(
+                json!({"metadata": {"name": "e"}, "spec": {"cidrBlock": "10.5.0.0/16",
+                "natOutgoing": true, "vpc": "other"}}),
+            ),
+        ];
+        let cluster: Vec<IpNetwork> = ["100.64.0.0/16", "10.96.0.0/12", "100.64.0.0/16"]
+            .iter()
+            .map(|c| c.parse().expect("cidr"))
+            .collect();
+        let on = |node: &str| nat_rules(&subnets, node, "ovn-cluster", &cluster);
+        let n1 = on("n1");
+        let cidrs: Vec<String> = n1.sources.iter().map(|s| s.cidr.to_string()).collect();
+        // a (both families) before b; the centralized c only on its gateways; d without NAT; e elsewhere.
+        assert_eq!(cidrs, ["10.1.0.0/16", "fd00:1::/64", "10.2.0.0/16"]);
+        assert_eq!(n1.cluster.len(), 2, "deduplicated: {:?}", n1.cluster);
+        assert_eq!(
+            n1.sources[2].rules,
+            [NatPolicyRule {
+                src: vec![],
+                dst: vec!["198.51.100.0/24".parse().expect("cidr")],
+                action: NatAction::Forward,
+            }]
+        );
+        let n3 = on("n3");
+        assert!(n3
+            .sources
+            .iter()
+            .any(|s| s.cidr.to_string() == "10.3.0.0/16"));
+        assert_eq!(gateway_nodes(&subnets[2]), ["n2", "n3"]);
+        // No subnet to masquerade: no table.
+        assert_eq!(
+            nat_rules(&subnets[3..4], "n1", "ovn-cluster", &cluster),
+            NatRules::default()
+        );
+    }
+}
