@@ -1,8 +1,9 @@
 //! A cluster of three nodes on one machine (`up --nodes 3`, root): pods on every node reach each other over
 //! TCP, UDP and ICMP through the Geneve tunnels, within a subnet and across two; every node reaches every
 //! pod; pods of a subnet with `natOutgoing` reach the external network as their node's address, the others
-//! not at all; the scheduler honours `nodeName`, `nodeSelector` and load; a stopped node leaves the others
-//! talking; `down` leaves no namespace or link behind.
+//! not at all; a centralized subnet's egress leaves through its gateway node and, within 5 s of that node
+//! stopping, through the next; the scheduler honours `nodeName`, `nodeSelector` and load; a stopped node
+//! leaves the others talking; `down` leaves no namespace or link behind.
 
 #![allow(clippy::unwrap_used)]
 
@@ -281,33 +282,85 @@ fn three_nodes_carry_pod_traffic_over_geneve() {
         );
     }
 
-    // Node 3 stops (its kubelet, daemon, ovn-controller and ovs-vswitchd): pods on nodes 1 and 2 keep
-    // talking to each other.
-    let node3 = sb.dir.path().join("nodes").join(node(3));
+    // A centralized subnet: its egress leaves through its first gateway node (node 2) whatever node its pod
+    // is on, masqueraded there.
+    sb.apply(&json!({"apiVersion": "v1", "kind": "List", "items": [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "green"}},
+        {"apiVersion": "kubeovn.io/v1", "kind": "Subnet", "metadata": {"name": "green"},
+         "spec": {"cidrBlock": "10.243.0.0/24", "namespaces": ["green"], "natOutgoing": true,
+                  "gatewayType": "centralized", "gatewayNode": format!("{},{}", node(2), node(3))}},
+    ]}));
+    sb.apply(&pod("green", "g1", json!({"nodeName": node(1)})));
+    common::wait_until("green/g1 ready", Duration::from_secs(60), || {
+        sb.pods()
+            .iter()
+            .any(|p| p["metadata"]["name"] == "g1" && common::ready(p))
+    });
+    let active = || {
+        let out = sb.kubectl(&[
+            "get",
+            "subnet",
+            "green",
+            "-o",
+            "jsonpath={.status.activateGateway}",
+        ]);
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    common::wait_until("green's active gateway", Duration::from_secs(20), || {
+        active() == node(2)
+    });
+    let g1 = netns_of_pods(sb.dir.path())
+        .into_iter()
+        .find(|(n, _)| n == "green/g1")
+        .map(|(_, p)| p)
+        .unwrap();
+    let seen_by_world = |udp: bool| {
+        kube_ovn_sandbox::transport::ask_name(&g1, world, udp, Duration::from_millis(700))
+    };
+    common::wait_until("green/g1 through node 2", Duration::from_secs(20), || {
+        seen_by_world(false).as_deref() == Ok("198.18.0.2")
+    });
+    assert_eq!(seen_by_world(true).as_deref(), Ok("198.18.0.2"));
+
+    // Node 2 stops (its kubelet, daemon, ovn-controller and ovs-vswitchd; its Node still reads Ready): the
+    // gateway moves to node 3 within 5 s, and pods on nodes 1 and 3 keep talking to each other.
+    let node2 = sb.dir.path().join("nodes").join(node(2));
     let pids: Vec<Value> =
-        serde_json::from_slice(&std::fs::read(node3.join("pids.json")).unwrap()).unwrap();
-    kube_ovn_sandbox::ovn::stop_monitored_vswitchd(&node3.join("ovn"), Duration::from_secs(3));
+        serde_json::from_slice(&std::fs::read(node2.join("pids.json")).unwrap()).unwrap();
+    let stopped = std::time::Instant::now();
+    kube_ovn_sandbox::ovn::stop_monitored_vswitchd(&node2.join("ovn"), Duration::from_secs(3));
     for p in pids.iter().rev() {
         let pid = p["pid"].as_u64().unwrap().to_string();
         let _ = Command::new("kill").args(["-TERM", &pid]).status();
     }
-    let on_3 = |who: &str| {
+    common::wait_until("green/g1 through node 3", Duration::from_secs(15), || {
+        seen_by_world(false).as_deref() == Ok("198.18.0.3")
+    });
+    let failover = stopped.elapsed();
+    eprintln!("gateway failover: egress restored through node 3 {failover:?} after node 2 stopped");
+    assert!(
+        failover < Duration::from_secs(5),
+        "failover took {failover:?}"
+    );
+    assert_eq!(active(), node(3));
+    assert_eq!(seen_by_world(true).as_deref(), Ok("198.18.0.3"));
+    let on_2 = |who: &str| {
         placed
             .iter()
-            .any(|(n, k)| who.ends_with(&format!("/{n}")) && *k == node(3))
-            || who == node(3)
+            .any(|(n, k)| who.ends_with(&format!("/{n}")) && *k == node(2))
+            || who == node(2)
     };
-    let left: Vec<(String, PathBuf)> = sources.iter().filter(|(s, _)| !on_3(s)).cloned().collect();
+    let left: Vec<(String, PathBuf)> = sources.iter().filter(|(s, _)| !on_2(s)).cloned().collect();
     let left_targets: Vec<(String, String, IpAddr)> = targets
         .iter()
-        .filter(|(_, k, _)| *k != node(3))
+        .filter(|(_, k, _)| *k != node(2))
         .cloned()
         .collect();
     assert_eq!((left.len(), left_targets.len()), (6, 4));
     let bad = failures(&left, &left_targets);
     assert!(
         bad.is_empty(),
-        "after node 3 stopped, {} failures:\n{}",
+        "after node 2 stopped, {} failures:\n{}",
         bad.len(),
         bad.join("\n")
     );

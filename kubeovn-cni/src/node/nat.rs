@@ -27,10 +27,19 @@ pub fn gateway_nodes(s: &Subnet) -> Vec<String> {
 }
 
 /// Whether pods' egress of subnet `s` leaves the cluster through node `node`: every node for a distributed
-/// subnet, its gateway nodes for a centralized one.
+/// subnet; for a centralized one its gateway nodes, named or chosen by selector (the controller's
+/// `status.activateGateway`).
 pub fn egress_through(s: &Subnet, node: &str) -> bool {
     match s.spec.gateway_type {
-        Some(GatewayType::Centralized) => gateway_nodes(s).iter().any(|n| n == node),
+        Some(GatewayType::Centralized) => {
+            let active = s
+                .status
+                .as_ref()
+                .map(|st| st.activate_gateway.as_str())
+                .unwrap_or_default();
+            gateway_nodes(s).iter().any(|n| n == node)
+                || active.split(',').any(|n| n.trim() == node)
+        }
         _ => true,
     }
 }

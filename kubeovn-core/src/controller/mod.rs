@@ -35,6 +35,7 @@ pub mod plan;
 pub mod queue;
 pub mod writer;
 
+mod gateway;
 mod gc;
 mod ip;
 mod ippool;
@@ -122,6 +123,9 @@ pub struct Config {
     pub gc_interval: Duration,
     /// Interval between Subnet status updates.
     pub status_interval: Duration,
+    /// Interval between checks of centralized subnets' gateway nodes (ICMP echo to their join addresses;
+    /// two missed in a row take a node out).
+    pub gateway_check_interval: Duration,
     /// Leader election; None runs without it.
     pub lease: Option<LeaseConfig>,
     /// `reportingController` of Events.
@@ -159,6 +163,7 @@ impl Default for Config {
             writer: WriterConfig::default(),
             gc_interval: Duration::from_secs(60),
             status_interval: Duration::from_secs(1),
+            gateway_check_interval: Duration::from_secs(1),
             lease: None,
             reporter: "kube-ovn-controller".to_owned(),
             session_affinity: SessionAffinity::default(),
@@ -214,6 +219,8 @@ pub(crate) struct Ctx {
     pub services: service::ServiceState,
     /// The sets network policies name, and their members.
     pub netpol: Arc<netpol::NetpolState>,
+    /// What the checks of gateway nodes found.
+    pub gateways: gateway::GatewayHealth,
 }
 
 impl Context for Ctx {
@@ -408,6 +415,7 @@ impl Controller {
         spawn(Box::pin(ip::watch_reservations(ctx.clone())));
         spawn(Box::pin(gc::run(ctx.clone())));
         spawn(Box::pin(subnet::status_loop(ctx.clone())));
+        spawn(Box::pin(gateway::check_loop(ctx.clone())));
         spawn(Box::pin(queue_metrics(ctx.clone())));
         spawn(Box::pin(log_initial_pods(ctx.clone(), started)));
         tracing::info!(
@@ -539,6 +547,7 @@ impl Controller {
             slices,
             services: service::ServiceState::default(),
             netpol: np_state,
+            gateways: gateway::GatewayHealth::default(),
         });
         spawn(Box::pin(netpol::run_flusher(ctx.clone())));
         let (report, orphans) =

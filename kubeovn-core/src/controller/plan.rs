@@ -14,7 +14,7 @@ use kubeovn_ovn::northbound::{
 use crate::naming::{self, external_ids as ext, priority};
 
 /// A Subnet as the controller uses it: the CRD's strings parsed at the edge.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SubnetInfo {
     /// Name (= logical switch).
     pub name: String,
@@ -30,6 +30,12 @@ pub struct SubnetInfo {
     pub provider: String,
     /// `distributed` or `centralized`.
     pub gateway_type: String,
+    /// A centralized subnet's `gatewayNode` names, in order (a `name:ip` pair's name).
+    pub gateway_nodes: Vec<String>,
+    /// A centralized subnet's `gatewayNodeSelectors`.
+    pub gateway_selectors: Vec<crate::selector::Selector>,
+    /// `enableEcmp`: egress through every healthy gateway node at once.
+    pub enable_ecmp: bool,
     /// Namespaces bound to the subnet.
     pub namespaces: Vec<String>,
     /// Whether this is the default subnet.
@@ -425,14 +431,9 @@ mod tests {
             vpc: "ovn-cluster".into(),
             provider: "ovn".into(),
             gateway_type: "distributed".into(),
-            namespaces: vec![],
             default: true,
-            join: false,
             enable_lb: true,
-            private: false,
-            allow_subnets: Vec::new(),
-            allow_ew_traffic: false,
-            acls: Vec::new(),
+            ..SubnetInfo::default()
         }
     }
 

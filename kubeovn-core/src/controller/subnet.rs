@@ -23,7 +23,7 @@ use serde::Serialize;
 
 use super::error::{ControllerError, Result};
 use super::framework::{Action, Key, Reconciler, Relations};
-use super::{node, plan, Config, Ctx, SubnetConfig, SubnetInfo};
+use super::{gateway, node, plan, Config, Ctx, SubnetConfig, SubnetInfo};
 use crate::annotations::DEFAULT_PROVIDER;
 use crate::crd::{
     condition_types, reasons, Conditions, Decoded, GatewayType, IpCount, Protocol, StatusPatch,
@@ -108,14 +108,10 @@ pub(crate) fn info_from_config(c: &SubnetConfig, vpc: &str, join: bool) -> Resul
         vpc: vpc.to_owned(),
         provider: DEFAULT_PROVIDER.to_owned(),
         gateway_type: "distributed".to_owned(),
-        namespaces: Vec::new(),
         default: !join,
         join,
         enable_lb: true,
-        private: false,
-        allow_subnets: Vec::new(),
-        allow_ew_traffic: false,
-        acls: Vec::new(),
+        ..SubnetInfo::default()
     })
 }
 
@@ -179,6 +175,15 @@ fn info_from_spec(name: &str, spec: &SubnetSpec, config: &Config) -> Result<Subn
         .enumerate()
         .map(|(i, a)| parse_acl(&what, i, a))
         .collect::<Result<Vec<_>>>()?;
+    let gateway_selectors = spec
+        .gateway_node_selectors
+        .iter()
+        .map(|s| {
+            crate::selector::Selector::from_label_selector(s).map_err(|e| {
+                ControllerError::invalid(&what, format!("gatewayNodeSelectors: {}", e.0))
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
     Ok(SubnetInfo {
         cidrs,
         gateways,
@@ -195,6 +200,15 @@ fn info_from_spec(name: &str, spec: &SubnetSpec, config: &Config) -> Result<Subn
         allow_subnets,
         allow_ew_traffic: spec.allow_ew_traffic,
         acls,
+        gateway_nodes: spec
+            .gateway_node
+            .split(',')
+            .map(|n| n.split(':').next().unwrap_or_default().trim())
+            .filter(|n| !n.is_empty())
+            .map(str::to_owned)
+            .collect(),
+        gateway_selectors,
+        enable_ecmp: spec.enable_ecmp,
         name: name.to_owned(),
     })
 }
@@ -466,8 +480,8 @@ pub(crate) fn node_join_ips(ctx: &Ctx) -> Vec<(String, Vec<IpAddr>)> {
     out
 }
 
-/// Writes a subnet's northbound state.
-pub(crate) async fn reconcile_info(ctx: &Ctx, info: &SubnetInfo) -> Result<()> {
+/// Writes a subnet's northbound state; returns the active gateway nodes of a centralized subnet.
+pub(crate) async fn reconcile_info(ctx: &Ctx, info: &SubnetInfo) -> Result<Vec<String>> {
     let lrp = naming::router_port(&info.vpc, &info.name);
     let mac = ctx
         .nb
@@ -475,9 +489,15 @@ pub(crate) async fn reconcile_info(ctx: &Ctx, info: &SubnetInfo) -> Result<()> {
         .map(|p| p.mac)
         .unwrap_or_else(|| plan::router_port_mac(&lrp));
     let mut b = plan::subnet_batch(info, &mac);
+    let mut active = Vec::new();
     if info.distributed(&ctx.config.default_vpc) {
         b.ops
             .extend(plan::gateway_batch(info, &node_join_ips(ctx)).ops);
+    } else if gateway::centralized(info, &ctx.config.default_vpc) {
+        active = gateway::active(info, &ctx.nodes(), &node_join_ips(ctx), &ctx.gateways);
+        for p in gateway::policies(info, &active) {
+            b.add(p);
+        }
     }
     // The subnet's policies of a block (or node) it no longer has: a changed cidrBlock left the old
     // block's allow policy behind.
@@ -511,7 +531,8 @@ pub(crate) async fn reconcile_info(ctx: &Ctx, info: &SubnetInfo) -> Result<()> {
         .collect();
     b.ops.extend(stale);
     b.add(acl_set(ctx, info));
-    ctx.writer.commit(b).await
+    ctx.writer.commit(b).await?;
+    Ok(active.into_iter().map(|(n, _)| n).collect())
 }
 
 /// The switch's own ACLs (owner `Subnet/<name>`): `private` with `allowSubnets`, `allowEWTraffic`, and the
@@ -658,15 +679,30 @@ impl Reconciler<Ctx> for Subnets {
     fn relations(r: &mut Relations<'_, Ctx, Decoded<Subnet>>) {
         // A node's addresses may be what a refused subnet overlapped.
         r.on::<Node>(|kinds, old, new| {
-            if old.map(node::internal_ips) == new.map(node::internal_ips) {
-                return Vec::new();
+            let subnets = kinds.list::<Decoded<Subnet>>();
+            let mut out: Vec<Key<Decoded<Subnet>>> = Vec::new();
+            if old.map(node::internal_ips) != new.map(node::internal_ips) {
+                out.extend(
+                    subnets
+                        .iter()
+                        .filter(|o| refusal(o).is_some())
+                        .map(|o| Key::cluster(&o.name_any())),
+                );
             }
-            kinds
-                .list::<Decoded<Subnet>>()
-                .iter()
-                .filter(|o| refusal(o).is_some())
-                .map(|o| Key::cluster(&o.name_any()))
-                .collect()
+            // A node that comes, goes or changes readiness may be a centralized subnet's gateway.
+            let ready = |n: Option<&Node>| n.map(gateway::node_ready);
+            let join = |n: Option<&Node>| {
+                n.and_then(|n| n.annotations().get(crate::annotations::IP_ADDRESS).cloned())
+            };
+            if ready(old) != ready(new) || join(old) != join(new) {
+                out.extend(
+                    subnets
+                        .iter()
+                        .filter(|o| o.object.spec.gateway_type == Some(GatewayType::Centralized))
+                        .map(|o| Key::cluster(&o.name_any())),
+                );
+            }
+            out
         });
     }
 }
@@ -707,8 +743,40 @@ async fn reconcile(ctx: &Ctx, obj: &Decoded<Subnet>) -> Result<()> {
         // The Vpc's handler creates its router; retried until then.
         return Err(ControllerError::NotReady(format!("vpc {}", info.vpc)));
     }
-    reconcile_info(ctx, &info).await?;
+    let active = reconcile_info(ctx, &info).await?;
     ctx.enqueue(Key::<Vpc>::cluster(&info.vpc));
+    if gateway::centralized(&info, &ctx.config.default_vpc) {
+        let now = active.join(",");
+        let was = obj
+            .object
+            .status
+            .as_ref()
+            .map(|s| s.activate_gateway.as_str())
+            .unwrap_or_default();
+        if now != was {
+            if now.is_empty() {
+                ctx.event(
+                    obj,
+                    EventType::Warning,
+                    "NoGatewayNode",
+                    format!(
+                        "no gateway node of {name} is Ready and answering: its pods have no egress"
+                    ),
+                )
+                .await;
+            } else {
+                tracing::info!(subnet = name, gateway = %now, "active gateway");
+            }
+            patch_status(
+                ctx,
+                name,
+                &StatusPatch {
+                    status: serde_json::json!({"activateGateway": now}),
+                },
+            )
+            .await?;
+        }
+    }
     let now = Time(Timestamp::now());
     let mut st = conditions_of(obj);
     let mut changed = st.validated(reasons::VALIDATE_SUCCESS, "", &now);
