@@ -14,6 +14,8 @@ const USAGE: &str = "usage: kube-ovn-sandbox [--state-dir DIR] COMMAND
   status    the processes and the pods' sandboxes
   exec NAMESPACE/POD -- COMMAND...   run a command in a pod's network namespace
   logs NAMESPACE/POD [-c CONTAINER]  print a container's output (stdout and stderr, across restarts)
+  kill-leader nb|sb  (with up --raft) SIGKILL the raft leader of NB or SB, report how long the election
+            took, then start the member again
 
   --state-dir DIR       default $KUBE_OVN_SANDBOX_DIR or /var/lib/kube-ovn-sandbox
 up options:
@@ -29,7 +31,8 @@ up options:
   --service-cidr CIDR[,CIDR]  (10.96.0.0/12) where Services' ClusterIPs come from
   --pod-timeout SECS    (90)
   --nodes N             (1) nodes: the first in this machine's network namespace, each other in one of
-                        its own, joined by Geneve over an underlay segment (--underlay-cidr, 198.18.0.0/24)";
+                        its own, joined by Geneve over an underlay segment (--underlay-cidr, 198.18.0.0/24)
+  --raft                NB and SB as raft clusters of 3 members each; every client is given all three";
 
 enum Cmd {
     Up(Box<UpOptions>),
@@ -37,6 +40,8 @@ enum Cmd {
     Status,
     Exec(String, Vec<String>),
     Logs(String, Option<String>),
+    KillLeader(String),
+    LeaderProxy,
     Kubelet,
 }
 
@@ -99,6 +104,7 @@ fn parse(args: Vec<String>) -> Result<(StateDir, Cmd), String> {
                     .ok_or_else(|| format!("--nodes: a number from 1 to 16\n{USAGE}"))?
             }
             "--underlay-cidr" => s.underlay_cidr = value()?,
+            "--raft" => s.raft = true,
             "--pod-timeout" => {
                 let secs: u64 = value()?
                     .parse()
@@ -117,6 +123,13 @@ fn parse(args: Vec<String>) -> Result<(StateDir, Cmd), String> {
         Some("down") => Cmd::Down,
         Some("status") => Cmd::Status,
         Some("kubelet") => Cmd::Kubelet,
+        Some("leader-proxy") => Cmd::LeaderProxy,
+        Some("kill-leader") => {
+            let [db] = positional.as_slice() else {
+                return Err(format!("kill-leader takes nb or sb\n{USAGE}"));
+            };
+            Cmd::KillLeader(db.clone())
+        }
         Some("exec") => {
             let [target] = positional.as_slice() else {
                 return Err(format!("exec takes NAMESPACE/POD -- COMMAND...\n{USAGE}"));
@@ -234,6 +247,32 @@ fn main() -> ExitCode {
                 Ok(_) => ExitCode::from(4),
                 Err(e) => {
                     eprintln!("kube-ovn-sandbox up: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Cmd::KillLeader(db) => {
+            let rt = match runtime() {
+                Ok(rt) => rt,
+                Err(c) => return c,
+            };
+            match rt.block_on(sandbox::kill_leader(&dir, &db)) {
+                Ok(_) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("kube-ovn-sandbox kill-leader: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Cmd::LeaderProxy => {
+            let rt = match runtime() {
+                Ok(rt) => rt,
+                Err(c) => return c,
+            };
+            match rt.block_on(sandbox::leader_proxy(&dir)) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("kube-ovn-sandbox leader-proxy: {e}");
                     ExitCode::FAILURE
                 }
             }

@@ -58,6 +58,11 @@ pub struct OvnOptions {
     /// The network namespace the processes run in (a node of its own on this machine); `None`: this
     /// process's. Its tap devices go with the namespace.
     pub netns: Option<PathBuf>,
+    /// NB and SB as raft clusters of [`RAFT_MEMBERS`] ovsdb-servers each (members talk raft over loopback
+    /// TCP; clients reach every member's unix socket).
+    pub raft: bool,
+    /// The NB and SB remotes ovn-northd is given (`None`: the stack's own).
+    pub northd_remotes: Option<(String, String)>,
     /// Write the chassis settings and create the bridge (false leaves that to the caller, e.g. the daemon).
     pub configure_chassis: bool,
     /// How long to wait for each process to come up.
@@ -82,6 +87,8 @@ impl OvnOptions {
             central: true,
             sb_remote: None,
             netns: None,
+            raft: false,
+            northd_remotes: None,
             configure_chassis: true,
             start_timeout: Duration::from_secs(15),
             cgroup_prefix: None,
@@ -140,6 +147,76 @@ impl std::fmt::Debug for OvnStack {
             .field("bridge", &self.opts.bridge)
             .finish()
     }
+}
+
+/// Members of each raft database (`--raft`).
+pub const RAFT_MEMBERS: usize = 3;
+
+/// The file stems of database `db`'s members (`nb`, `nb1`, `nb2`): the first is the stem of the
+/// standalone database too.
+pub fn member_stems(db: &str) -> [&'static str; RAFT_MEMBERS] {
+    match db {
+        "nb" => ["nb", "nb1", "nb2"],
+        _ => ["sb", "sb1", "sb2"],
+    }
+}
+
+/// The process name of the ovsdb-server of `stem`.
+pub fn server_name(stem: &str) -> &'static str {
+    match stem {
+        "nb" => "ovsdb-server-nb",
+        "nb1" => "ovsdb-server-nb1",
+        "nb2" => "ovsdb-server-nb2",
+        "sb" => "ovsdb-server-sb",
+        "sb1" => "ovsdb-server-sb1",
+        "sb2" => "ovsdb-server-sb2",
+        _ => "ovsdb-server-ovs",
+    }
+}
+
+/// Database `db`'s (`nb` or `sb`) remotes in `dir`: one socket, or every member's with raft.
+pub fn remotes(dir: &Path, db: &str, raft: bool) -> String {
+    let n = if raft { RAFT_MEMBERS } else { 1 };
+    member_stems(db)[..n]
+        .iter()
+        .map(|s| format!("unix:{}", dir.join(format!("{s}.sock")).display()))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// The command that starts the ovsdb-server of `stem` in `dir` (as the stack starts it): to start a stopped
+/// raft member again.
+pub fn ovsdb_server_command(dir: &Path, stem: &str) -> Command {
+    let mut cmd = Command::new("ovsdb-server");
+    cmd.arg(format!(
+        "--remote=punix:{}",
+        dir.join(format!("{stem}.sock")).display()
+    ))
+    .arg(dir.join(format!("{stem}.db")))
+    .arg(format!(
+        "--unixctl={}",
+        dir.join(format!("{stem}.ctl")).display()
+    ))
+    .arg(format!(
+        "--pidfile={}",
+        dir.join(format!("{stem}.pid")).display()
+    ))
+    .arg(format!(
+        "--log-file={}",
+        dir.join(format!("{stem}.log")).display()
+    ))
+    .arg("-vconsole:off")
+    .env("OVS_RUNDIR", dir)
+    .env("OVS_LOGDIR", dir)
+    .env("OVS_DBDIR", dir);
+    cmd
+}
+
+fn free_tcp_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap_or(0)
 }
 
 /// Stops the ovs-vswitchd daemon that runs under its `--monitor` in `dir` (named by its pid file: the recorded
@@ -201,44 +278,57 @@ impl OvnStack {
     }
 
     async fn start_all(&self) -> Result<(), SandboxError> {
-        let mut dbs = Vec::new();
+        let mut dbs: Vec<(&'static str, &str)> = Vec::new();
         if self.opts.central {
-            dbs.extend([("nb", NB_SCHEMA), ("sb", SB_SCHEMA)]);
+            let members = if self.opts.raft { RAFT_MEMBERS } else { 1 };
+            for (db, schema) in [("nb", NB_SCHEMA), ("sb", SB_SCHEMA)] {
+                let stems = member_stems(db);
+                if self.opts.raft {
+                    self.create_cluster(&stems[..members], schema)?;
+                }
+                dbs.extend(stems[..members].iter().map(|s| (*s, schema)));
+            }
         }
         if self.opts.chassis {
             dbs.push(("ovs", VSWITCH_SCHEMA));
         }
         for (stem, schema) in &dbs {
             let db = self.dir.join(format!("{stem}.db"));
-            let _ = std::fs::remove_file(&db);
-            self.run_tool(
-                Command::new("ovsdb-tool")
-                    .arg("create")
-                    .arg(&db)
-                    .arg(schema),
-                "ovsdb-tool create",
-            )?;
+            if !(self.opts.raft && *stem != "ovs") {
+                let _ = std::fs::remove_file(&db);
+                self.run_tool(
+                    Command::new("ovsdb-tool")
+                        .arg("create")
+                        .arg(&db)
+                        .arg(schema),
+                    "ovsdb-tool create",
+                )?;
+            }
             let mut cmd = Command::new("ovsdb-server");
             cmd.arg(format!("--remote=punix:{}", self.sock(stem).display()))
                 .arg(&db);
-            self.spawn(
-                match *stem {
-                    "nb" => "ovsdb-server-nb",
-                    "sb" => "ovsdb-server-sb",
-                    _ => "ovsdb-server-ovs",
-                },
-                stem,
-                cmd,
-            )?;
+            self.spawn(server_name(stem), stem, cmd)?;
         }
         for (stem, _) in &dbs {
             self.wait_socket(&self.sock(stem)).await?;
         }
+        if self.opts.raft && self.opts.central {
+            // Clients start once every member has joined its cluster: ovn-controller 23.03 given a member
+            // that has not yet joined was seen to crash (SIGSEGV) moments later.
+            for (stem, schema) in dbs.iter().filter(|(s, _)| *s != "ovs") {
+                self.wait_joined(stem, schema).await?;
+            }
+        }
         if self.opts.central {
+            let (nb, sb) = self
+                .opts
+                .northd_remotes
+                .clone()
+                .unwrap_or_else(|| (self.nb_remote(), self.sb_remote()));
             let mut northd = Command::new("ovn-northd");
             northd
-                .arg(format!("--ovnnb-db={}", self.nb_remote()))
-                .arg(format!("--ovnsb-db={}", self.sb_remote()));
+                .arg(format!("--ovnnb-db={nb}"))
+                .arg(format!("--ovnsb-db={sb}"));
             self.spawn("ovn-northd", "northd", northd)?;
         }
         if !self.opts.chassis {
@@ -359,6 +449,63 @@ impl OvnStack {
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+    }
+
+    /// Waits until raft member `stem` reports itself connected to its cluster (`_Server`'s `connected`).
+    async fn wait_joined(&self, stem: &str, schema: &str) -> Result<(), SandboxError> {
+        let name = if schema == NB_SCHEMA {
+            "OVN_Northbound"
+        } else {
+            "OVN_Southbound"
+        };
+        let remote = format!("unix:{}", self.sock(stem).display());
+        let t0 = Instant::now();
+        loop {
+            if let Ok(c) = Client::connect(&remote).await {
+                if kubeovn_ovn::session::database_status(&c, name)
+                    .await
+                    .is_ok_and(|st| st.connected)
+                {
+                    return Ok(());
+                }
+            }
+            self.check_alive()?;
+            if t0.elapsed() > self.opts.start_timeout {
+                return Err(SandboxError::Timeout {
+                    what: format!("raft member {stem} to join its cluster"),
+                    log: self.log_tail(stem),
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Creates the raft cluster of one database: the first member's file with `ovsdb-tool create-cluster`,
+    /// the others' with `join-cluster` (each with a loopback TCP address of its own for raft).
+    fn create_cluster(&self, stems: &[&str], schema: &str) -> Result<(), SandboxError> {
+        let name = if schema == NB_SCHEMA {
+            "OVN_Northbound"
+        } else {
+            "OVN_Southbound"
+        };
+        let ports: Vec<u16> = stems.iter().map(|_| free_tcp_port()).collect();
+        for (i, stem) in stems.iter().enumerate() {
+            let db = self.dir.join(format!("{stem}.db"));
+            let _ = std::fs::remove_file(&db);
+            let local = format!("tcp:127.0.0.1:{}", ports[i]);
+            let mut c = Command::new("ovsdb-tool");
+            if i == 0 {
+                c.arg("create-cluster").arg(&db).arg(schema).arg(&local);
+            } else {
+                c.arg("join-cluster")
+                    .arg(&db)
+                    .arg(name)
+                    .arg(&local)
+                    .arg(format!("tcp:127.0.0.1:{}", ports[0]));
+            }
+            self.run_tool(&mut c, "ovsdb-tool create-cluster/join-cluster")?;
+        }
+        Ok(())
     }
 
     fn run_tool(&self, cmd: &mut Command, what: &'static str) -> Result<(), SandboxError> {
@@ -507,16 +654,16 @@ impl OvnStack {
         &self.opts.bridge
     }
 
-    /// `unix:<dir>/nb.sock`.
+    /// `unix:<dir>/nb.sock` (every member's socket, comma-separated, with raft).
     pub fn nb_remote(&self) -> String {
-        format!("unix:{}", self.sock("nb").display())
+        remotes(&self.dir, "nb", self.opts.raft)
     }
 
-    /// `unix:<dir>/sb.sock`, or the cluster's southbound of a chassis-only stack.
+    /// `unix:<dir>/sb.sock` (every member's with raft), or the cluster's southbound of a chassis-only stack.
     pub fn sb_remote(&self) -> String {
         match &self.opts.sb_remote {
             Some(r) => r.clone(),
-            None => format!("unix:{}", self.sock("sb").display()),
+            None => remotes(&self.dir, "sb", self.opts.raft),
         }
     }
 

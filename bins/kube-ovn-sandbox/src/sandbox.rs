@@ -421,8 +421,40 @@ async fn start_all(
     pr.begin("OVN: NB, SB, northd, ovs-vswitchd (netdev), ovn-controller");
     let mut o = OvnOptions::new(&settings.bridge);
     o.system_id = settings.node_name.clone();
+    o.raft = settings.raft;
+    if settings.raft {
+        let ovn = dir.ovn_dir();
+        o.northd_remotes = Some((
+            format!("unix:{}", leader_socket(&ovn, "nb").display()),
+            format!("unix:{}", leader_socket(&ovn, "sb").display()),
+        ));
+    }
     if settings.nodes > 1 {
         o.encap_ip = settings.node_ip.clone();
+    }
+    if settings.raft {
+        // ovn-northd reaches each database's leader through it (see `leader_proxy`). Up before ovn-northd
+        // starts: an ovn-northd that filled the southbound only after ovn-controller had started (its first
+        // connection refused) was seen to crash ovn-controller 23.03 (SIGSEGV).
+        let ovn = dir.ovn_dir();
+        std::fs::create_dir_all(&ovn).map_err(|e| SandboxError::io("create directory", &ovn, e))?;
+        let socks = [leader_socket(&ovn, "nb"), leader_socket(&ovn, "sb")];
+        for s in &socks {
+            let _ = std::fs::remove_file(s);
+        }
+        let mut cmd = Command::new(&bins.sandbox);
+        cmd.arg("--state-dir").arg(dir.root()).arg("leader-proxy");
+        pids.push(spawn_detached(
+            "leader-proxy",
+            cmd,
+            &dir.log("leader-proxy"),
+        )?);
+        save_pids(dir, pids)?;
+        wait_for("the leader proxy", Duration::from_secs(10), None, || {
+            let up = socks.iter().all(|s| s.exists());
+            async move { up }
+        })
+        .await?;
     }
     let stack = OvnStack::start(&dir.ovn_dir(), o).await?;
     for (name, pid) in stack.detach() {
@@ -1054,6 +1086,18 @@ pub fn down(dir: &StateDir) -> Result<(), SandboxError> {
         kubelet::teardown(dir, cni.as_ref(), &rec, 1);
         remove_host_veth(&rec);
     }
+    // What the daemon of a node on this machine's own namespace left in it, its masquerade and forwarding,
+    // goes with the daemon and before ovs-vswitchd: a sandbox started once no ovs-vswitchd is left must not
+    // see them change under it.
+    if let Some(s) = settings.as_ref().filter(|s| s.node_netns.is_none()) {
+        if let Some(d) = find("kube-ovn-daemon") {
+            d.stop(grace);
+        }
+        cluster::remove_nat(s);
+        if let Some(v) = &s.host_ip_forward {
+            let _ = std::fs::write("/proc/sys/net/ipv4/ip_forward", v);
+        }
+    }
     // ovs-vswitchd's daemon first, so that its monitor does not leave it behind.
     crate::ovn::stop_monitored_vswitchd(&dir.ovn_dir(), grace);
     // Newest first: our binaries, then ovn-controller and ovs-vswitchd before the databases.
@@ -1083,13 +1127,6 @@ pub fn down(dir: &StateDir) -> Result<(), SandboxError> {
             ]);
         }
     }
-    // What the daemon of a node on this machine's own namespace left in it: its masquerade and forwarding.
-    if let Some(s) = settings.as_ref().filter(|s| s.node_netns.is_none()) {
-        cluster::remove_nat(s);
-        if let Some(v) = &s.host_ip_forward {
-            let _ = std::fs::write("/proc/sys/net/ipv4/ip_forward", v);
-        }
-    }
     for f in [dir.pids_file(), dir.kubeconfig()] {
         let _ = std::fs::remove_file(f);
     }
@@ -1117,6 +1154,194 @@ fn remove_host_veth(rec: &PodRecord) {
         })
     })
     .join();
+}
+
+/// Which member of raft database `db` (`nb` or `sb`) leads now, by its `_Server` row (`None`: none answers
+/// as leader).
+async fn raft_leader(dir: &StateDir, db: &str, skip: Option<usize>) -> Option<usize> {
+    let name = if db == "nb" {
+        "OVN_Northbound"
+    } else {
+        "OVN_Southbound"
+    };
+    for (i, stem) in crate::ovn::member_stems(db).iter().enumerate() {
+        if Some(i) == skip {
+            continue;
+        }
+        let remote = format!(
+            "unix:{}",
+            dir.ovn_dir().join(format!("{stem}.sock")).display()
+        );
+        let client = match tokio::time::timeout(
+            Duration::from_millis(500),
+            kubeovn_ovn::Client::connect(&remote),
+        )
+        .await
+        {
+            Ok(Ok(c)) => c,
+            _ => continue,
+        };
+        let st = tokio::time::timeout(
+            Duration::from_millis(500),
+            kubeovn_ovn::session::database_status(&client, name),
+        )
+        .await;
+        if let Ok(Ok(st)) = st {
+            if st.leader && st.connected {
+                return Some(i);
+            }
+        }
+    }
+    None
+}
+
+/// The socket of the leader proxy of raft database `db` (`nb` or `sb`).
+pub fn leader_socket(dir: &Path, db: &str) -> PathBuf {
+    dir.join(format!("{db}-leader.sock"))
+}
+
+/// The leader proxy (`up --raft` runs it in the background): a unix socket per database that always leads
+/// to its raft leader, as Kube-OVN's `ovn-nb`/`ovn-sb` Services select the leader's pod. ovn-northd must
+/// talk to the leader; given all three members it finds the new one only after its reconnect backoff (8 s
+/// here), through this socket after one reconnect. Each connection is spliced to the member leading when it
+/// was made and is closed when another member leads. Runs until the process ends.
+pub async fn leader_proxy(dir: &StateDir) -> Result<(), SandboxError> {
+    let mut tasks = Vec::new();
+    for db in ["nb", "sb"] {
+        let path = leader_socket(&dir.ovn_dir(), db);
+        let _ = std::fs::remove_file(&path);
+        let listener = tokio::net::UnixListener::bind(&path)
+            .map_err(|e| SandboxError::io("bind leader proxy", &path, e))?;
+        let (tx, rx) = tokio::sync::watch::channel::<Option<usize>>(None);
+        let d = dir.clone();
+        tasks.push(tokio::spawn(async move {
+            loop {
+                let now = raft_leader(&d, db, None).await;
+                tx.send_if_modified(|l| {
+                    let changed = *l != now && now.is_some();
+                    if changed {
+                        *l = now;
+                    }
+                    changed
+                });
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }));
+        let d = dir.clone();
+        tasks.push(tokio::spawn(async move {
+            while let Ok((mut client, _)) = listener.accept().await {
+                let mut rx = rx.clone();
+                let d = d.clone();
+                tokio::spawn(async move {
+                    let Ok(Ok(_)) =
+                        tokio::time::timeout(Duration::from_secs(10), rx.wait_for(Option::is_some))
+                            .await
+                    else {
+                        return;
+                    };
+                    let Some(i) = *rx.borrow_and_update() else {
+                        return;
+                    };
+                    let stem = crate::ovn::member_stems(db)[i];
+                    let sock = d.ovn_dir().join(format!("{stem}.sock"));
+                    let Ok(mut member) = tokio::net::UnixStream::connect(&sock).await else {
+                        return;
+                    };
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut client, &mut member) => {}
+                        // Another member leads: the client reconnects, to it.
+                        _ = rx.wait_for(|l| *l != Some(i)) => {}
+                    }
+                });
+            }
+        }));
+    }
+    for t in tasks {
+        let _ = t.await;
+    }
+    Ok(())
+}
+
+/// `kill-leader nb|sb`: SIGKILLs the raft leader of NB or SB (a crash, no leadership transfer), reports how
+/// long the election of the next took, then starts the member again and waits until it is back in the
+/// cluster. Returns the election time.
+pub async fn kill_leader(dir: &StateDir, db: &str) -> Result<Duration, SandboxError> {
+    let s = dir.load_settings()?;
+    if !s.raft {
+        return Err(failed(
+            "kill-leader",
+            "this sandbox runs NB and SB standalone: start it with `up --raft`",
+        ));
+    }
+    if db != "nb" && db != "sb" {
+        return Err(failed("kill-leader", format!("{db:?}: say nb or sb")));
+    }
+    let mut leader = None;
+    let t0 = Instant::now();
+    while leader.is_none() && t0.elapsed() < Duration::from_secs(10) {
+        leader = raft_leader(dir, db, None).await;
+        if leader.is_none() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    let Some(i) = leader else {
+        return Err(failed("kill-leader", format!("{db}: no member is leader")));
+    };
+    let stem = crate::ovn::member_stems(db)[i];
+    let name = crate::ovn::server_name(stem);
+    let mut pids = load_pids(dir);
+    let Some(rec) = pids.iter().find(|p| p.name == name).cloned() else {
+        return Err(failed("kill-leader", format!("no record of {name}")));
+    };
+    if let Ok(raw) = i32::try_from(rec.pid) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(raw),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+    rec.wait_reaped(Duration::from_secs(2));
+    let killed = Instant::now();
+    println!("{db}: killed leader {stem} (pid {})", rec.pid);
+    let elected = loop {
+        if let Some(j) = raft_leader(dir, db, Some(i)).await {
+            let took = killed.elapsed();
+            println!(
+                "{db}: {} leads after {:.0} ms",
+                crate::ovn::member_stems(db)[j],
+                took.as_secs_f64() * 1000.0
+            );
+            break took;
+        }
+        if killed.elapsed() > Duration::from_secs(30) {
+            return Err(failed(
+                "kill-leader",
+                format!("{db}: no new leader in 30 s"),
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    // The member comes back and catches up from the others.
+    let back = spawn_detached(
+        name,
+        crate::ovn::ovsdb_server_command(&dir.ovn_dir(), stem),
+        &dir.log(&format!("{stem}-restart")),
+    )?;
+    pids.retain(|p| p.name != name);
+    pids.push(back.clone());
+    save_pids(dir, &pids)?;
+    let sock = dir.ovn_dir().join(format!("{stem}.sock"));
+    wait_for(
+        &format!("{stem} to start again"),
+        Duration::from_secs(15),
+        None,
+        || {
+            let up = std::os::unix::net::UnixStream::connect(&sock).is_ok();
+            async move { up }
+        },
+    )
+    .await?;
+    println!("{db}: {stem} started again (pid {})", back.pid);
+    Ok(elected)
 }
 
 /// `status`: each process, alive or not, and the pods' sandboxes.

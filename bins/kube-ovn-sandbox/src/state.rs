@@ -77,6 +77,9 @@ pub struct Settings {
     /// address of this range, reached from the nodes over the underlay and from pods only through a gateway.
     #[serde(default = "default_external_cidr")]
     pub external_cidr: String,
+    /// NB and SB as raft clusters of three members each (`up --raft`).
+    #[serde(default)]
+    pub raft: bool,
     /// The first node's `net.ipv4.ip_forward` before `up` (its daemon turns forwarding on; `down` restores it).
     #[serde(default)]
     pub host_ip_forward: Option<String>,
@@ -131,6 +134,7 @@ impl Default for Settings {
             schedules: true,
             external_cidr: default_external_cidr(),
             host_ip_forward: None,
+            raft: false,
         }
     }
 }
@@ -180,9 +184,14 @@ impl StateDir {
         self.root.join("ovn")
     }
 
-    /// `unix:DIR/ovn/nb.sock`.
+    /// Whether the sandbox here runs NB and SB as raft clusters (its settings say so).
+    fn raft(&self) -> bool {
+        self.load_settings().is_ok_and(|s| s.raft)
+    }
+
+    /// `unix:DIR/ovn/nb.sock` (every member's socket with raft).
     pub fn nb_remote(&self) -> String {
-        format!("unix:{}", self.ovn_dir().join("nb.sock").display())
+        crate::ovn::remotes(&self.ovn_dir(), "nb", self.raft())
     }
 
     /// `DIR/nodes/NAME`: the state of the cluster's node `name` beyond the first (its settings, Open_vSwitch
@@ -200,9 +209,9 @@ impl StateDir {
         v
     }
 
-    /// `unix:DIR/ovn/sb.sock`.
+    /// `unix:DIR/ovn/sb.sock` (every member's socket with raft).
     pub fn sb_remote(&self) -> String {
-        format!("unix:{}", self.ovn_dir().join("sb.sock").display())
+        crate::ovn::remotes(&self.ovn_dir(), "sb", self.raft())
     }
 
     /// `unix:DIR/ovn/ovs.sock`.

@@ -255,6 +255,20 @@ fn three_nodes_carry_pod_traffic_over_geneve() {
             .unwrap_or_else(|| panic!("no namespace for {who}"))
     };
     for (pod, k) in [("default/a1", 1), ("default/a2", 2), ("default/a3", 3)] {
+        // The first connection may wait for the underlay's neighbours to resolve.
+        common::wait_until(
+            &format!("{pod} to the world"),
+            Duration::from_secs(10),
+            || {
+                kube_ovn_sandbox::transport::ask_name(
+                    &netns(pod),
+                    world,
+                    false,
+                    Duration::from_secs(1),
+                )
+                .is_ok()
+            },
+        );
         for udp in [false, true] {
             let seen = kube_ovn_sandbox::transport::ask_name(
                 &netns(pod),
