@@ -20,6 +20,7 @@ use kubeovn_ovn::session::{Backoff, Session};
 
 /// Usage text.
 pub const USAGE: &str = "usage: kube-ovn-controller [crd] [--kubeconfig FILE] [--ovn-nb-addr REMOTE[,REMOTE...]]
+  [--ovn-sb-addr REMOTE[,REMOTE...]] (a deleted node's chassis is removed from it)
   [--default-ls NAME] [--default-cidr CIDR] [--default-gateway IP] [--default-exclude-ips IPS]
   [--node-switch NAME] [--node-switch-cidr CIDR] [--node-switch-gateway IP] [--cluster-router NAME]
   [--service-cluster-ip-range CIDR[,CIDR]] [--service-session-affinity hash|timeout]
@@ -92,6 +93,7 @@ impl Args {
             match flag.as_str() {
                 "--kubeconfig" => a.kubeconfig = Some(PathBuf::from(value()?)),
                 "--ovn-nb-addr" => a.nb_addr = value()?,
+                "--ovn-sb-addr" => c.sb_remote = Some(value()?),
                 "--default-ls" => c.default_subnet.name = value()?,
                 "--default-cidr" => c.default_subnet.cidr = value()?,
                 "--default-gateway" => c.default_subnet.gateway = value()?,

@@ -548,6 +548,8 @@ async fn start_all(
         .arg(dir.kubeconfig())
         .arg("--ovn-nb-addr")
         .arg(dir.nb_remote())
+        .arg("--ovn-sb-addr")
+        .arg(dir.sb_remote())
         .arg("--default-cidr")
         .arg(&settings.default_cidr)
         .arg("--default-gateway")

@@ -2,8 +2,9 @@
 //! TCP, UDP and ICMP through the Geneve tunnels, within a subnet and across two; every node reaches every
 //! pod; pods of a subnet with `natOutgoing` reach the external network as their node's address, the others
 //! not at all; a centralized subnet's egress leaves through its gateway node and, within 5 s of that node
-//! stopping, through the next; the scheduler honours `nodeName`, `nodeSelector` and load; a stopped node
-//! leaves the others talking; `down` leaves no namespace or link behind.
+//! stopping, through the next; the scheduler honours `nodeName`, `nodeSelector` and load; a stopped and
+//! deleted node takes its join port and chassis with it and leaves the others talking; `down` leaves no
+//! namespace or link behind.
 
 #![allow(clippy::unwrap_used)]
 
@@ -358,6 +359,34 @@ fn three_nodes_carry_pod_traffic_over_geneve() {
     );
     assert_eq!(active(), node(3));
     assert_eq!(seen_by_world(true).as_deref(), Ok("198.18.0.3"));
+    // Node 2 deleted: its join port and its chassis go (the southbound's too), the rest stays.
+    let out = sb.kubectl(&["delete", "node", &node(2)]);
+    assert!(out.status.success(), "kubectl delete node: {out:?}");
+    let sb_chassis = || {
+        let out = Command::new("ovn-sbctl")
+            .arg(format!("--db=unix:{}/ovn/sb.sock", sb.dir.path().display()))
+            .args(["--bare", "--columns=name", "list", "Chassis"])
+            .output()
+            .unwrap();
+        let mut v: Vec<String> = String::from_utf8_lossy(&out.stdout)
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect();
+        v.sort();
+        v
+    };
+    common::wait_until("node 2's chassis gone", Duration::from_secs(15), || {
+        sb_chassis() == [node(1), node(3)]
+    });
+    let lsp = Command::new("ovn-nbctl")
+        .arg(format!("--db=unix:{}/ovn/nb.sock", sb.dir.path().display()))
+        .args(["--bare", "--columns=name", "list", "Logical_Switch_Port"])
+        .output()
+        .unwrap();
+    let ports = String::from_utf8_lossy(&lsp.stdout).into_owned();
+    assert!(!ports.contains(&format!("node-{}", node(2))), "{ports}");
+    assert!(ports.contains(&format!("node-{}", node(3))), "{ports}");
+    assert_eq!(active(), node(3));
     let on_2 = |who: &str| {
         placed
             .iter()

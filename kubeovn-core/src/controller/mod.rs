@@ -46,6 +46,7 @@ mod pod;
 pub mod podinfo;
 mod podstore;
 mod rebuild;
+mod sb;
 pub mod service;
 mod subnet;
 #[cfg(test)]
@@ -123,6 +124,9 @@ pub struct Config {
     pub gc_interval: Duration,
     /// Interval between Subnet status updates.
     pub status_interval: Duration,
+    /// The southbound database (comma-separated remotes): a deleted node's chassis is removed from it.
+    /// `None`: chassis are left to whoever runs OVN.
+    pub sb_remote: Option<String>,
     /// Interval between checks of centralized subnets' gateway nodes (ICMP echo to their join addresses;
     /// two missed in a row take a node out).
     pub gateway_check_interval: Duration,
@@ -164,6 +168,7 @@ impl Default for Config {
             gc_interval: Duration::from_secs(60),
             status_interval: Duration::from_secs(1),
             gateway_check_interval: Duration::from_secs(1),
+            sb_remote: None,
             lease: None,
             reporter: "kube-ovn-controller".to_owned(),
             session_affinity: SessionAffinity::default(),

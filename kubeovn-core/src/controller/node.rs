@@ -13,7 +13,7 @@ use kubeovn_ovn::northbound::Op;
 use super::error::{ControllerError, Result};
 use super::framework::{Action, Key, Reconciler};
 use super::ip::{self, IpRecord};
-use super::{plan, Ctx};
+use super::{plan, sb, Ctx};
 use crate::annotations::{merge_patch, NodeAnnotations};
 use crate::crd::{Decoded, Subnet};
 use crate::naming;
@@ -200,6 +200,11 @@ async fn delete(ctx: &Ctx, name: &str, last: Option<&Node>) -> Result<()> {
         b.delete_chassis_template_vars(chassis);
     }
     ctx.writer.commit(b).await?;
+    if let Some(sb) = &ctx.config.sb_remote {
+        let chassis = last.map_or_else(|| name.to_owned(), chassis_of);
+        sb::delete_chassis(sb, &chassis).await?;
+        tracing::info!(node = name, %chassis, "chassis removed from the southbound");
+    }
     ip::delete(ctx, &port).await?;
     let join = ctx.config.join_subnet.name.clone();
     match ctx.ipam.release(&join, &port, &port) {
