@@ -10,21 +10,24 @@
 use std::fs::File;
 use std::io::Write;
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use ipnetwork::IpNetwork;
 use kubeovn_netdev::{
-    delete_named_netns, Error, NamedNetns, Namespaces, NatAction, NatPolicyRule, NatRules,
-    NatSource, NetOp, Netdev, NetlinkNetdev, RouteSpec, VethSpec, NETNS_RUN_DIR,
+    Error, NatAction, NatPolicyRule, NatRules, NatSource, NetOp, Netdev, NetlinkNetdev, RouteSpec,
+    VethSpec,
 };
 use nix::sched::{setns, CloneFlags};
 use serde_json::Value;
 
+mod common;
+
 #[path = "../../test-support/skip.rs"]
 mod skip;
+
+use common::TestNs;
 
 /// Returns from the test when it cannot run here ([`skip::skip`]: a failure under CI).
 macro_rules! require_root {
@@ -36,36 +39,6 @@ macro_rules! require_root {
             return;
         }
     };
-}
-
-/// A short unique suffix: pid and a counter.
-fn suffix() -> String {
-    static N: AtomicU32 = AtomicU32::new(0);
-    format!(
-        "{}{}",
-        std::process::id() % 100_000,
-        N.fetch_add(1, Ordering::Relaxed)
-    )
-}
-
-/// A named namespace removed on drop.
-struct TestNs {
-    name: String,
-    path: PathBuf,
-}
-
-impl TestNs {
-    fn new(tag: &str) -> Self {
-        let name = format!("kotest-nat-{tag}-{}", suffix());
-        let path = NamedNetns::default().create(&name).expect("create netns");
-        TestNs { name, path }
-    }
-}
-
-impl Drop for TestNs {
-    fn drop(&mut self) {
-        let _ = delete_named_netns(Path::new(NETNS_RUN_DIR), &self.name);
-    }
 }
 
 /// Runs `f` on a new thread inside the namespace at `path` (sockets it opens and programs it starts live there).
@@ -239,9 +212,9 @@ async fn root_set_nat_masquerades_leaving_traffic_over_real_tcp() {
             b"NOTE: nft is not installed: the router's tables are checked over TCP only\n",
         );
     }
-    let client_ns = TestNs::new("c");
-    let router_ns = TestNs::new("r");
-    let server_ns = TestNs::new("s");
+    let client_ns = TestNs::new("nat-c");
+    let router_ns = TestNs::new("nat-r");
+    let server_ns = TestNs::new("nat-s");
     let [v4, v6] = plans();
     let table = "kotest-nat";
 

@@ -5,13 +5,11 @@
 //! `host_handle_creates_peer_in_place`. When not root, each test says why it skips and returns (fails under CI).
 
 use std::net::IpAddr;
-use std::path::PathBuf;
 use std::process::Command;
-use std::sync::atomic::{AtomicU32, Ordering};
 
 use kubeovn_netdev::{
-    delete_named_netns, Error, Mac, NamedNetns, Namespaces, NetOp, Netdev, NetlinkNetdev,
-    OperState, RouteSpec, VethSpec, NETNS_RUN_DIR,
+    Error, Mac, NamedNetns, Namespaces, NetOp, Netdev, NetlinkNetdev, OperState, RouteSpec,
+    VethSpec,
 };
 use serde_json::Value;
 
@@ -32,8 +30,12 @@ fn skip_reason() -> Option<&'static str> {
     None
 }
 
+mod common;
+
 #[path = "../../test-support/skip.rs"]
 mod skip;
+
+use common::{suffix, TestNs};
 
 /// Returns from the test when it cannot run here ([`skip::skip`]: a failure under CI).
 macro_rules! require_root {
@@ -43,36 +45,6 @@ macro_rules! require_root {
             return;
         }
     };
-}
-
-/// A short unique suffix: pid and a counter, so names stay within 15 bytes (`v` + 9 + 1 + up to 4 = 15).
-fn suffix() -> String {
-    static N: AtomicU32 = AtomicU32::new(0);
-    format!(
-        "{}{}",
-        std::process::id() % 100_000,
-        N.fetch_add(1, Ordering::Relaxed)
-    )
-}
-
-/// A named namespace removed on drop.
-struct TestNs {
-    name: String,
-    path: PathBuf,
-}
-
-impl TestNs {
-    fn new(tag: &str) -> Self {
-        let name = format!("kotest-{tag}-{}", suffix());
-        let path = NamedNetns::default().create(&name).expect("create netns");
-        TestNs { name, path }
-    }
-}
-
-impl Drop for TestNs {
-    fn drop(&mut self) {
-        let _ = delete_named_netns(std::path::Path::new(NETNS_RUN_DIR), &self.name);
-    }
 }
 
 /// A link in the root namespace deleted on drop (with `ip`, which is fine in a test guard).

@@ -364,15 +364,7 @@ pub async fn up(dir: &StateDir, opts: &UpOptions) -> Result<report::Reachability
     }
     let mut settings = opts.settings.clone();
     let bins = Binaries::locate(opts.bin_dir.as_deref())?;
-    for d in [
-        dir.root().to_owned(),
-        dir.logs_dir(),
-        dir.cni_bin_dir(),
-        dir.cni_conf_dir(),
-        dir.pods_dir(),
-    ] {
-        std::fs::create_dir_all(&d).map_err(|e| SandboxError::io("create directory", &d, e))?;
-    }
+    make_dirs(dir)?;
     let port: u16 = settings
         .api_addr
         .rsplit(':')
@@ -653,6 +645,20 @@ async fn start_all(
     Ok(())
 }
 
+/// Creates a node's state directories (its root, logs, CNI and pod records).
+fn make_dirs(dir: &StateDir) -> Result<(), SandboxError> {
+    for d in [
+        dir.root().to_owned(),
+        dir.logs_dir(),
+        dir.cni_bin_dir(),
+        dir.cni_conf_dir(),
+        dir.pods_dir(),
+    ] {
+        std::fs::create_dir_all(&d).map_err(|e| SandboxError::io("create directory", &d, e))?;
+    }
+    Ok(())
+}
+
 /// Puts the CNI shim and the conflist (naming the node's daemon socket) in `dir`.
 fn install_cni(dir: &StateDir, bins: &Binaries) -> Result<(), SandboxError> {
     let shim = dir.cni_bin_dir().join("kube-ovn");
@@ -771,15 +777,7 @@ async fn start_node(
     let mut s = cluster::node_settings(cluster_settings, k, &root.sb_remote())?;
     s.daemon_metrics_addr = format!("127.0.0.1:{}", free_port(0));
     let dir = root.node_dir(&name);
-    for d in [
-        dir.root().to_owned(),
-        dir.logs_dir(),
-        dir.cni_bin_dir(),
-        dir.cni_conf_dir(),
-        dir.pods_dir(),
-    ] {
-        std::fs::create_dir_all(&d).map_err(|e| SandboxError::io("create directory", &d, e))?;
-    }
+    make_dirs(dir)?;
     dir.save_settings(&s)?;
     std::fs::copy(root.kubeconfig(), dir.kubeconfig())
         .map_err(|e| SandboxError::io("copy kubeconfig", &dir.kubeconfig(), e))?;
