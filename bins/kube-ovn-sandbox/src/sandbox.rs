@@ -777,7 +777,7 @@ async fn start_node(
     let mut s = cluster::node_settings(cluster_settings, k, &root.sb_remote())?;
     s.daemon_metrics_addr = format!("127.0.0.1:{}", free_port(0));
     let dir = root.node_dir(&name);
-    make_dirs(dir)?;
+    make_dirs(&dir)?;
     dir.save_settings(&s)?;
     std::fs::copy(root.kubeconfig(), dir.kubeconfig())
         .map_err(|e| SandboxError::io("copy kubeconfig", &dir.kubeconfig(), e))?;
