@@ -20,7 +20,7 @@ use std::path::PathBuf;
 use std::process::{Command, ExitCode, Stdio};
 use std::time::Duration;
 
-use kube_ovn_sandbox::kubelet::{records, PodRecord};
+use kube_ovn_sandbox::kubelet::{all_records, records, PodRecord};
 use kube_ovn_sandbox::procs::ProcRecord;
 use kube_ovn_sandbox::state::{read_json, Settings, StateDir, DEFAULT_STATE_DIR};
 use kube_ovn_sandbox::transport;
@@ -87,18 +87,31 @@ impl Target {
     fn tool(&self, tool: &str, node: Option<&str>, args: &[String]) -> Result<Command, String> {
         match self {
             Target::Sandbox(dir, s) => {
-                if let Some(n) = node {
-                    if n != s.node_name {
-                        return Err(format!(
-                            "the sandbox has one node, {:?}, not {n:?}",
-                            s.node_name
-                        ));
+                // A node of the cluster: the first is the sandbox's own directory, the others have theirs.
+                let node_dir = match node {
+                    Some(n) if n != s.node_name => {
+                        let d = dir.node_dir(n);
+                        if !d.settings_file().exists() {
+                            let mut names = vec![s.node_name.clone()];
+                            names.extend(
+                                dir.node_dirs()
+                                    .iter()
+                                    .filter_map(|d| d.load_settings().ok())
+                                    .map(|s| s.node_name),
+                            );
+                            return Err(format!(
+                                "the sandbox has no node {n:?} (its nodes: {})",
+                                names.join(", ")
+                            ));
+                        }
+                        d
                     }
-                }
+                    _ => dir.clone(),
+                };
                 let db = match tool {
                     "ovn-nbctl" => dir.nb_remote(),
                     "ovn-sbctl" | "ovn-trace" => dir.sb_remote(),
-                    _ => dir.ovs_remote(),
+                    _ => node_dir.ovs_remote(),
                 };
                 let mut c = Command::new(tool);
                 c.arg(format!("--db={db}")).args(args);
@@ -324,13 +337,16 @@ fn diagnose(target: &Target) -> Result<ExitCode, String> {
         let args: Vec<String> = args.iter().map(|s| (*s).to_owned()).collect();
         output(target.tool(tool, node, &args)?)
     };
-    let mut pods: Vec<(String, String)> = Vec::new();
-    let mut node = None;
+    // (namespace, name, the node whose OVS to look at: the sandbox's nodes only).
+    let mut pods: Vec<(String, String, Option<String>)> = Vec::new();
     // The sandbox's pods with their namespaces, for the TCP and UDP checks.
     let mut sandboxes = Vec::new();
     match target {
         Target::Sandbox(dir, s) => {
-            let pids: Vec<ProcRecord> = read_json(&dir.pids_file()).unwrap_or_default();
+            let mut pids: Vec<ProcRecord> = read_json(&dir.pids_file()).unwrap_or_default();
+            for d in dir.node_dirs() {
+                pids.extend(read_json::<Vec<ProcRecord>>(&d.pids_file()).unwrap_or_default());
+            }
             for p in &pids {
                 r.check(
                     &format!("process {}", p.name),
@@ -341,12 +357,21 @@ fn diagnose(target: &Target) -> Result<ExitCode, String> {
                     },
                 );
             }
-            sandboxes = records(dir);
-            pods = sandboxes
-                .iter()
-                .map(|p| (p.namespace.clone(), p.name.clone()))
-                .collect();
-            node = Some(s.node_name.clone());
+            sandboxes = all_records(dir);
+            // Each pod on the node whose directory holds its record.
+            let mut nodes = vec![(dir.clone(), s.node_name.clone())];
+            nodes.extend(
+                dir.node_dirs()
+                    .into_iter()
+                    .filter_map(|d| d.load_settings().ok().map(|s| (d, s.node_name))),
+            );
+            for (d, n) in nodes {
+                pods.extend(
+                    records(&d)
+                        .into_iter()
+                        .map(|p| (p.namespace, p.name, Some(n.clone()))),
+                );
+            }
         }
         Target::Cluster => {
             for app in ["ovn-central", "ovs", "kube-ovn-controller", "kube-ovn-cni"] {
@@ -387,6 +412,7 @@ fn diagnose(target: &Target) -> Result<ExitCode, String> {
                     pods.push((
                         p["metadata"]["namespace"].as_str().unwrap_or("").to_owned(),
                         p["metadata"]["name"].as_str().unwrap_or("").to_owned(),
+                        None,
                     ));
                 }
             }
@@ -419,7 +445,7 @@ fn diagnose(target: &Target) -> Result<ExitCode, String> {
             }
         }),
     );
-    for (ns, name) in &pods {
+    for (ns, name, node) in &pods {
         let port = format!("{name}.{ns}");
         let binding = run(
             "ovn-sbctl",
@@ -442,7 +468,7 @@ fn diagnose(target: &Target) -> Result<ExitCode, String> {
                 }
             }),
         );
-        if let Some(n) = &node {
+        if let Some(n) = node {
             let iface = run(
                 "ovs-vsctl",
                 Some(n),
