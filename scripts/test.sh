@@ -12,9 +12,9 @@ step() { printf '\n==> %s\n' "$*"; }
 # --- system packages ------------------------------------------------------------------------------
 # OVN/OVS (real ovsdb-server, northd, vswitchd, controller), Debian's reference CNI plugins, ping and ip;
 # ethtool and python3 check pods' offloads and serve TCP/UDP in the e2e tests; nftables' nft reads back the
-# masquerade tables our netlink code writes.
+# masquerade tables our netlink code writes; iperf3 measures pod throughput in the cluster benchmark.
 PKGS=(openvswitch-switch ovn-central ovn-host containernetworking-plugins iputils-ping iproute2 util-linux
-      ethtool python3 nftables)
+      ethtool python3 nftables iperf3)
 missing=()
 for p in "${PKGS[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -58,6 +58,18 @@ pub fn is_reply(v6: bool, pkt: &[u8], id: u16) -> bool {
         && u16::from_be_bytes([icmp[4], icmp[5]]) == id
 }
 
+/// Why [`ping`] got no answer.
+#[cfg(feature = "icmp")]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PingError {
+    /// The echo could not be sent at all: no raw socket (not root, no CAP_NET_RAW) or no route.
+    #[error("{0}")]
+    Socket(String),
+    /// Sent, and no reply came in time.
+    #[error("{0}")]
+    NoReply(String),
+}
+
 #[cfg(feature = "icmp")]
 static NEXT_ID: std::sync::atomic::AtomicU16 = std::sync::atomic::AtomicU16::new(1);
 
@@ -68,7 +80,7 @@ pub fn ping(
     target: std::net::IpAddr,
     timeout: std::time::Duration,
     interval: std::time::Duration,
-) -> Result<std::time::Duration, String> {
+) -> Result<std::time::Duration, PingError> {
     use socket2::{Domain, Protocol, Socket, Type};
     use std::io::Read;
     use std::time::{Duration, Instant};
@@ -79,11 +91,11 @@ pub fn ping(
     } else {
         (Domain::IPV4, Protocol::ICMPV4)
     };
-    let sock =
-        Socket::new(domain, Type::RAW, Some(proto)).map_err(|e| format!("raw socket: {e}"))?;
+    let sock = Socket::new(domain, Type::RAW, Some(proto))
+        .map_err(|e| PingError::Socket(format!("raw socket: {e}")))?;
     // connect() filters what the raw socket receives down to the target's packets.
     sock.connect(&std::net::SocketAddr::new(target, 0).into())
-        .map_err(|e| format!("connect {target}: {e}"))?;
+        .map_err(|e| PingError::Socket(format!("connect {target}: {e}")))?;
     let id = NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let mut seq = 0u16;
     let mut buf = [0u8; 2048];
@@ -93,7 +105,9 @@ pub fn ping(
     loop {
         let now = Instant::now();
         if now >= deadline {
-            return Err(format!("no echo reply from {target} in {timeout:?}"));
+            return Err(PingError::NoReply(format!(
+                "no echo reply from {target} in {timeout:?}"
+            )));
         }
         if now >= next_send {
             seq = seq.wrapping_add(1);
@@ -105,7 +119,7 @@ pub fn ping(
             .min(deadline)
             .saturating_duration_since(Instant::now());
         sock.set_read_timeout(Some(wait.max(Duration::from_millis(1))))
-            .map_err(|e| format!("socket timeout: {e}"))?;
+            .map_err(|e| PingError::Socket(format!("socket timeout: {e}")))?;
         match sock_r.read(&mut buf) {
             Ok(n) if is_reply(v6, &buf[..n], id) => return Ok(t0.elapsed()),
             Ok(_) => {}

@@ -106,6 +106,7 @@ fn probe_blocking(
         .then(|| RetransTime::lower(v6, ifname, (interval.as_millis() * 5).max(20)));
     kubeovn_core::icmp::ping(gateway, timeout.saturating_sub(t0.elapsed()), interval)
         .map(|_| t0.elapsed())
+        .map_err(|e| e.to_string())
 }
 
 #[async_trait]

@@ -175,13 +175,22 @@ pub(crate) async fn check_loop(ctx: Arc<Ctx>) {
                 // Answered within most of the interval, or it counts as a miss.
                 let wait = interval.mul_f32(0.8).max(Duration::from_millis(100));
                 tokio::task::spawn_blocking(move || {
-                    let ok = crate::icmp::ping(ip, wait, Duration::from_millis(100)).is_ok();
-                    (n, ok)
+                    let r = crate::icmp::ping(ip, wait, Duration::from_millis(100));
+                    (n, r)
                 })
             })
             .collect();
         for c in checks {
-            let Ok((name, ok)) = c.await else { continue };
+            let Ok((name, r)) = c.await else { continue };
+            let ok = match r {
+                Ok(_) => true,
+                Err(crate::icmp::PingError::NoReply(_)) => false,
+                // This controller cannot check (no raw socket): the node is judged by its Ready alone.
+                Err(e @ crate::icmp::PingError::Socket(_)) => {
+                    tracing::debug!(node = %name, error = %e, "gateway node not checked");
+                    continue;
+                }
+            };
             if ctx.gateways.record(&name, ok) {
                 if ok {
                     tracing::info!(node = %name, "gateway node answers again");
