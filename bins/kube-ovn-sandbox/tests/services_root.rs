@@ -325,13 +325,12 @@ fn services_balance_tcp_and_udp_in_the_sandbox() {
         from_default.iter().all(Result::is_err),
         "the blue VPC's Service answered the default VPC: {from_default:?}"
     );
+    // The Vpc's status follows its Services (written by the Vpc's own run, after the Service's).
+    eventually("the blue Vpc's status lists its load balancer", 10, || {
+        sb.json(&["vpc", "blue"])["status"]["loadBalancers"] == json!(["svc.blue.blue.tcp"])
+    });
     let vpc = sb.json(&["vpc", "blue"]);
     assert_eq!(vpc["status"]["loadBalancerGroup"], "lbg.blue", "{vpc}");
-    assert_eq!(
-        vpc["status"]["loadBalancers"],
-        json!(["svc.blue.blue.tcp"]),
-        "{vpc}"
-    );
 
     // A backend deleted: a second later, no new connection reaches it.
     let out = sb.kubectl(&["-n", "default", "delete", "pod", "web-2", "--wait=false"]);
