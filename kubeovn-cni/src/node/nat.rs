@@ -104,7 +104,37 @@ pub fn nat_rules(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
     use serde_json::json;
+
+    proptest! {
+        /// Whatever a Subnet's policy rules and gateway nodes say: no panic, only its own CIDR is masqueraded,
+        /// and only addresses that parse reach the rules.
+        #[test]
+        fn any_policy_text_gives_well_formed_rules(
+            src in "[0-9a-f.:/, x]{0,40}",
+            dst in "[0-9a-f.:/, x]{0,40}",
+            action in "(nat|forward|[a-z]{0,6})",
+            gateways in "[a-z0-9:.,]{0,20}",
+            centralized in any::<bool>(),
+        ) {
+            let s = subnet(json!({"metadata": {"name": "s"}, "spec": {"cidrBlock": "10.9.0.0/16",
+                "natOutgoing": true, "gatewayType": if centralized { "centralized" } else { "distributed" },
+                "gatewayNode": gateways,
+                "natOutgoingPolicyRules": [{"match": {"srcIPs": src, "dstIPs": dst}, "action": action}]}}));
+            let r = nat_rules(&[s], "n1", "ovn-cluster", &[]);
+            for source in &r.sources {
+                prop_assert_eq!(source.cidr.to_string(), "10.9.0.0/16");
+                prop_assert_eq!(source.rules.len(), 1);
+                let rule = &source.rules[0];
+                prop_assert_eq!(rule.src.len(), cidr_list(&src).len());
+                prop_assert_eq!(rule.dst.len(), cidr_list(&dst).len());
+                prop_assert_eq!(rule.action == NatAction::Forward, action == "forward");
+            }
+            // A centralized subnet is masqueraded here only if this node is one of its gateways.
+            prop_assert_eq!(!r.sources.is_empty(), !centralized || gateways.split(',').any(|g| g.split(':').next() == Some("n1")));
+        }
+    }
 
     fn subnet(v: serde_json::Value) -> Arc<Subnet> {
         let mut s: Subnet = serde_json::from_value(v).expect("subnet");
