@@ -389,26 +389,6 @@ fn pod_add(sb: &common::Sandbox, n: usize, nodes: usize) -> AddLatency {
     }
 }
 
-/// Every pod record of every node: namespace/name -> network namespace path.
-fn netns_of_pods(dir: &Path) -> HashMap<String, PathBuf> {
-    let mut dirs = vec![dir.join("pods")];
-    if let Ok(rd) = std::fs::read_dir(dir.join("nodes")) {
-        dirs.extend(rd.flatten().map(|e| e.path().join("pods")));
-    }
-    dirs.iter()
-        .filter_map(|d| std::fs::read_dir(d).ok())
-        .flat_map(|rd| rd.flatten())
-        .filter(|e| e.path().extension().is_some_and(|x| x == "json"))
-        .filter_map(|e| serde_json::from_slice::<Value>(&std::fs::read(e.path()).ok()?).ok())
-        .filter_map(|r| {
-            Some((
-                format!("{}/{}", r["namespace"].as_str()?, r["name"].as_str()?),
-                PathBuf::from(r["netns"].as_str()?),
-            ))
-        })
-        .collect()
-}
-
 struct Throughput {
     gbits: f64,
     retransmits: u64,
@@ -459,7 +439,7 @@ fn traffic(sb: &common::Sandbox, plan: &Plan) -> Traffic {
         .find(|p| p["metadata"]["name"] == "iperf-server")
         .unwrap();
     let server_ip = server["status"]["podIP"].as_str().unwrap().to_owned();
-    let netns = netns_of_pods(sb.dir.path());
+    let netns: HashMap<String, PathBuf> = sb.netns_of_pods().into_iter().collect();
     let ns = |n: &str| {
         netns
             .get(&format!("default/{n}"))

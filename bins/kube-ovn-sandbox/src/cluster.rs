@@ -27,6 +27,7 @@ use kubeovn_netdev::ipnetwork::IpNetwork;
 use kubeovn_netdev::{NetOp, Netdev, NetlinkNetdev, RouteSpec, VethSpec};
 use kubeovn_ovn::vswitch::{BridgeSpec, OpenVSwitch, OvsBatch, OvsdbOpenVSwitch, PortSpec};
 
+use crate::procs::block_on_thread;
 use crate::state::Settings;
 use crate::SandboxError;
 
@@ -310,42 +311,35 @@ pub async fn route_external(cluster: &Settings, node: &Settings) -> Result<(), S
 /// Removes the daemon's NAT table from a node's namespace (the first node's is this machine's).
 pub fn remove_nat(s: &Settings) {
     let s = s.clone();
-    let _ = std::thread::spawn(move || {
-        let Ok(rt) = tokio::runtime::Builder::new_current_thread().build() else {
-            return;
-        };
-        rt.block_on(async {
-            if let Ok(nd) = netdev(&s) {
-                let _ = nd
-                    .set_nat(
-                        kubeovn_cni::node::NAT_TABLE,
-                        &kubeovn_netdev::NatRules::default(),
-                    )
-                    .await;
+    block_on_thread(async move {
+        if let Ok(nd) = netdev(&s) {
+            let _ = nd
+                .set_nat(
+                    kubeovn_cni::node::NAT_TABLE,
+                    &kubeovn_netdev::NatRules::default(),
+                )
+                .await;
+        }
+    });
+}
+
+/// Deletes link `name` from this machine's namespace if it is there.
+pub fn delete_host_link(name: &str) {
+    let name = name.to_owned();
+    block_on_thread(async move {
+        if let Ok(h) = NetlinkNetdev::current() {
+            if let Ok(Some(_)) = h.link(&name).await {
+                let _ = h.delete_link(&name).await;
             }
-        })
-    })
-    .join();
+        }
+    });
 }
 
 /// Removes node `k`'s namespace (its links and pods' host ends go with it) and the first node's end of its
 /// veth. Idempotent.
 pub fn unwire_node(cluster: &Settings, node_netns_name: &str, host_end: &str) {
     let _ = kubeovn_netdev::delete_named_netns(&cluster.netns_dir, node_netns_name);
-    let host_end = host_end.to_owned();
-    let _ = std::thread::spawn(move || {
-        let Ok(rt) = tokio::runtime::Builder::new_current_thread().build() else {
-            return;
-        };
-        rt.block_on(async {
-            if let Ok(h) = NetlinkNetdev::current() {
-                if let Ok(Some(_)) = h.link(&host_end).await {
-                    let _ = h.delete_link(&host_end).await;
-                }
-            }
-        })
-    })
-    .join();
+    delete_host_link(host_end);
 }
 
 #[cfg(test)]

@@ -773,24 +773,18 @@ pub fn cleanup_taps(mut names: Vec<String>) {
     if !other_vswitchd_running() {
         names.push("ovs-netdev".into());
     }
-    let Ok(rt) = tokio::runtime::Builder::new_current_thread().build() else {
-        return;
-    };
-    // A thread of its own: stop() may run inside a tokio runtime (a test's drop), where block_on panics.
-    let _ = std::thread::spawn(move || {
-        rt.block_on(async {
-            use kubeovn_netdev::Netdev;
-            let Ok(host) = kubeovn_netdev::NetlinkNetdev::current() else {
-                return;
-            };
-            for n in names {
-                if let Ok(Some(l)) = host.link(&n).await {
-                    if l.kind.as_deref() == Some("tun") {
-                        let _ = host.delete_link(&n).await;
-                    }
+    // stop() may run inside a tokio runtime (a test's drop).
+    crate::procs::block_on_thread(async move {
+        use kubeovn_netdev::Netdev;
+        let Ok(host) = kubeovn_netdev::NetlinkNetdev::current() else {
+            return;
+        };
+        for n in names {
+            if let Ok(Some(l)) = host.link(&n).await {
+                if l.kind.as_deref() == Some("tun") {
+                    let _ = host.delete_link(&n).await;
                 }
             }
-        })
-    })
-    .join();
+        }
+    });
 }

@@ -1136,24 +1136,9 @@ pub fn down(dir: &StateDir) -> Result<(), SandboxError> {
 }
 
 fn remove_host_veth(rec: &PodRecord) {
-    let Ok((host, _)) = kubeovn_netdev::host_nic_name(&rec.container_id, &rec.ifname) else {
-        return;
-    };
-    let Ok(rt) = tokio::runtime::Builder::new_current_thread().build() else {
-        return;
-    };
-    let _ = std::thread::spawn(move || {
-        rt.block_on(async {
-            use kubeovn_netdev::Netdev;
-            let Ok(h) = kubeovn_netdev::NetlinkNetdev::current() else {
-                return;
-            };
-            if let Ok(Some(_)) = h.link(&host).await {
-                let _ = h.delete_link(&host).await;
-            }
-        })
-    })
-    .join();
+    if let Ok((host, _)) = kubeovn_netdev::host_nic_name(&rec.container_id, &rec.ifname) {
+        cluster::delete_host_link(&host);
+    }
 }
 
 /// Which member of raft database `db` (`nb` or `sb`) leads now, by its `_Server` row (`None`: none answers

@@ -17,30 +17,6 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-/// Every pod record of every node: (namespace/name, network namespace path).
-fn netns_of_pods(dir: &Path) -> Vec<(String, PathBuf)> {
-    let mut dirs = vec![dir.join("pods")];
-    if let Ok(rd) = std::fs::read_dir(dir.join("nodes")) {
-        dirs.extend(rd.flatten().map(|e| e.path().join("pods")));
-    }
-    dirs.iter()
-        .filter_map(|d| std::fs::read_dir(d).ok())
-        .flat_map(|rd| rd.flatten())
-        .filter(|e| e.path().extension().is_some_and(|x| x == "json"))
-        .map(|e| serde_json::from_slice::<Value>(&std::fs::read(e.path()).unwrap()).unwrap())
-        .map(|r| {
-            (
-                format!(
-                    "{}/{}",
-                    r["namespace"].as_str().unwrap(),
-                    r["name"].as_str().unwrap()
-                ),
-                PathBuf::from(r["netns"].as_str().unwrap()),
-            )
-        })
-        .collect()
-}
-
 fn ping(from: &Path, ip: IpAddr) -> bool {
     Command::new("nsenter")
         .arg(format!("--net={}", from.display()))
@@ -215,7 +191,7 @@ fn three_nodes_carry_pod_traffic_over_geneve() {
         }
     };
     let mut sources: Vec<(String, PathBuf)> = (1..=3).map(|k| (node(k), node_netns(k))).collect();
-    sources.extend(netns_of_pods(sb.dir.path()));
+    sources.extend(sb.netns_of_pods());
     assert_eq!(sources.len(), 9, "{sources:?}");
     let failures = |sources: &[(String, PathBuf)], targets: &[(String, String, IpAddr)]| {
         std::thread::scope(|s| {
@@ -324,7 +300,8 @@ fn three_nodes_carry_pod_traffic_over_geneve() {
     common::wait_until("green's active gateway", Duration::from_secs(20), || {
         active() == node(2)
     });
-    let g1 = netns_of_pods(sb.dir.path())
+    let g1 = sb
+        .netns_of_pods()
         .into_iter()
         .find(|(n, _)| n == "green/g1")
         .map(|(_, p)| p)

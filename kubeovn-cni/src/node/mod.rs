@@ -65,7 +65,7 @@ pub use kube::{
     join_from_node_annotations, node_join_network, pod_network_from_annotations, KubePodNetworks,
 };
 pub use metrics::Metrics;
-pub use nat::{egress_through, gateway_nodes, nat_rules, NAT_TABLE};
+pub use nat::{egress_through, nat_rules, NAT_TABLE};
 pub use probe::{GatewayProbe, IcmpGatewayProbe, NoGatewayProbe};
 pub use server::{bind_socket, Server, MAX_REQUEST};
 pub use source::{

@@ -15,17 +15,6 @@ use super::join::subnet_is_routed;
 /// The node's nftables table (families `ip` and `ip6`).
 pub const NAT_TABLE: &str = "kube-ovn";
 
-/// The gateway nodes a centralized subnet names in `spec.gatewayNode` (`node1,node2` or `node1:ip,...`).
-pub fn gateway_nodes(s: &Subnet) -> Vec<String> {
-    s.spec
-        .gateway_node
-        .split(',')
-        .map(|n| n.split(':').next().unwrap_or_default().trim())
-        .filter(|n| !n.is_empty())
-        .map(str::to_owned)
-        .collect()
-}
-
 /// Whether pods' egress of subnet `s` leaves the cluster through node `node`: every node for a distributed
 /// subnet; for a centralized one its gateway nodes, named or chosen by selector (the controller's
 /// `status.activateGateway`).
@@ -37,7 +26,7 @@ pub fn egress_through(s: &Subnet, node: &str) -> bool {
                 .as_ref()
                 .map(|st| st.activate_gateway.as_str())
                 .unwrap_or_default();
-            gateway_nodes(s).iter().any(|n| n == node)
+            s.spec.gateway_node_names().iter().any(|n| n == node)
                 || active.split(',').any(|n| n.trim() == node)
         }
         _ => true,
@@ -192,7 +181,7 @@ mod tests {
             .sources
             .iter()
             .any(|s| s.cidr.to_string() == "10.3.0.0/16"));
-        assert_eq!(gateway_nodes(&subnets[2]), ["n2", "n3"]);
+        assert_eq!(subnets[2].spec.gateway_node_names(), ["n2", "n3"]);
         // No subnet to masquerade: no table.
         assert_eq!(
             nat_rules(&subnets[3..4], "n1", "ovn-cluster", &cluster),

@@ -200,13 +200,7 @@ fn info_from_spec(name: &str, spec: &SubnetSpec, config: &Config) -> Result<Subn
         allow_subnets,
         allow_ew_traffic: spec.allow_ew_traffic,
         acls,
-        gateway_nodes: spec
-            .gateway_node
-            .split(',')
-            .map(|n| n.split(':').next().unwrap_or_default().trim())
-            .filter(|n| !n.is_empty())
-            .map(str::to_owned)
-            .collect(),
+        gateway_nodes: spec.gateway_node_names(),
         gateway_selectors,
         enable_ecmp: spec.enable_ecmp,
         name: name.to_owned(),

@@ -560,6 +560,18 @@ pub struct SubnetUsage {
     pub v6_using_ip_range: String,
 }
 
+impl SubnetSpec {
+    /// The node names of `gatewayNode` in order (`node1,node2`, or `node1:ip` pairs: the name).
+    pub fn gateway_node_names(&self) -> Vec<String> {
+        self.gateway_node
+            .split(',')
+            .map(|n| n.split(':').next().unwrap_or_default().trim())
+            .filter(|n| !n.is_empty())
+            .map(str::to_owned)
+            .collect()
+    }
+}
+
 impl Subnet {
     fn field_error(&self, field: &'static str, e: crate::error::AnnotationError) -> crate::Error {
         crate::Error::InvalidField {

@@ -194,6 +194,16 @@ impl Sandbox {
         u32::try_from(pid.unwrap_or_else(|| panic!("pod {name} runs no process: {rec}"))).unwrap()
     }
 
+    /// Every pod of every node with its network namespace (`namespace/name`, path), from the kubelets'
+    /// records.
+    pub fn netns_of_pods(&self) -> Vec<(String, PathBuf)> {
+        let dir = kube_ovn_sandbox::state::StateDir::new(self.dir.path());
+        kube_ovn_sandbox::kubelet::all_records(&dir)
+            .into_iter()
+            .map(|r| (format!("{}/{}", r.namespace, r.name), r.netns))
+            .collect()
+    }
+
     pub fn netns(&self) -> Vec<String> {
         std::fs::read_dir("/var/run/netns")
             .map(|rd| {
