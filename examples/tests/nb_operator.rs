@@ -6,13 +6,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-#[path = "../../test-support/cargo_build.rs"]
-mod cargo_build;
+use kubeovn_test_support::{cargo_build, skip};
 
 const SCHEMA: &str = "/usr/share/ovn/ovn-nb.ovsschema";
-
-#[path = "../../test-support/skip.rs"]
-mod skip;
 
 /// Whether the program runs; if not, the test is skipped ([`skip::skip`]: a failure under CI).
 fn have(prog: &str) -> bool {

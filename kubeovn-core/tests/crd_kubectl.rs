@@ -7,8 +7,7 @@ use std::process::Command;
 
 use kubeovn_core::crd::{self, CustomResourceDefinition, IPPool, Protocol, Subnet, Vpc};
 
-#[path = "../../test-support/skip.rs"]
-mod skip;
+use kubeovn_test_support::skip;
 
 /// Whether kubectl runs; if not, the test is skipped ([`skip::skip`]: a failure under CI).
 fn have_kubectl() -> bool {

@@ -10,8 +10,7 @@ use kube::runtime::events::{Recorder, Reporter};
 use kubeovn_core::annotations::{PodNetworkAnnotations, MAC_ADDRESS};
 use kubeovn_core::events::{warn_bad_annotation, EventSink};
 
-#[path = "../../test-support/skip.rs"]
-mod skip;
+use kubeovn_test_support::skip;
 
 #[test]
 fn bad_annotation_is_a_warning_event_on_the_pod() {

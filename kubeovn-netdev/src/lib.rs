@@ -57,8 +57,7 @@ mod netdev;
 mod netns;
 mod nft;
 #[cfg(test)]
-#[path = "../../test-support/skip.rs"]
-mod skip;
+use kubeovn_test_support::skip;
 mod types;
 
 pub use error::{Error, Result};

@@ -24,8 +24,7 @@ use serde_json::Value;
 
 mod common;
 
-#[path = "../../test-support/skip.rs"]
-mod skip;
+use kubeovn_test_support::skip;
 
 use common::TestNs;
 

@@ -32,8 +32,7 @@ fn skip_reason() -> Option<&'static str> {
 
 mod common;
 
-#[path = "../../test-support/skip.rs"]
-mod skip;
+use kubeovn_test_support::skip;
 
 use common::{suffix, TestNs};
 

@@ -78,8 +78,7 @@ mod rowdiff;
 pub mod schema;
 pub mod session;
 #[cfg(test)]
-#[path = "../../test-support/skip.rs"]
-mod skip;
+use kubeovn_test_support::skip;
 #[cfg(feature = "ssl")]
 pub mod tls;
 pub mod uuid;

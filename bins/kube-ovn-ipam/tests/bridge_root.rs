@@ -18,8 +18,7 @@ const BRIDGE: &str = "/usr/lib/cni/bridge";
 
 static SEQ: AtomicU32 = AtomicU32::new(0);
 
-#[path = "../../../test-support/skip.rs"]
-mod skip;
+use kubeovn_test_support::skip;
 
 fn skip_reason() -> Option<String> {
     if !skip::is_root() {

@@ -99,8 +99,7 @@ impl Drop for Binary {
     }
 }
 
-#[path = "../../../test-support/skip.rs"]
-mod skip;
+use kubeovn_test_support::skip;
 
 /// Whether kubectl runs; if not, the test is skipped ([`skip::skip`]: a failure under CI).
 fn have_kubectl() -> bool {

@@ -15,8 +15,7 @@ use serde_json::{json, Value};
 use tokio::sync::oneshot;
 
 /// kubeovn-ovn's harness: ovsdb-servers (standalone or a raft cluster) that tests kill and restart by pid.
-#[path = "../../../../kubeovn-ovn/tests/common/mod.rs"]
-pub mod ovn;
+pub use kubeovn_test_support::ovsdb as ovn;
 
 pub use ovn::{have, OvsdbServer};
 

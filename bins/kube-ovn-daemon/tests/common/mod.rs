@@ -21,10 +21,7 @@ use kubeovn_ovn::northbound::{
 use kubeovn_ovn::vswitch::OvsdbOpenVSwitch;
 use serde_json::{json, Value};
 
-#[path = "../../../../test-support/cargo_build.rs"]
-mod cargo_build;
-#[path = "../../../../test-support/skip.rs"]
-mod skip;
+use kubeovn_test_support::{cargo_build, skip};
 
 static SERIAL: Mutex<()> = Mutex::new(());
 static COUNTER: AtomicU32 = AtomicU32::new(0);

@@ -1,9 +1,6 @@
 //! What a test does when it cannot run here (not root, a program missing). Under CI (`CI` set to a true
 //! value, as `.ci/run` does) it fails with the reason: CI runs as root with the packages installed, so a
-//! skip there hides a broken setup. Elsewhere it returns and says so on the terminal. Test crates include
-//! this file with `#[path]`: it is test support, not a crate of its own.
-
-#![allow(dead_code)]
+//! skip there hides a broken setup. Elsewhere it returns and says so on the terminal.
 
 use std::io::Write;
 

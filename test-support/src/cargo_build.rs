@@ -1,6 +1,5 @@
 //! Builds the workspace targets a test runs when the `cargo test` running it did not (`cargo test -p X`
-//! builds only X's binaries; `--all-targets` builds examples only as test harnesses). Test crates include
-//! this file with `#[path]`: it is test support, not a crate of its own.
+//! builds only X's binaries; `--all-targets` builds examples only as test harnesses).
 
 use std::path::Path;
 use std::process::Command;
