@@ -540,6 +540,36 @@ pub(crate) fn parse_cidr<A: Addr>(text: &str) -> Result<(A, u8)> {
     Ok((A::from_ip(ip).and_not(A::host_mask(prefix)), prefix))
 }
 
+/// The CIDRs of a subnet, at most one per family.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Cidrs {
+    pub(crate) v4: Option<(u32, u8)>,
+    pub(crate) v6: Option<(u128, u8)>,
+}
+
+impl Cidrs {
+    pub(crate) fn parse(text: &str) -> Result<Cidrs> {
+        let mut c = Cidrs::default();
+        if text.trim().is_empty() {
+            return Ok(c);
+        }
+        for part in text.split(',') {
+            let twice = || IpamError::InvalidCidr {
+                cidr: text.to_owned(),
+                reason: "two CIDRs of one family",
+            };
+            if part.contains(':') {
+                if c.v6.replace(parse_cidr::<u128>(part)?).is_some() {
+                    return Err(twice());
+                }
+            } else if c.v4.replace(parse_cidr::<u32>(part)?).is_some() {
+                return Err(twice());
+            }
+        }
+        Ok(c)
+    }
+}
+
 /// One item: `ip`, `a..b`, `a-b` or a CIDR, as an inclusive range of one family.
 pub(crate) fn parse_item(text: &str) -> Result<IpRangeItem> {
     let t = text.trim();
@@ -610,7 +640,7 @@ impl IpRangeList {
 
     /// Keeps only the addresses inside a subnet's CIDRs (`"v4,v6"`, either may be absent).
     pub fn clip_to_cidr(&self, cidr: &str) -> Result<Self> {
-        let c = crate::subnet::Cidrs::parse(cidr)?;
+        let c = Cidrs::parse(cidr)?;
         let clip = |lim: Option<(u32, u32)>| {
             lim.map(|l| intersection(&self.v4.to_vec(), &[l]))
                 .unwrap_or_default()

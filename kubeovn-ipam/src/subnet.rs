@@ -7,42 +7,12 @@ use hashbrown::HashTable;
 
 use crate::mac::Rng;
 use crate::range::{
-    count_points_in, difference, intersection, normalize, parse_cidr, points_to_ranges,
-    IpRangeList, RangeSet,
+    count_points_in, difference, intersection, normalize, points_to_ranges, Cidrs, IpRangeList,
+    RangeSet,
 };
 use crate::slots::{SlotAddr, Slots, NIL};
 use crate::types::*;
 use crate::{IpamError, Mac, Result};
-
-/// The CIDRs of a subnet, at most one per family.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Cidrs {
-    pub(crate) v4: Option<(u32, u8)>,
-    pub(crate) v6: Option<(u128, u8)>,
-}
-
-impl Cidrs {
-    pub(crate) fn parse(text: &str) -> Result<Cidrs> {
-        let mut c = Cidrs::default();
-        if text.trim().is_empty() {
-            return Ok(c);
-        }
-        for part in text.split(',') {
-            let twice = || IpamError::InvalidCidr {
-                cidr: text.to_owned(),
-                reason: "two CIDRs of one family",
-            };
-            if part.contains(':') {
-                if c.v6.replace(parse_cidr::<u128>(part)?).is_some() {
-                    return Err(twice());
-                }
-            } else if c.v4.replace(parse_cidr::<u32>(part)?).is_some() {
-                return Err(twice());
-            }
-        }
-        Ok(c)
-    }
-}
 
 /// Addresses of one pool (index 0: the default pool, everything no named pool holds).
 #[derive(Clone, Default)]

@@ -158,6 +158,9 @@ impl Error {
     }
 }
 
+/// "No such device": a link that does not exist (netlink NACKs, ethtool's ioctl).
+pub(crate) const ENODEV: i32 = 19;
+
 /// The positive errno of a netlink NACK.
 pub(crate) fn nl_errno(e: &rtnetlink::Error) -> Option<i32> {
     match e {

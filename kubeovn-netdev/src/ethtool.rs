@@ -19,8 +19,7 @@ use rtnetlink::packet_core::{
     NetlinkPayload, NetlinkSerializable, NlasIterator, NLA_F_NESTED, NLM_F_ACK, NLM_F_REQUEST,
 };
 
-use crate::error::{Error, Result};
-use crate::netdev::ENODEV;
+use crate::error::{Error, Result, ENODEV};
 
 /// The features `ethtool -K IF tx off` turns off: every TX checksum a device may offload. A device without one
 /// keeps it off; the kernel also drops TSO, which needs a TX checksum.

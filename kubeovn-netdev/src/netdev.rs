@@ -20,7 +20,7 @@ use rtnetlink::packet_route::route::{
 use rtnetlink::packet_route::AddressFamily;
 use rtnetlink::{LinkMessageBuilder, LinkUnspec, LinkVeth};
 
-use crate::error::{nl_errno, Error, Result};
+use crate::error::{nl_errno, Error, Result, ENODEV};
 use crate::ethtool;
 use crate::nat::{self, NatRules};
 use crate::netns::{create_named_netns, delete_named_netns, in_netns, Ctx, Worker, NETNS_RUN_DIR};
@@ -30,7 +30,6 @@ use crate::types::{
 };
 
 const ENOENT: i32 = 2;
-pub(crate) const ENODEV: i32 = 19;
 const EEXIST: i32 = 17;
 const ESRCH: i32 = 3;
 const EADDRNOTAVAIL: i32 = 99;
