@@ -8,12 +8,12 @@
 #![no_main]
 
 use arbitrary::{Result, Unstructured};
-use kube_ovn_testapi::proto;
+use kubeovn_testapi::proto;
 use libfuzzer_sys::fuzz_target;
 use serde_json::{Map, Value};
 
 #[allow(dead_code)]
-#[path = "../../bins/kube-ovn-testapi/tests/proto_model/mod.rs"]
+#[path = "../../kubeovn-testapi/tests/proto_model/mod.rs"]
 mod proto_model;
 
 use proto_model::{Meta, Object, Unknown};

@@ -105,8 +105,8 @@ fn crds_apply_and_kube_ovn_manifests_round_trip() {
         .build()
         .unwrap();
     let server = rt
-        .block_on(kube_ovn_testapi::TestApiServer::start(
-            kube_ovn_testapi::Config::default(),
+        .block_on(kubeovn_testapi::TestApiServer::start(
+            kubeovn_testapi::Config::default(),
         ))
         .unwrap();
     let dir = tempfile::tempdir().unwrap();

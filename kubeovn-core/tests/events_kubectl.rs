@@ -28,8 +28,8 @@ fn bad_annotation_is_a_warning_event_on_the_pod() {
         .build()
         .unwrap();
     let server = rt
-        .block_on(kube_ovn_testapi::TestApiServer::start(
-            kube_ovn_testapi::Config::default(),
+        .block_on(kubeovn_testapi::TestApiServer::start(
+            kubeovn_testapi::Config::default(),
         ))
         .unwrap();
     let dir = tempfile::tempdir().unwrap();

@@ -252,7 +252,7 @@ async fn run(a: Args) -> Result<String, Err> {
         ),
         None => {
             let s =
-                kube_ovn_testapi::TestApiServer::start(kube_ovn_testapi::Config::default()).await?;
+                kubeovn_testapi::TestApiServer::start(kubeovn_testapi::Config::default()).await?;
             let h = s.addr().to_string();
             (Some(s), h, None)
         }

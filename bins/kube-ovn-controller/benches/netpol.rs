@@ -38,7 +38,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
-use kube_ovn_testapi::{ResourceInfo, Store};
+use kubeovn_testapi::{ResourceInfo, Store};
 use kubeovn_core::netpol::{Pods, Selector, SetKey};
 use kubeovn_ovn::cache::{Cache, CacheBuilder, CacheView};
 use kubeovn_ovn::models::nb;

@@ -35,7 +35,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use kube_ovn_testapi::{ResourceInfo, Store, TestApiServer};
+use kubeovn_testapi::{ResourceInfo, Store, TestApiServer};
 use kubeovn_ovn::cache::{Cache, CacheBuilder, CacheView, CachedRow};
 use kubeovn_ovn::models::nb;
 use kubeovn_ovn::monitor::{RowUpdate, TableUpdates};

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use kube_ovn_testapi::{Config, TestApiServer};
+use kubeovn_testapi::{Config, TestApiServer};
 use kubeovn_core::controller::{LeaderElector, LeaseConfig};
 
 fn lease(identity: &str, secs: u64) -> LeaseConfig {

@@ -275,7 +275,7 @@ fn join_port_waits_for_the_node_and_routes_follow_subnets() {
     let node = "join-node";
     let bridge = format!("br-j{tag}");
     let (api, client) = rt.block_on(async {
-        let api = kube_ovn_testapi::TestApiServer::start(kube_ovn_testapi::Config::default())
+        let api = kubeovn_testapi::TestApiServer::start(kubeovn_testapi::Config::default())
             .await
             .unwrap();
         let client = kube::Client::try_from(kube::Config::new(api.url().parse().unwrap())).unwrap();

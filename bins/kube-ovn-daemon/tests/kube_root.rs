@@ -13,7 +13,7 @@ use common::Harness;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client};
-use kube_ovn_testapi::{Config, TestApiServer};
+use kubeovn_testapi::{Config, TestApiServer};
 use kubeovn_cni::node::{
     init_node, node_join_network, KubePodNetworks, NodeConfig, StaticPodNetworks,
 };

@@ -88,7 +88,7 @@ async fn served_kinds_apply_to_the_api_server() {
     if !have_kubectl() {
         return;
     }
-    let api = kube_ovn_testapi::TestApiServer::start(kube_ovn_testapi::Config::default())
+    let api = kubeovn_testapi::TestApiServer::start(kubeovn_testapi::Config::default())
         .await
         .unwrap();
     let dir = tempfile::tempdir().unwrap();

@@ -12,7 +12,7 @@ use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube_ovn_sandbox::endpoints::{self, CONTROLLER_NAME, LABEL_MANAGED_BY, LABEL_SERVICE_NAME};
-use kube_ovn_testapi::{Config, TestApiServer};
+use kubeovn_testapi::{Config, TestApiServer};
 use serde_json::{json, Value};
 use tokio::sync::oneshot;
 

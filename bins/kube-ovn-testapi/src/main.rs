@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use kube_ovn_testapi::{Config, TestApiServer};
+use kubeovn_testapi::{Config, TestApiServer};
 
 const USAGE: &str = "usage: kube-ovn-testapi --listen 127.0.0.1:PORT [--kubeconfig FILE] \
                      [--service-cluster-ip-range CIDR[,CIDR]] [--service-node-port-range FIRST-LAST]";

@@ -1185,7 +1185,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn reconciles_cleans_up_with_the_last_state_retries_and_follows_relations() {
-        let server = kube_ovn_testapi::TestApiServer::start(kube_ovn_testapi::Config::default())
+        let server = kubeovn_testapi::TestApiServer::start(kubeovn_testapi::Config::default())
             .await
             .expect("test api server");
         let config = kube::Config::new(server.url().parse().expect("url"));

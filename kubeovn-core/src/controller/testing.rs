@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, PostParams};
 use kube::Resource;
-use kube_ovn_testapi::{Config as ApiConfig, TestApiServer};
+use kubeovn_testapi::{Config as ApiConfig, TestApiServer};
 use kubeovn_ovn::memdb::MemDb;
 use kubeovn_ovn::northbound::{Northbound, OvsdbNorthbound};
 use serde::de::DeserializeOwned;

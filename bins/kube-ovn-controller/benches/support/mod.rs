@@ -6,7 +6,7 @@
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
-use kube_ovn_testapi::{Config as ApiConfig, TestApiServer};
+use kubeovn_testapi::{Config as ApiConfig, TestApiServer};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 

@@ -8,7 +8,7 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use kube_ovn_testapi::{Config as ApiConfig, TestApiServer};
+use kubeovn_testapi::{Config as ApiConfig, TestApiServer};
 use kubeovn_core::controller::{Config, Controller};
 use kubeovn_ovn::northbound::OvsdbNorthbound;
 use serde_json::{json, Value};

@@ -1,4 +1,4 @@
-//! Regression guard for the server's throughput (`cargo bench -p kube-ovn-testapi`), no criterion.
+//! Regression guard for the server's throughput (`cargo bench -p kubeovn-testapi`), no criterion.
 //!
 //! Creates `TESTAPI_BENCH_PODS` pods (default 10000) over 16 keep-alive HTTP/1.1 connections while
 //! 3 watchers stream them, then modifies every pod through the store while 3 fresh watchers stream
@@ -16,7 +16,7 @@ use http_body_util::{BodyExt, Full};
 use hyper::client::conn::http1;
 use hyper::Request;
 use hyper_util::rt::TokioIo;
-use kube_ovn_testapi::{Config, TestApiServer};
+use kubeovn_testapi::{Config, TestApiServer};
 use tokio::net::TcpStream;
 
 type Err = Box<dyn std::error::Error + Send + Sync>;

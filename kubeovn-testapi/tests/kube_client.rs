@@ -15,7 +15,7 @@ use kube::api::{
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Client, CustomResource, CustomResourceExt, ResourceExt};
-use kube_ovn_testapi::{Config, TestApiServer};
+use kubeovn_testapi::{Config, TestApiServer};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;

@@ -4,7 +4,7 @@
 
 mod proto_model;
 
-use kube_ovn_testapi::proto;
+use kubeovn_testapi::proto;
 use proptest::prelude::*;
 use proto_model::{Meta, Object, Unknown};
 

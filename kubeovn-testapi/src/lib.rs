@@ -23,8 +23,8 @@
 //! unknown fields as the real server does ([`validate`]).
 //!
 //! ```no_run
-//! # async fn demo() -> Result<(), kube_ovn_testapi::Error> {
-//! let server = kube_ovn_testapi::TestApiServer::start(kube_ovn_testapi::Config::default()).await?;
+//! # async fn demo() -> Result<(), kubeovn_testapi::Error> {
+//! let server = kubeovn_testapi::TestApiServer::start(kubeovn_testapi::Config::default()).await?;
 //! println!("serving on {}", server.url());
 //! server.write_kubeconfig(std::path::Path::new("/tmp/kubeconfig"))?;
 //! // kube::Config::new(server.url().parse()?) builds a client for it.
