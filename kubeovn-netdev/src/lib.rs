@@ -16,6 +16,9 @@
 //! nftables table it replaces atomically, in one batch spoken over netlink (`NETLINK_NETFILTER`), with no `nft`.
 //! Operations are idempotent: creating what exists with the same parameters and deleting what is absent succeed.
 //!
+//! [`icmp`] builds ICMP echo packets, and with the `icmp` feature sends them (`icmp::ping`, a blocking echo over
+//! a raw socket in the calling thread's namespace: the gateway checks of the daemon and the controller).
+//!
 //! Enable the `mock` feature for `MockNetdev` and `MockNamespaces` (mockall) in downstream tests.
 //!
 //! ```no_run
@@ -52,6 +55,7 @@
 
 mod error;
 mod ethtool;
+pub mod icmp;
 mod nat;
 mod netdev;
 mod netns;

@@ -16,7 +16,7 @@ use k8s_openapi::api::core::v1::Node;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Api, Client};
-use kubeovn_core::crd::{condition_types, Conditions, Subnet};
+use kubeovn_core::crd::Subnet;
 use kubeovn_core::naming::DEFAULT_VPC;
 use kubeovn_netdev::{NatRules, Netdev, RouteSpec};
 use kubeovn_ovn::vswitch::OpenVSwitch;
@@ -25,6 +25,7 @@ use tokio::task::JoinHandle;
 
 use super::kube::join_from_node_annotations;
 use super::nat::{nat_rules, NAT_TABLE};
+use super::routed::routed_cidrs;
 use super::start::{init_node, join_routes, sync_join_routes, JoinNetwork, NodeConfig};
 use super::{PodNetwork, PodNetworkSource, SourceError};
 use crate::daemon::PodRef;
@@ -32,43 +33,6 @@ use crate::daemon::PodRef;
 /// How often the routes are checked again without a change in the API (one route dump): repairs a route
 /// someone else removed and retries a failed step.
 pub const RESYNC: Duration = Duration::from_secs(10);
-
-/// Whether a subnet's CIDRs are routed from the node through the join gateway, as Kube-OVN's daemon decides
-/// (`reconcileRouters`): subnets of the default VPC (`spec.vpc` empty or `default_vpc`), not underlay ones
-/// (a VLAN without a logical gateway, unless U2O interconnection without load balancers), and only once the
-/// controller validated it (`Validated` = True): a subnet still pending or refused may hold a node's address
-/// or overlap the join or service range, and a route to it could cut the node off.
-pub fn subnet_is_routed(s: &Subnet, default_vpc: &str) -> bool {
-    let spec = &s.spec;
-    if !(spec.vpc.is_empty() || spec.vpc == default_vpc) {
-        return false;
-    }
-    let underlay = !spec.vlan.is_empty()
-        && !spec.logical_gateway
-        && (!spec.u2o_interconnection || spec.enable_lb == Some(true));
-    if underlay {
-        return false;
-    }
-    s.status.as_ref().is_some_and(|st| {
-        st.condition(condition_types::VALIDATED)
-            .is_some_and(|c| c.status == "True")
-    })
-}
-
-/// The CIDRs of the routed subnets ([`subnet_is_routed`]), in name order; a subnet whose `spec.cidrBlock`
-/// does not parse is left out (the controller reports it on the subnet).
-pub fn routed_cidrs(subnets: &[Arc<Subnet>], default_vpc: &str) -> Vec<IpNetwork> {
-    let mut routed: Vec<&Arc<Subnet>> = subnets
-        .iter()
-        .filter(|s| subnet_is_routed(s, default_vpc))
-        .collect();
-    routed.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
-    routed
-        .into_iter()
-        .filter_map(|s| s.cidrs().ok())
-        .flatten()
-        .collect()
-}
 
 /// The background task that plugs the join interface and keeps its routes; [`NodeSync::joined`] turns true
 /// once the interface is up.

@@ -54,19 +54,21 @@ mod kube;
 mod metrics;
 mod nat;
 mod probe;
+mod routed;
 mod server;
 mod source;
 mod start;
 
 pub use daemon::{Daemon, DaemonConfig, DaemonError, RunningDaemon};
 pub use handler::{CniHandler, HandlerConfig, EXT_CONTAINER_ID, EXT_IFNAME, EXT_NETWORK};
-pub use join::{routed_cidrs, subnet_is_routed, AfterJoin, NodeSync, RESYNC};
+pub use join::{AfterJoin, NodeSync, RESYNC};
 pub use kube::{
     join_from_node_annotations, node_join_network, pod_network_from_annotations, KubePodNetworks,
 };
 pub use metrics::Metrics;
 pub use nat::{egress_through, nat_rules, NAT_TABLE};
 pub use probe::{GatewayProbe, IcmpGatewayProbe, NoGatewayProbe};
+pub use routed::{routed_cidrs, subnet_is_routed};
 pub use server::{bind_socket, Server, MAX_REQUEST};
 pub use source::{
     PodNetwork, PodNetworkSource, PodRoute, PodTableError, SourceError, StaticPodNetworks,

@@ -10,7 +10,7 @@ use ipnetwork::IpNetwork;
 use kubeovn_core::crd::{GatewayType, Subnet};
 use kubeovn_netdev::{NatAction, NatPolicyRule, NatRules, NatSource};
 
-use super::join::subnet_is_routed;
+use super::routed::subnet_is_routed;
 
 /// The node's nftables table (families `ip` and `ip6`).
 pub const NAT_TABLE: &str = "kube-ovn";

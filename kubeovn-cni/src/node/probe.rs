@@ -104,7 +104,7 @@ fn probe_blocking(
     // /proc/sys/net follows the calling thread's namespace, which is now the pod's.
     let _retrans = (!ifname.contains('/') && !ifname.starts_with('.'))
         .then(|| RetransTime::lower(v6, ifname, (interval.as_millis() * 5).max(20)));
-    kubeovn_core::icmp::ping(gateway, timeout.saturating_sub(t0.elapsed()), interval)
+    kubeovn_netdev::icmp::ping(gateway, timeout.saturating_sub(t0.elapsed()), interval)
         .map(|_| t0.elapsed())
         .map_err(|e| e.to_string())
 }
