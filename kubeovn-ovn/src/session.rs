@@ -503,8 +503,10 @@ mod tests {
 mod server_tests {
     use super::*;
 
-    /// A caller with a deadline is not held up by a background reconnect that tries for ever.
-    #[tokio::test]
+    /// A caller with a deadline is not held up by a background reconnect that tries for ever: on a paused
+    /// clock, it gives up at exactly its retry time while the background task still holds the connector
+    /// lock and goes on trying.
+    #[tokio::test(start_paused = true)]
     async fn deadline_is_kept_behind_a_background_reconnect() {
         let dir = std::env::temp_dir().join(format!("kubeovn-ovn-session-{}", std::process::id()));
         let sock = dir.join("none.sock");
@@ -530,10 +532,26 @@ mod server_tests {
             let s = s.clone();
             tokio::spawn(async move { s.client_forever().await })
         };
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        let t0 = std::time::Instant::now();
-        assert!(s.client().await.is_err());
-        assert!(t0.elapsed() < Duration::from_secs(2));
+        // The barrier: the background task holds the connector lock (it takes it before its first attempt
+        // and keeps it between passes).
+        let mut polls = 0;
+        while s.inner.connecting.try_lock().is_ok() {
+            polls += 1;
+            assert!(polls < 100, "the background reconnect never took the lock");
+            tokio::task::yield_now().await;
+        }
+        let (t0, wall) = (tokio::time::Instant::now(), std::time::Instant::now());
+        let e = s.client().await.unwrap_err();
+        assert!(matches!(e, Error::Disconnected(_)), "{e:?}");
+        assert_eq!(t0.elapsed(), Duration::from_millis(200));
+        assert!(
+            wall.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            wall.elapsed()
+        );
+        // The background reconnect is still at it.
+        assert!(s.inner.connecting.try_lock().is_err() && !bg.is_finished());
+        assert_eq!(s.connects(), 0);
         bg.abort();
     }
 }

@@ -737,8 +737,11 @@ async fn lock_run(a: &Client, b: &Client) -> Vec<String> {
         Ok(_) => "held".to_owned(),
         Err(e) => e.ovsdb_error().map(|e| e.error.clone()).unwrap_or_default(),
     };
-    async fn drain(rx: &mut tokio::sync::mpsc::UnboundedReceiver<LockEvent>) -> String {
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    /// The lock events `c` received so far. The server queues a notification when it handles the request
+    /// that causes it (always one that has returned here), ahead of any later reply on `c`'s connection,
+    /// and the client hands events on in arrival order: after an echo round trip on `c` they are all in.
+    async fn drain(c: &Client, rx: &mut tokio::sync::mpsc::UnboundedReceiver<LockEvent>) -> String {
+        c.echo().await.unwrap();
         format!(
             "{:?}",
             std::iter::from_fn(|| rx.try_recv().ok()).collect::<Vec<_>>()
@@ -766,17 +769,17 @@ async fn lock_run(a: &Client, b: &Client) -> Vec<String> {
         "b assert {}",
         asserted(b.transact(&assert_txn).await)
     ));
-    log.push(format!("a events {}", drain(&mut a_ev).await));
-    log.push(format!("b events {}", drain(&mut b_ev).await));
+    log.push(format!("a events {}", drain(a, &mut a_ev).await));
+    log.push(format!("b events {}", drain(b, &mut b_ev).await));
     b.unlock("l").await.unwrap();
-    log.push(format!("a events {}", drain(&mut a_ev).await));
+    log.push(format!("a events {}", drain(a, &mut a_ev).await));
     log.push(format!(
         "a assert {}",
         asserted(a.transact(&assert_txn).await)
     ));
     a.unlock("l").await.unwrap();
     log.push(format!("b lock {}", res(b.lock("l").await)));
-    log.push(format!("b events {}", drain(&mut b_ev).await));
+    log.push(format!("b events {}", drain(b, &mut b_ev).await));
     log
 }
 

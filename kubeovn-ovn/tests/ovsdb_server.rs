@@ -476,18 +476,85 @@ async fn locks_steal_and_notifications() {
     );
 }
 
+/// What the probe proxy saw: the client's requests by method, and the server's replies to its echoes.
+#[derive(Debug, Default, Clone, PartialEq)]
+struct ProbeTraffic {
+    echoes: Vec<serde_json::Value>,
+    answered: usize,
+    other_requests: usize,
+}
+
+/// Copies `from` to `to` frame by frame, reporting each decoded message to `seen`.
+async fn relay<R, W>(mut from: R, mut to: W, mut seen: impl FnMut(kubeovn_ovn::framing::Message))
+where
+    R: tokio::io::AsyncRead + Unpin,
+    W: tokio::io::AsyncWrite + Unpin,
+{
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut dec = kubeovn_ovn::framing::FrameDecoder::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = match from.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        dec.feed(&buf[..n]);
+        while let Ok(Some(m)) = dec.next_message() {
+            seen(m);
+        }
+        if to.write_all(&buf[..n]).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// The client's inactivity probe against ovsdb-server, watched by a proxy between them: with no traffic of
+/// ours, the client sends an echo after each quiet interval and the server answers it. The client gives up
+/// two intervals after its last message from the server, so a third probe sent and answered means it kept the
+/// connection over the server's answers; a request then still works.
 #[tokio::test]
 async fn inactivity_probe_keeps_a_live_connection() {
+    use kubeovn_ovn::framing::Message;
     let Some(srv) = nb_server(Storage::Standalone, false) else {
         return;
     };
-    let c = Client::builder()
-        .inactivity_probe(Some(Duration::from_millis(50)))
-        .connect(&srv.unix_remote())
+    let remote = srv.unix_remote();
+    let server = tokio::net::UnixStream::connect(remote.trim_start_matches("unix:"))
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(400)).await;
-    // Several probe intervals passed with no traffic from us: the server answered the echoes.
+    let (ours, proxy) = tokio::io::duplex(64 * 1024);
+    let (traffic, mut seen) = tokio::sync::watch::channel(ProbeTraffic::default());
+    let traffic = std::sync::Arc::new(traffic);
+    let (srv_rd, srv_wr) = server.into_split();
+    let (px_rd, px_wr) = tokio::io::split(proxy);
+    let t = traffic.clone();
+    tokio::spawn(relay(px_rd, srv_wr, move |m| {
+        t.send_modify(|s| match m {
+            Message::Request { id, method, .. } if method == "echo" => s.echoes.push(id),
+            Message::Request { .. } => s.other_requests += 1,
+            _ => {}
+        })
+    }));
+    let t = traffic.clone();
+    tokio::spawn(relay(srv_rd, px_wr, move |m| {
+        if let Message::Response { id, result: Ok(_) } = m {
+            t.send_modify(|s| {
+                if s.echoes.contains(&id) {
+                    s.answered += 1;
+                }
+            })
+        }
+    }));
+    let c = Client::builder()
+        .inactivity_probe(Some(Duration::from_millis(50)))
+        .with_stream(ours, remote);
+    let got = tokio::time::timeout(Duration::from_secs(10), seen.wait_for(|s| s.answered >= 3))
+        .await
+        .expect("three probes answered within 10 s")
+        .unwrap()
+        .clone();
+    assert_eq!(got.other_requests, 0, "{got:?}");
+    assert!(!c.is_closed());
     assert_eq!(c.list_dbs().await.unwrap().len(), 2);
 }
 

@@ -120,39 +120,55 @@ async fn refused_transactions_change_nothing() {
 use crate::datum::Atom;
 use serde_json::Value as Json;
 
-#[tokio::test]
+/// Whether `f` is still pending when polled once (its waker is dropped: poll it again only with `.await`).
+fn pending<F: std::future::Future + Unpin>(f: &mut F) -> bool {
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    std::future::Future::poll(std::pin::Pin::new(f), &mut cx).is_pending()
+}
+
+/// On a paused clock: the server handles requests of a connection in order, so the reply to a later `echo`
+/// on the same connection says both waits were read and blocked (not merely not yet read); the one with a
+/// timeout answers at exactly 50 ms of tokio time, the other when another client makes it true.
+#[tokio::test(start_paused = true)]
 async fn wait_blocks_until_satisfied_or_timed_out() {
     let db = MemDb::new_nb();
     let (a, b) = (db.connect(), db.connect());
-    let waiting = a.call(
+    let t0 = tokio::time::Instant::now();
+    let mut waiting = Box::pin(a.call(
         "transact",
         &json!([NBDB, {"op": "wait", "table": "Logical_Switch", "where": [["name", "==", "ls0"]],
             "columns": ["name"], "until": "!=", "rows": []},
             {"op": "insert", "table": "Logical_Switch", "row": {"name": "after-wait"}}]),
-    );
-    let timed = a.call(
+    ));
+    let mut timed = Box::pin(a.call(
         "transact",
         &json!([NBDB, {"op": "wait", "table": "Logical_Switch", "where": [["name", "==", "never"]],
             "columns": ["name"], "until": "!=", "rows": [], "timeout": 50}]),
-    );
-    tokio::time::sleep(Duration::from_millis(20)).await;
+    ));
+    // The barrier: replies come back in the order the connection's reader routes them, so a reply to
+    // either wait would have been delivered before the echo's.
+    a.echo().await.unwrap();
+    assert!(pending(&mut waiting) && pending(&mut timed));
     assert!(db.rows("Logical_Switch").is_empty());
+    // One millisecond before its timeout the timed wait still blocks.
+    tokio::time::advance(Duration::from_millis(49)).await;
+    a.echo().await.unwrap();
+    assert!(pending(&mut waiting) && pending(&mut timed));
+    assert_eq!(t0.elapsed(), Duration::from_millis(49));
     b.transact(
         &Transaction::new(NBDB).op(Operation::insert("Logical_Switch").value("name", "ls0")),
     )
     .await
     .unwrap();
-    let r = tokio::time::timeout(Duration::from_secs(5), waiting)
-        .await
-        .unwrap()
-        .unwrap();
+    let r = waiting.await.unwrap();
     assert!(r[1].get("uuid").is_some(), "{r}");
     assert_eq!(db.rows("Logical_Switch").len(), 2);
-    let r = tokio::time::timeout(Duration::from_secs(5), timed)
-        .await
-        .unwrap()
-        .unwrap();
+    // The commit ran the timed wait again: still unsatisfied, still waiting.
+    a.echo().await.unwrap();
+    assert!(pending(&mut timed));
+    let r = timed.await.unwrap();
     assert_eq!(r[0]["error"], "timed out", "{r}");
+    assert_eq!(t0.elapsed(), Duration::from_millis(50));
 }
 
 #[tokio::test]
