@@ -29,6 +29,10 @@ pub enum Error {
     /// The server cannot start with this configuration (a bad `--service-cluster-ip-range`).
     #[error("invalid configuration: {0}")]
     Config(String),
+    /// A kube client for the server could not be built.
+    #[cfg(feature = "client")]
+    #[error("building a kube client: {0}")]
+    Client(#[source] Box<kube::Error>),
 }
 
 /// One field's fault in a 422 Invalid answer (a `StatusCause`), as kube-apiserver's validation
@@ -249,6 +253,11 @@ impl Error {
         )
     }
 
+    /// 503 ServiceUnavailable.
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        Self::status(503, "ServiceUnavailable", message)
+    }
+
     /// 500 InternalError.
     pub fn internal(message: impl Into<String>) -> Self {
         Self::status(500, "InternalError", message)
@@ -258,7 +267,7 @@ impl Error {
     pub fn code(&self) -> u16 {
         match self {
             Error::Status { code, .. } => *code,
-            Error::Io { .. } | Error::Config(_) => 500,
+            _ => 500,
         }
     }
 
@@ -271,7 +280,7 @@ impl Error {
                 message,
                 details,
             } => (*code, *reason, message.clone(), details.as_deref().cloned()),
-            Error::Io { .. } | Error::Config(_) => (500, "InternalError", self.to_string(), None),
+            _ => (500, "InternalError", self.to_string(), None),
         };
         let mut s = json!({
             "kind": "Status",

@@ -8,10 +8,11 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http_body::{Body, Frame};
-use http_body_util::{combinators::BoxBody, BodyExt, Full, Limited};
+use http_body_util::combinators::{BoxBody, UnsyncBoxBody};
+use http_body_util::{BodyExt, Full, Limited};
 use hyper::{Method, Request, Response, StatusCode};
 use serde_json::{json, Value};
-use tokio::sync::{broadcast, mpsc};
+use tokio::sync::{broadcast, mpsc, watch};
 
 use crate::error::{Error, Result};
 use crate::openapi;
@@ -25,6 +26,14 @@ use crate::validate;
 /// Response body: a whole JSON document or a watch stream.
 pub type RespBody = BoxBody<Bytes, Infallible>;
 
+/// Any error of a request body (a socket's, or an in-process client's).
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// A request body as the handlers read it: hyper's from a connection, or any other from an in-process
+/// client. Its error is concrete: a boxed one makes the handler's future `Send` only for `'static`
+/// borrows, which rustc cannot prove here.
+type ReqBody = UnsyncBoxBody<Bytes, std::io::Error>;
+
 /// State shared by every connection.
 pub struct Shared {
     /// The objects.
@@ -33,6 +42,8 @@ pub struct Shared {
     pub max_body: usize,
     /// Interval between bookmarks on watches that allow them.
     pub bookmark_interval: Duration,
+    /// Turns true when the server shuts down: watch streams end, in-process requests get 503.
+    pub stop: watch::Receiver<bool>,
 }
 
 struct ChannelBody(mpsc::Receiver<Bytes>);
@@ -308,18 +319,36 @@ fn route(store: &Store, path: &str) -> Result<Route> {
     Ok(Route::Resource(t))
 }
 
-/// Serves one request.
-pub async fn handle(
+/// Serves one request, whatever its body type (hyper's `Incoming` from a socket, kube-client's `Body`
+/// in-process).
+pub fn handle<B>(
     shared: Arc<Shared>,
-    req: Request<hyper::body::Incoming>,
-) -> Response<RespBody> {
+    req: Request<B>,
+) -> impl std::future::Future<Output = Response<RespBody>> + Send
+where
+    B: Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    // Boxed here, outside the future: the future is then one type whatever `B` is.
+    let req = req.map(|b| b.map_err(box_error::<B::Error>).boxed_unsync());
+    handle_boxed(shared, req)
+}
+
+fn box_error<E: Into<BoxError>>(e: E) -> std::io::Error {
+    std::io::Error::other(e.into())
+}
+
+async fn handle_boxed(shared: Arc<Shared>, req: Request<ReqBody>) -> Response<RespBody> {
+    if *shared.stop.borrow() {
+        return error_response(&Error::unavailable("the server is shut down"));
+    }
     match handle_inner(&shared, req).await {
         Ok(r) => r,
         Err(e) => error_response(&e),
     }
 }
 
-async fn read_body(shared: &Shared, req: Request<hyper::body::Incoming>) -> Result<Value> {
+async fn read_body(shared: &Shared, req: Request<ReqBody>) -> Result<Value> {
     let ct = req
         .headers()
         .get(hyper::header::CONTENT_TYPE)
@@ -362,7 +391,7 @@ async fn read_body(shared: &Shared, req: Request<hyper::body::Incoming>) -> Resu
 fn openapi_response(
     store: &Store,
     rest: &str,
-    req: &Request<hyper::body::Incoming>,
+    req: &Request<ReqBody>,
 ) -> Result<Response<RespBody>> {
     let segs: Vec<&str> = rest.trim_matches('/').split('/').collect();
     match segs.as_slice() {
@@ -394,17 +423,14 @@ fn openapi_response(
     }
 }
 
-fn wants_table(req: &Request<hyper::body::Incoming>) -> bool {
+fn wants_table(req: &Request<ReqBody>) -> bool {
     req.headers()
         .get(hyper::header::ACCEPT)
         .and_then(|a| a.to_str().ok())
         .is_some_and(|a| a.contains("as=Table"))
 }
 
-async fn handle_inner(
-    shared: &Arc<Shared>,
-    req: Request<hyper::body::Incoming>,
-) -> Result<Response<RespBody>> {
+async fn handle_inner(shared: &Arc<Shared>, req: Request<ReqBody>) -> Result<Response<RespBody>> {
     let path = req.uri().path().to_owned();
     if let Some(rest) = path.strip_prefix("/openapi/") {
         if req.method() != Method::GET {
@@ -636,7 +662,7 @@ fn scale_of(obj: &Value) -> Value {
 async fn scale(
     shared: &Arc<Shared>,
     t: &Target,
-    req: Request<hyper::body::Incoming>,
+    req: Request<ReqBody>,
 ) -> Result<Response<RespBody>> {
     let store = &shared.store;
     let info = &t.info;
@@ -725,7 +751,7 @@ fn with_warnings(mut r: Response<RespBody>, warnings: &[String]) -> Response<Res
     r
 }
 
-async fn delete_options(shared: &Shared, req: Request<hyper::body::Incoming>) -> Result<Value> {
+async fn delete_options(shared: &Shared, req: Request<ReqBody>) -> Result<Value> {
     let empty = req
         .headers()
         .get(hyper::header::CONTENT_LENGTH)
@@ -1028,7 +1054,11 @@ fn watch(
             e.line(ty)
         }
     };
+    let mut stop = shared.stop.clone();
     tokio::spawn(async move {
+        if *stop.borrow_and_update() {
+            return;
+        }
         let deadline = timeout.map(|t| tokio::time::Instant::now() + Duration::from_secs(t));
         for e in &replay {
             if let Some(ty) = matches(e) {
@@ -1096,6 +1126,7 @@ fn watch(
                 }
                 _ = sleep => return,
                 _ = tx.closed() => return,
+                _ = stop.changed() => return,
             }
         }
     });

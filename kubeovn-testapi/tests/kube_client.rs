@@ -20,10 +20,14 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
+/// The server and a client for it: over loopback HTTP, or in-process (no socket) when this file runs as
+/// the `kube_client_in_process` suite.
 async fn start(config: Config) -> (TestApiServer, Client) {
+    if module_path!().starts_with("kube_client_in_process") {
+        return TestApiServer::in_process(config).await.unwrap();
+    }
     let server = TestApiServer::start(config).await.unwrap();
-    let cfg = kube::Config::new(server.url().parse().unwrap());
-    let client = Client::try_from(cfg).unwrap();
+    let client = server.client().unwrap();
     (server, client)
 }
 
@@ -1224,5 +1228,74 @@ async fn node_ports_are_allocated_kept_and_freed() {
         .await
         .unwrap();
     assert_eq!(node_ports(&again), [got[2]]);
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn apply_crds_creates_then_replaces_and_serves_at_once() {
+    let (server, client) = start(Config::default()).await;
+    server.apply_crds([Widget::crd()]).unwrap();
+    let widgets: Api<Widget> = Api::namespaced(client.clone(), "default");
+    widgets
+        .create(
+            &PostParams::default(),
+            &Widget::new("w", WidgetSpec { size: 1 }),
+        )
+        .await
+        .unwrap();
+    // Again, with another short name: replaced, not refused; the objects stay.
+    let mut crd = Widget::crd();
+    crd.spec.names.short_names = Some(vec!["wdg".into()]);
+    server.apply_crds([&crd]).unwrap();
+    let stored = Api::<CustomResourceDefinition>::all(client)
+        .get("widgets.test.kubeovn.io")
+        .await
+        .unwrap();
+    assert_eq!(stored.spec.names.short_names, Some(vec!["wdg".into()]));
+    assert_eq!(widgets.get("w").await.unwrap().spec.size, 1);
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn in_process_needs_no_socket_and_stops_with_the_server() {
+    let (server, client) = TestApiServer::in_process(Config::default()).await.unwrap();
+    assert_eq!(server.addr(), "0.0.0.0:0".parse().unwrap());
+    // client() of a server without a socket is in-process too, and sees the same store.
+    let other = server.client().unwrap();
+    let api: Api<ConfigMap> = Api::default_namespaced(client);
+    let mut stream = watcher(api.clone(), watcher::Config::default())
+        .applied_objects()
+        .boxed();
+    Api::<ConfigMap>::default_namespaced(other)
+        .create(&PostParams::default(), &cm("seen"))
+        .await
+        .unwrap();
+    let first = tokio::time::timeout(Duration::from_secs(5), stream.try_next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(first.name_any(), "seen");
+    let late = server.in_process_client();
+    server.shutdown().await;
+    // Requests after the shutdown are refused with 503.
+    let e = Api::<ConfigMap>::default_namespaced(late)
+        .get("seen")
+        .await
+        .unwrap_err();
+    assert_eq!(err_code(&e), 503);
+}
+
+#[tokio::test]
+async fn kubeconfig_in_a_directory_names_the_server() {
+    let server = TestApiServer::start(Config::default()).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = server.write_kubeconfig_in(dir.path()).unwrap();
+    assert_eq!(path, dir.path().join("kubeconfig"));
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(
+        text.contains(&format!("server: {}", server.url())),
+        "{text}"
+    );
     server.shutdown().await;
 }
