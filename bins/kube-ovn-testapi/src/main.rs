@@ -1,57 +1,88 @@
-//! `kube-ovn-testapi --listen 127.0.0.1:PORT --kubeconfig FILE`: serves the in-memory Kubernetes API
-//! on that address, writes a kubeconfig for it to FILE and runs until SIGTERM (or Ctrl-C).
-//! `--service-cluster-ip-range CIDR[,CIDR]` sets where Services' ClusterIPs come from
+//! `kube-ovn-testapi --listen 127.0.0.1:PORT --kubeconfig FILE`: serves kubeovn-testapi's in-memory
+//! Kubernetes API on that address, writes a kubeconfig for it to FILE and runs until SIGTERM (or
+//! Ctrl-C). `--service-cluster-ip-range CIDR[,CIDR]` sets where Services' ClusterIPs come from
 //! (kube-apiserver's flag; default 10.96.0.0/12), `--service-node-port-range FIRST-LAST` their node
-//! ports (default 30000-32767).
+//! ports (default 30000-32767). Logs go to stderr as text or, with `--log-format json`, JSON lines;
+//! `RUST_LOG` filters them (default `info`).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use clap::Parser;
 use kubeovn_testapi::{Config, TestApiServer};
 
-const USAGE: &str = "usage: kube-ovn-testapi --listen 127.0.0.1:PORT [--kubeconfig FILE] \
-                     [--service-cluster-ip-range CIDR[,CIDR]] [--service-node-port-range FIRST-LAST]";
+/// In-memory Kubernetes API server for tests and debugging (kubectl and kube-rs clients accept it).
+#[derive(Debug, Parser)]
+#[command(name = "kube-ovn-testapi", version)]
+struct Args {
+    /// Address to listen on (port 0 picks a free one)
+    #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:0")]
+    listen: SocketAddr,
+    /// Where to write a kubeconfig for the server
+    #[arg(long, value_name = "FILE")]
+    kubeconfig: Option<PathBuf>,
+    /// Where Services' ClusterIPs come from: a CIDR, or an IPv4 and an IPv6 CIDR for dual stack
+    #[arg(long, value_name = "CIDR[,CIDR]", default_value = "10.96.0.0/12")]
+    service_cluster_ip_range: String,
+    /// Where NodePort Services' node ports come from
+    #[arg(long, value_name = "FIRST-LAST", default_value = "30000-32767")]
+    service_node_port_range: String,
+    /// Log line format on stderr (RUST_LOG filters the lines, default info)
+    #[arg(long, value_enum, value_name = "FORMAT", default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+}
 
-fn parse_args() -> Result<(Config, Option<PathBuf>), String> {
-    let mut config = Config::default();
-    let mut kubeconfig = None;
-    let mut args = std::env::args().skip(1);
-    while let Some(a) = args.next() {
-        let (flag, inline) = match a.split_once('=') {
-            Some((f, v)) => (f.to_owned(), Some(v.to_owned())),
-            None => (a.clone(), None),
-        };
-        let mut value = || {
-            inline
-                .clone()
-                .or_else(|| args.next())
-                .ok_or_else(|| format!("{flag} needs a value"))
-        };
-        match flag.as_str() {
-            "--listen" => {
-                config.listen = value()?
-                    .parse::<SocketAddr>()
-                    .map_err(|e| format!("--listen: {e}"))?
-            }
-            "--kubeconfig" => kubeconfig = Some(PathBuf::from(value()?)),
-            "--service-cluster-ip-range" => config.service_cluster_ip_range = value()?,
-            "--service-node-port-range" => config.service_node_port_range = value()?,
-            "-h" | "--help" => return Err(USAGE.to_owned()),
-            other => return Err(format!("unknown argument {other:?}\n{USAGE}")),
-        }
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum LogFormat {
+    /// `TIME LEVEL target: message`
+    Text,
+    /// One JSON object per line
+    Json,
+}
+
+fn init_logs(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Text => builder
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .try_init(),
+        LogFormat::Json => builder.json().with_ansi(false).try_init(),
+    };
+}
+
+async fn serve(args: Args) -> Result<(), String> {
+    let config = Config {
+        listen: args.listen,
+        service_cluster_ip_range: args.service_cluster_ip_range,
+        service_node_port_range: args.service_node_port_range,
+        ..Config::default()
+    };
+    let server = TestApiServer::start(config)
+        .await
+        .map_err(|e| e.to_string())?;
+    if let Some(path) = &args.kubeconfig {
+        server.write_kubeconfig(path).map_err(|e| e.to_string())?;
     }
-    Ok((config, kubeconfig))
+    tracing::info!(url = %server.url(), "serving");
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(|e| format!("installing the SIGTERM handler: {e}"))?;
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+    tracing::info!("stopping");
+    server.shutdown().await;
+    Ok(())
 }
 
 fn main() -> ExitCode {
-    let (config, kubeconfig) = match parse_args() {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln!("{e}");
-            return ExitCode::from(2);
-        }
-    };
+    let args = Args::parse();
+    init_logs(args.log_format);
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -59,38 +90,47 @@ fn main() -> ExitCode {
     {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("kube-ovn-testapi: starting the runtime: {e}");
+            tracing::error!("starting the runtime: {e}");
             return ExitCode::FAILURE;
         }
     };
-    rt.block_on(async move {
-        let server = match TestApiServer::start(config).await {
-            Ok(s) => s,
-            Err(e) => {
-                eprintln!("kube-ovn-testapi: {e}");
-                return ExitCode::FAILURE;
-            }
-        };
-        if let Some(path) = kubeconfig {
-            if let Err(e) = server.write_kubeconfig(&path) {
-                eprintln!("kube-ovn-testapi: {e}");
-                return ExitCode::FAILURE;
-            }
+    match rt.block_on(serve(args)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e}");
+            ExitCode::FAILURE
         }
-        eprintln!("kube-ovn-testapi: serving on {}", server.url());
-        let mut term =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(s) => s,
-                Err(e) => {
-                    eprintln!("kube-ovn-testapi: installing the SIGTERM handler: {e}");
-                    return ExitCode::FAILURE;
-                }
-            };
-        tokio::select! {
-            _ = term.recv() => {}
-            _ = tokio::signal::ctrl_c() => {}
-        }
-        server.shutdown().await;
-        ExitCode::SUCCESS
-    })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_keep_their_names_and_forms() {
+        let a = Args::try_parse_from([
+            "kube-ovn-testapi",
+            "--listen=127.0.0.1:6443",
+            "--kubeconfig",
+            "/tmp/kc",
+            "--service-cluster-ip-range=10.96.0.0/12,fd00:96::/108",
+            "--service-node-port-range",
+            "31000-31999",
+            "--log-format=json",
+        ])
+        .expect("flags");
+        assert_eq!(a.listen, "127.0.0.1:6443".parse().expect("addr"));
+        assert_eq!(a.kubeconfig, Some(PathBuf::from("/tmp/kc")));
+        assert_eq!(a.service_cluster_ip_range, "10.96.0.0/12,fd00:96::/108");
+        assert_eq!(a.service_node_port_range, "31000-31999");
+        assert_eq!(a.log_format, LogFormat::Json);
+        let d = Args::try_parse_from(["kube-ovn-testapi"]).expect("defaults");
+        let c = Config::default();
+        assert_eq!(d.listen, c.listen);
+        assert_eq!(d.service_cluster_ip_range, c.service_cluster_ip_range);
+        assert_eq!(d.service_node_port_range, c.service_node_port_range);
+        assert_eq!(d.log_format, LogFormat::Text);
+        assert!(Args::try_parse_from(["kube-ovn-testapi", "--listen", "nowhere"]).is_err());
+    }
 }
