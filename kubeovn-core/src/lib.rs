@@ -45,7 +45,6 @@ pub mod crd;
 pub mod error;
 #[cfg(feature = "controller")]
 pub mod events;
-pub mod icmp;
 pub mod naming;
 pub mod netpol;
 pub mod selector;

@@ -20,17 +20,17 @@ mod vlan;
 mod vpc;
 pub mod yaml;
 
+pub use crate::error::{AnpError, OneOfError};
 pub use anp::{
     AdminNetworkPolicy, AdminNetworkPolicyEgressPeer, AdminNetworkPolicyEgressRule,
     AdminNetworkPolicyIngressPeer, AdminNetworkPolicyIngressRule, AdminNetworkPolicyPort,
     AdminNetworkPolicyRuleAction, AdminNetworkPolicySpec, AdminNetworkPolicyStatus,
-    AdminNetworkPolicySubject, AnpError, BaselineAdminNetworkPolicy,
-    BaselineAdminNetworkPolicyEgressPeer, BaselineAdminNetworkPolicyEgressRule,
-    BaselineAdminNetworkPolicyIngressRule, BaselineAdminNetworkPolicyRuleAction,
-    BaselineAdminNetworkPolicySpec, BaselineAdminNetworkPolicyStatus, EgressSelection,
-    NamespacedPod, OneOfError, PodSelection, PortNumber, PortProtocol, PortRange, PortSelection,
-    BASELINE_NAME, MAX_API_PRIORITY, MAX_NETWORKS, MAX_PEERS, MAX_PORTS, MAX_PRIORITY, MAX_RULES,
-    MAX_RULE_NAME, POLICY_GROUP, POLICY_VERSION,
+    AdminNetworkPolicySubject, BaselineAdminNetworkPolicy, BaselineAdminNetworkPolicyEgressPeer,
+    BaselineAdminNetworkPolicyEgressRule, BaselineAdminNetworkPolicyIngressRule,
+    BaselineAdminNetworkPolicyRuleAction, BaselineAdminNetworkPolicySpec,
+    BaselineAdminNetworkPolicyStatus, EgressSelection, NamespacedPod, PodSelection, PortNumber,
+    PortProtocol, PortRange, PortSelection, BASELINE_NAME, MAX_API_PRIORITY, MAX_NETWORKS,
+    MAX_PEERS, MAX_PORTS, MAX_PRIORITY, MAX_RULES, MAX_RULE_NAME, POLICY_GROUP, POLICY_VERSION,
 };
 pub use common::{Condition, ConditionStatus, IpCount};
 pub use conditions::{condition_types, reasons, Conditions, ConditionsOnly, StatusPatch};
