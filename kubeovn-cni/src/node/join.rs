@@ -353,6 +353,9 @@ mod tests {
         assert_eq!(r[0].to_string(), "10.1.0.0/16 via 100.64.0.1 dev ovn0");
     }
 
+    /// While the join interface is down a pod's network is refused after its timeout; a request already
+    /// waiting when the interface comes up (polled once: it watches the flag) is served then, not refused
+    /// and not before.
     #[tokio::test]
     async fn pods_wait_for_the_join_interface() {
         let inner = Arc::new(StaticPodNetworks::new());
@@ -373,6 +376,7 @@ mod tests {
             ..Default::default()
         };
         assert!(!src.ready());
+        let t0 = tokio::time::Instant::now();
         let e = src
             .pod_network(&pod, "ovn", Duration::from_millis(20))
             .await
@@ -381,10 +385,12 @@ mod tests {
             matches!(&e, SourceError::Unavailable(m) if m.contains("ovn0")),
             "{e}"
         );
-        let waiting =
-            tokio::spawn(async move { src.pod_network(&pod, "ovn", Duration::from_secs(5)).await });
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(t0.elapsed() >= Duration::from_millis(20));
+        let mut waiting = Box::pin(src.pod_network(&pod, "ovn", Duration::from_secs(5)));
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        assert!(std::future::Future::poll(waiting.as_mut(), &mut cx).is_pending());
         tx.send_replace(true);
-        assert_eq!(waiting.await.unwrap().unwrap().ips.len(), 1);
+        assert!(src.ready());
+        assert_eq!(waiting.await.unwrap().ips.len(), 1);
     }
 }
