@@ -25,6 +25,13 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 /// The label that ties an EndpointSlice to its Service.
 pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
+/// The label naming the controller that writes an EndpointSlice.
+pub const MANAGED_BY_LABEL: &str = "endpointslice.kubernetes.io/managed-by";
+/// The label marking the EndpointSlices of a headless Service.
+pub const HEADLESS_LABEL: &str = "service.kubernetes.io/headless";
+/// kube-controller-manager's EndpointSlice controller's name in [`MANAGED_BY_LABEL`] (the sandbox's controller
+/// writes it too: consumers treat its slices as kube-controller-manager's).
+pub const ENDPOINTSLICE_CONTROLLER: &str = "endpointslice-controller.k8s.io";
 /// The most OVN accepts for `options:affinity_timeout`.
 pub const MAX_AFFINITY_TIMEOUT: i32 = 65535;
 /// The ports a VIP or a backend can have.

@@ -34,8 +34,8 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use kube_ovn_sandbox::cgroup::CpuGroup;
-use kube_ovn_sandbox::ovn::{OvnOptions, OvnStack};
+use kubeovn_ovn_stack::cgroup::CpuGroup;
+use kubeovn_ovn_stack::ovn::{OvnOptions, OvnStack};
 use kubeovn_cni::node::{
     init_node, CniHandler, HandlerConfig, IcmpGatewayProbe, Metrics, NodeConfig, PodNetwork,
     Server, StaticPodNetworks,

@@ -10,7 +10,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use kube_ovn_sandbox::ovn::{OvnOptions, OvnStack};
+use kubeovn_ovn_stack::ovn::{OvnOptions, OvnStack};
 use kubeovn_netdev::{NamedNetns, Namespaces};
 use kubeovn_ovn::northbound::{Northbound, OvsdbNorthbound, SwitchPort};
 use serde_json::json;

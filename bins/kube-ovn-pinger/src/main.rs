@@ -16,9 +16,13 @@ use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kube_ovn_sandbox::report::{self, PingMatrix};
-use kube_ovn_sandbox::state::{StateDir, DEFAULT_STATE_DIR};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{Api, ListParams};
+use kube::ResourceExt;
 use kubeovn_ovn::metrics_http::MetricsEndpoint;
+use kubeovn_sandbox_state::matrix::{self, PingMatrix, PodView};
+use kubeovn_sandbox_state::state::{StateDir, DEFAULT_STATE_DIR};
+use kubeovn_sandbox_state::transport::in_netns;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -133,16 +137,51 @@ fn parse(args: Vec<String>) -> Result<Args, String> {
     Ok(a)
 }
 
+/// A client of the sandbox's API server (its kubeconfig).
+async fn client(kubeconfig: &std::path::Path) -> Result<kube::Client, String> {
+    let kc = kube::config::Kubeconfig::read_from(kubeconfig).map_err(|e| e.to_string())?;
+    let cfg = kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+        .await
+        .map_err(|e| e.to_string())?;
+    kube::Client::try_from(cfg).map_err(|e| e.to_string())
+}
+
+/// One ICMP echo from inside `netns` (on a thread that entered it) to `ip`.
+async fn ping(netns: PathBuf, ip: std::net::IpAddr, timeout: Duration) -> Result<Duration, String> {
+    tokio::task::spawn_blocking(move || {
+        let t0 = std::time::Instant::now();
+        in_netns(&netns, || {
+            kubeovn_netdev::icmp::ping(ip, timeout, Duration::from_millis(10))
+                .map_err(std::io::Error::other)
+        })
+        .map(|_| t0.elapsed())
+        .map_err(|e| e.to_string())
+    })
+    .await
+    .map_err(|e| e.to_string())?
+}
+
 async fn measure(a: &Args) -> Result<(String, PingMatrix), String> {
     let settings = a.dir.load_settings().map_err(|e| e.to_string())?;
-    let client = kube_ovn_sandbox::kubelet::client(&a.dir.kubeconfig())
+    let client = client(&a.dir.kubeconfig()).await?;
+    let pods = Api::<Pod>::all(client.clone())
+        .list(&ListParams::default())
         .await
-        .map_err(|e| e.to_string())?;
-    let eps = report::endpoints(&client, &a.dir, &settings)
-        .await
-        .map_err(|e| e.to_string())?;
-    let table = report::table(&eps);
-    Ok((table, report::ping_matrix(&eps, a.timeout).await))
+        .map_err(|e| format!("list pods: {e}"))?;
+    let node = Api::<Node>::all(client).get(&settings.node_name).await.ok();
+    let views = pods.items.iter().map(|p| PodView {
+        uid: p.metadata.uid.as_deref().unwrap_or_default(),
+        pod_ip: p.status.as_ref().and_then(|s| s.pod_ip.as_deref()),
+        annotations: p.annotations(),
+    });
+    let node_annotations = node.as_ref().map(|n| n.annotations());
+    let eps = matrix::endpoints(&a.dir, &settings, views, node_annotations);
+    let table = matrix::table(&eps);
+    let m = matrix::ping_matrix(&eps, a.timeout, |netns, _ifname, ip, timeout| {
+        ping(netns, ip, timeout)
+    })
+    .await;
+    Ok((table, m))
 }
 
 fn main() -> ExitCode {

@@ -245,7 +245,7 @@ fn pod_add(sb: &common::Sandbox, n: usize, nodes: usize) -> AddLatency {
         .chain((0..n).map(|i| format!("add-{i}")))
         .collect();
     let (first, measured) = rt.block_on(async {
-        let client = kube_ovn_sandbox::kubelet::client(&kubeconfig)
+        let client = kubeovn_sandbox::kubelet::client(&kubeconfig)
             .await
             .unwrap();
         let api: kube::Api<Pod> = kube::Api::namespaced(client, "default");

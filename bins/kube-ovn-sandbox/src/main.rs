@@ -1,154 +1,182 @@
-//! `kube-ovn-sandbox`: a whole Kube-OVN on this machine. See `--help`.
+//! `kube-ovn-sandbox`: a whole Kube-OVN on this machine. See `--help`; the work is in the kubeovn-sandbox
+//! library (and its parts: kubeovn-sandbox-state, kubeovn-ovn-stack, kubeovn-kubelet).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use kube_ovn_sandbox::sandbox::{self, UpOptions};
-use kube_ovn_sandbox::state::{StateDir, DEFAULT_STATE_DIR};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use kubeovn_sandbox::sandbox::{self, UpOptions};
+use kubeovn_sandbox::state::{Settings, StateDir, DEFAULT_STATE_DIR, STATE_DIR_ENV};
 
-const USAGE: &str = "usage: kube-ovn-sandbox [--state-dir DIR] COMMAND
-  up        start OVN/OVS, the API server, kube-ovn-controller, kube-ovn-daemon and a kubelet; create a
-            second subnet and demo pods; print their addresses and a ping matrix
-  down      stop everything `up` started and remove its network namespaces and links
-  status    the processes and the pods' sandboxes
-  exec NAMESPACE/POD -- COMMAND...   run a command in a pod's network namespace
-  logs NAMESPACE/POD [-c CONTAINER]  print a container's output (stdout and stderr, across restarts)
-  kill-leader nb|sb  (with up --raft) SIGKILL the raft leader of NB or SB, report how long the election
-            took, then start the member again
-
-  --state-dir DIR       default $KUBE_OVN_SANDBOX_DIR or /var/lib/kube-ovn-sandbox
-up options:
-  --bin-dir DIR         where kube-ovn-testapi, kube-ovn-controller, kube-ovn-daemon and kube-ovn are
-                        (default $KUBE_OVN_SANDBOX_BIN_DIR, else next to this program)
-  --no-install          do not apt-get install missing OVN/OVS packages
-  --no-demo             no demo namespace, subnet and pods
-  --node-name NAME      (sandbox)         --bridge NAME        (br-sbx)
-  --node-nic NAME       (ovn0)            --api-port PORT      (16443, another if taken)
-  --default-cidr CIDR   (10.16.0.0/16)    --join-cidr CIDR     (100.64.0.0/16)
-  --demo-cidr CIDR      (10.66.0.0/24)    --demo-namespace NS  (demo)
-  --demo-pods N         (3 per namespace) --netns-prefix P     (sbx)
-  --service-cidr CIDR[,CIDR]  (10.96.0.0/12) where Services' ClusterIPs come from
-  --pod-timeout SECS    (90)
-  --nodes N             (1) nodes: the first in this machine's network namespace, each other in one of
-                        its own, joined by Geneve over an underlay segment (--underlay-cidr, 198.18.0.0/24)
-  --raft                NB and SB as raft clusters of 3 members each; every client is given all three";
-
-enum Cmd {
-    Up(Box<UpOptions>),
-    Down,
-    Status,
-    Exec(String, Vec<String>),
-    Logs(String, Option<String>),
-    KillLeader(String),
-    LeaderProxy,
-    Kubelet,
+/// A whole Kube-OVN on this machine: OVN/OVS, an in-memory Kubernetes API server, kube-ovn-controller,
+/// kube-ovn-daemon with the CNI shim, a process kubelet per node and the EndpointSlice controller, in one
+/// state directory.
+#[derive(Debug, Parser)]
+#[command(name = "kube-ovn-sandbox", version)]
+struct Cli {
+    /// The state directory (sockets, logs, pids, pod records).
+    #[arg(long, global = true, env = STATE_DIR_ENV, default_value = DEFAULT_STATE_DIR)]
+    state_dir: PathBuf,
+    /// Log lines as text or as JSON objects (filters: RUST_LOG, e.g. `kubeovn_kubelet=debug`).
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+    #[command(subcommand)]
+    command: Command,
 }
 
-fn parse(args: Vec<String>) -> Result<(StateDir, Cmd), String> {
-    let mut dir = std::env::var_os("KUBE_OVN_SANDBOX_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(DEFAULT_STATE_DIR));
-    let mut up = UpOptions {
-        install: true,
-        ..UpOptions::default()
-    };
-    let mut command: Option<String> = None;
-    let mut container: Option<String> = None;
-    let mut positional = Vec::new();
-    let mut rest = Vec::new();
-    let mut it = args.into_iter();
-    while let Some(a) = it.next() {
-        if a == "--" {
-            rest.extend(it.by_ref());
-            break;
-        }
-        let (flag, inline) = match a.split_once('=') {
-            Some((f, v)) if f.starts_with("--") => (f.to_owned(), Some(v.to_owned())),
-            _ => (a.clone(), None),
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Start OVN/OVS, the API server, kube-ovn-controller, kube-ovn-daemon, a kubelet per node and the
+    /// EndpointSlice controller; create a second subnet and demo pods; print their addresses, a ping matrix, a
+    /// TCP/UDP matrix and the demo Service's answers.
+    Up(Box<UpArgs>),
+    /// Stop everything `up` started and remove its network namespaces and links.
+    Down,
+    /// The processes and the pods' sandboxes.
+    Status,
+    /// Run a command in a pod's network namespace: `exec NAMESPACE/POD -- COMMAND...`.
+    Exec {
+        /// The pod (`POD` alone is in `default`).
+        #[arg(value_name = "NAMESPACE/POD")]
+        pod: String,
+        /// The command and its arguments, after `--`.
+        #[arg(last = true, required = true, value_name = "COMMAND")]
+        command: Vec<String>,
+    },
+    /// Print a container's output (stdout and stderr, across restarts).
+    Logs {
+        /// The pod (`POD` alone is in `default`).
+        #[arg(value_name = "NAMESPACE/POD")]
+        pod: String,
+        /// The container (needed when the pod has several).
+        #[arg(short, long)]
+        container: Option<String>,
+    },
+    /// (with `up --raft`) SIGKILL the raft leader of NB or SB, report how long the election took, then start
+    /// the member again.
+    KillLeader {
+        /// The database.
+        #[arg(value_parser = ["nb", "sb"])]
+        db: String,
+    },
+    /// (started by `up`) The node agent of the node whose state directory is `--state-dir`.
+    #[command(hide = true)]
+    Kubelet,
+    /// (started by `up`, once per cluster) The EndpointSlice controller, as kube-controller-manager's.
+    #[command(hide = true)]
+    Endpoints,
+    /// (started by `up --raft`) Forwards NB and SB to their raft leaders for the tools that take one remote.
+    #[command(hide = true)]
+    LeaderProxy,
+}
+
+#[derive(Debug, Args)]
+struct UpArgs {
+    /// Where kube-ovn-testapi, kube-ovn-controller, kube-ovn-daemon and kube-ovn are (default: next to this
+    /// program).
+    #[arg(long, env = sandbox::BIN_DIR_ENV)]
+    bin_dir: Option<PathBuf>,
+    /// Do not apt-get install missing OVN/OVS packages.
+    #[arg(long)]
+    no_install: bool,
+    /// No demo namespace, subnet and pods.
+    #[arg(long)]
+    no_demo: bool,
+    /// The first node's name.
+    #[arg(long, default_value = "sandbox")]
+    node_name: String,
+    /// The integration bridge.
+    #[arg(long, default_value = "br-sbx")]
+    bridge: String,
+    /// The node's join interface.
+    #[arg(long, default_value = "ovn0")]
+    node_nic: String,
+    /// The API server's port (another if taken).
+    #[arg(long, default_value_t = 16443)]
+    api_port: u16,
+    /// The default subnet.
+    #[arg(long, default_value = "10.16.0.0/16")]
+    default_cidr: String,
+    /// The join subnet.
+    #[arg(long, default_value = "100.64.0.0/16")]
+    join_cidr: String,
+    /// The second subnet, bound to --demo-namespace.
+    #[arg(long, default_value = "10.66.0.0/24")]
+    demo_cidr: String,
+    /// The namespace of the second subnet.
+    #[arg(long, default_value = "demo")]
+    demo_namespace: String,
+    /// Demo pods per namespace.
+    #[arg(long, default_value_t = 3)]
+    demo_pods: usize,
+    /// Prefix of the pods' network namespaces.
+    #[arg(long, default_value = "sbx")]
+    netns_prefix: String,
+    /// Where Services' ClusterIPs come from (`CIDR[,CIDR]` for dual stack).
+    #[arg(long, default_value = "10.96.0.0/12")]
+    service_cidr: String,
+    /// Seconds to wait for the pods to run.
+    #[arg(long, value_name = "SECS", default_value_t = 90)]
+    pod_timeout: u64,
+    /// Nodes: the first in this machine's network namespace, each other in one of its own, joined by Geneve
+    /// over an underlay segment.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=16))]
+    nodes: u8,
+    /// The underlay segment of the nodes' tunnels.
+    #[arg(long, default_value = "198.18.0.0/24")]
+    underlay_cidr: String,
+    /// NB and SB as raft clusters of 3 members each; every client is given all three.
+    #[arg(long)]
+    raft: bool,
+}
+
+impl UpArgs {
+    fn options(self) -> UpOptions {
+        let settings = Settings {
+            node_name: self.node_name,
+            bridge: self.bridge,
+            node_nic: self.node_nic,
+            api_addr: format!("127.0.0.1:{}", self.api_port),
+            default_cidr: self.default_cidr,
+            join_cidr: self.join_cidr,
+            demo_cidr: self.demo_cidr,
+            demo_namespace: self.demo_namespace,
+            demo_pods: self.demo_pods,
+            netns_prefix: self.netns_prefix,
+            service_cidr: self.service_cidr,
+            nodes: usize::from(self.nodes),
+            underlay_cidr: self.underlay_cidr,
+            raft: self.raft,
+            ..Settings::default()
         };
-        let mut value = || {
-            inline
-                .clone()
-                .or_else(|| it.next())
-                .ok_or_else(|| format!("{flag} needs a value"))
-        };
-        let s = &mut up.settings;
-        match flag.as_str() {
-            "--state-dir" => dir = PathBuf::from(value()?),
-            "--bin-dir" => up.bin_dir = Some(PathBuf::from(value()?)),
-            "--no-install" => up.install = false,
-            "--no-demo" => up.no_demo = true,
-            "-c" | "--container" => container = Some(value()?),
-            "--node-name" => s.node_name = value()?,
-            "--bridge" => s.bridge = value()?,
-            "--node-nic" => s.node_nic = value()?,
-            "--api-port" => {
-                let p: u16 = value()?.parse().map_err(|e| format!("--api-port: {e}"))?;
-                s.api_addr = format!("127.0.0.1:{p}");
-            }
-            "--default-cidr" => s.default_cidr = value()?,
-            "--join-cidr" => s.join_cidr = value()?,
-            "--demo-cidr" => s.demo_cidr = value()?,
-            "--demo-namespace" => s.demo_namespace = value()?,
-            "--demo-pods" => {
-                s.demo_pods = value()?.parse().map_err(|e| format!("--demo-pods: {e}"))?
-            }
-            "--netns-prefix" => s.netns_prefix = value()?,
-            "--service-cidr" => s.service_cidr = value()?,
-            "--nodes" => {
-                s.nodes = value()?
-                    .parse()
-                    .ok()
-                    .filter(|n| (1..=16).contains(n))
-                    .ok_or_else(|| format!("--nodes: a number from 1 to 16\n{USAGE}"))?
-            }
-            "--underlay-cidr" => s.underlay_cidr = value()?,
-            "--raft" => s.raft = true,
-            "--pod-timeout" => {
-                let secs: u64 = value()?
-                    .parse()
-                    .map_err(|e| format!("--pod-timeout: {e}"))?;
-                up.pod_timeout = Some(Duration::from_secs(secs));
-            }
-            "-h" | "--help" | "help" => return Err(USAGE.to_owned()),
-            f if f.starts_with('-') => return Err(format!("unknown flag {f:?}\n{USAGE}")),
-            _ if command.is_none() => command = Some(a),
-            _ => positional.push(a),
+        UpOptions {
+            console: sandbox::Console::stdout(),
+            settings,
+            bin_dir: self.bin_dir,
+            install: !self.no_install,
+            no_demo: self.no_demo,
+            pod_timeout: Some(Duration::from_secs(self.pod_timeout)),
         }
     }
-    let dir = StateDir::new(dir);
-    let cmd = match command.as_deref() {
-        Some("up") => Cmd::Up(Box::new(up)),
-        Some("down") => Cmd::Down,
-        Some("status") => Cmd::Status,
-        Some("kubelet") => Cmd::Kubelet,
-        Some("leader-proxy") => Cmd::LeaderProxy,
-        Some("kill-leader") => {
-            let [db] = positional.as_slice() else {
-                return Err(format!("kill-leader takes nb or sb\n{USAGE}"));
-            };
-            Cmd::KillLeader(db.clone())
-        }
-        Some("exec") => {
-            let [target] = positional.as_slice() else {
-                return Err(format!("exec takes NAMESPACE/POD -- COMMAND...\n{USAGE}"));
-            };
-            if rest.is_empty() {
-                return Err("exec: no command after --".into());
-            }
-            Cmd::Exec(target.clone(), rest)
-        }
-        Some("logs") => {
-            let [target] = positional.as_slice() else {
-                return Err(format!("logs takes NAMESPACE/POD [-c CONTAINER]\n{USAGE}"));
-            };
-            Cmd::Logs(target.clone(), container)
-        }
-        Some(other) => return Err(format!("unknown command {other:?}\n{USAGE}")),
-        None => return Err(USAGE.to_owned()),
+}
+
+fn init_logs(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Text => builder.try_init(),
+        LogFormat::Json => builder.json().try_init(),
     };
-    Ok((dir, cmd))
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
@@ -162,51 +190,86 @@ fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
         })
 }
 
-fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    if args.first().map(String::as_str) == Some(kube_ovn_sandbox::containers::SHIM_COMMAND) {
-        // The kubelet's monitor of one container: before any thread exists (it enters a namespace).
-        let code = kube_ovn_sandbox::containers::shim(&args[1..]);
-        return ExitCode::from(u8::try_from(code & 0xff).unwrap_or(1));
+/// Resolves on SIGTERM or Ctrl-C.
+async fn terminated() {
+    use tokio::signal::unix::{signal, SignalKind};
+    match signal(SignalKind::terminate()) {
+        Ok(mut t) => {
+            tokio::select! {
+                _ = t.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+        }
+        Err(_) => std::future::pending().await,
     }
-    if args.first().map(String::as_str) == Some(kube_ovn_sandbox::transport::SERVE_NAME_COMMAND) {
+}
+
+/// The programs `up` runs as this binary's hidden subcommands with raw arguments: a container's monitor (before
+/// any thread exists: it enters a namespace) and the demo's servers.
+fn helper(args: &[String]) -> Option<ExitCode> {
+    use kubeovn_sandbox::{containers, transport};
+    let first = args.first()?.as_str();
+    if ![
+        containers::SHIM_COMMAND,
+        transport::SERVE_NAME_COMMAND,
+        transport::SERVE_PEER_COMMAND,
+    ]
+    .contains(&first)
+    {
+        return None;
+    }
+    // Their messages (a container that could not start) go to their stderr: the container's log.
+    init_logs(LogFormat::Text);
+    if first == containers::SHIM_COMMAND {
+        let code = containers::shim(&args[1..]);
+        return Some(ExitCode::from(u8::try_from(code & 0xff).unwrap_or(1)));
+    }
+    if first == transport::SERVE_NAME_COMMAND {
         // The demo's backends: answer with the pod's name.
         let port = args.get(1).and_then(|p| p.parse().ok()).unwrap_or(8080);
         let name = std::env::var("HOSTNAME").unwrap_or_else(|_| "?".into());
-        if let Err(e) = kube_ovn_sandbox::transport::serve_name(port, &name) {
-            eprintln!("kube-ovn-sandbox serve-name: {e}");
-            return ExitCode::FAILURE;
-        }
-        return ExitCode::SUCCESS;
+        return Some(match transport::serve_name(port, &name) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("kube-ovn-sandbox serve-name: {e}");
+                ExitCode::FAILURE
+            }
+        });
     }
-    if args.first().map(String::as_str) == Some(kube_ovn_sandbox::transport::SERVE_PEER_COMMAND) {
+    if first == transport::SERVE_PEER_COMMAND {
         // The external network's server: answer with the peer's address.
         let Some(addr) = args.get(1).and_then(|a| a.parse().ok()) else {
             eprintln!("kube-ovn-sandbox serve-peer: an ADDRESS:PORT to serve on is needed");
-            return ExitCode::from(2);
+            return Some(ExitCode::from(2));
         };
-        if let Err(e) = kube_ovn_sandbox::transport::serve_peer(addr) {
-            eprintln!("kube-ovn-sandbox serve-peer: {e}");
-            return ExitCode::FAILURE;
-        }
-        return ExitCode::SUCCESS;
+        return Some(match transport::serve_peer(addr) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("kube-ovn-sandbox serve-peer: {e}");
+                ExitCode::FAILURE
+            }
+        });
     }
-    let (dir, cmd) = match parse(args) {
-        Ok(x) => x,
-        Err(e) => {
-            eprintln!("{e}");
-            return ExitCode::from(2);
-        }
-    };
-    match cmd {
-        Cmd::Exec(target, argv) => {
+    None
+}
+
+fn main() -> ExitCode {
+    let raw: Vec<String> = std::env::args().skip(1).collect();
+    if let Some(code) = helper(&raw) {
+        return code;
+    }
+    let cli = Cli::parse();
+    let dir = StateDir::new(&cli.state_dir);
+    init_logs(cli.log_format);
+    match cli.command {
+        Command::Exec { pod, command } => {
             // Before any thread exists: setns then exec.
-            let e = kube_ovn_sandbox::exec::exec(&dir, &target, &argv);
-            eprintln!("kube-ovn-sandbox: {e}");
+            let e = kubeovn_sandbox::exec::exec(&dir, &pod, &command);
+            eprintln!("kube-ovn-sandbox exec: {e}");
             ExitCode::from(127)
         }
-        Cmd::Logs(target, container) => {
-            match kube_ovn_sandbox::kubelet::log_file(&dir, &target, container.as_deref()) {
+        Command::Logs { pod, container } => {
+            match kubeovn_sandbox::kubelet::log_file(&dir, &pod, container.as_deref()) {
                 Ok(path) => {
                     // A container that has not written anything yet has no log file: no output.
                     let text = std::fs::read(&path).unwrap_or_default();
@@ -219,7 +282,7 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Cmd::Down => match sandbox::down(&dir) {
+        Command::Down => match sandbox::down(&dir) {
             Ok(()) => {
                 println!("sandbox in {} is down", dir.root().display());
                 ExitCode::SUCCESS
@@ -229,7 +292,7 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
-        Cmd::Status => match sandbox::status(&dir) {
+        Command::Status => match sandbox::status(&dir, &sandbox::Console::stdout()) {
             Ok(true) => ExitCode::SUCCESS,
             Ok(false) => ExitCode::from(3),
             Err(e) => {
@@ -237,7 +300,8 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
-        Cmd::Up(opts) => {
+        Command::Up(args) => {
+            let opts = args.options();
             let rt = match runtime() {
                 Ok(rt) => rt,
                 Err(c) => return c,
@@ -251,12 +315,12 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Cmd::KillLeader(db) => {
+        Command::KillLeader { db } => {
             let rt = match runtime() {
                 Ok(rt) => rt,
                 Err(c) => return c,
             };
-            match rt.block_on(sandbox::kill_leader(&dir, &db)) {
+            match rt.block_on(sandbox::kill_leader(&dir, &db, &sandbox::Console::stdout())) {
                 Ok(_) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("kube-ovn-sandbox kill-leader: {e}");
@@ -264,7 +328,7 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Cmd::LeaderProxy => {
+        Command::LeaderProxy => {
             let rt = match runtime() {
                 Ok(rt) => rt,
                 Err(c) => return c,
@@ -277,49 +341,42 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Cmd::Kubelet => {
+        Command::Kubelet => {
             let rt = match runtime() {
                 Ok(rt) => rt,
                 Err(c) => return c,
             };
             rt.block_on(async {
-                let kubeconfig = dir.kubeconfig();
-                let k = match kube_ovn_sandbox::kubelet::Kubelet::new(dir).await {
+                let k = match kubeovn_sandbox::kubelet::Kubelet::new(dir).await {
                     Ok(k) => k,
                     Err(e) => {
                         eprintln!("kubelet: {e}");
                         return ExitCode::FAILURE;
                     }
                 };
-                let shutdown = async {
-                    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-                    {
-                        Ok(mut t) => {
-                            tokio::select! {
-                                _ = t.recv() => {}
-                                _ = tokio::signal::ctrl_c() => {}
-                            }
-                        }
-                        Err(_) => std::future::pending().await,
-                    }
-                };
-                // The EndpointSlice controller runs beside the kubelet, in the same process, until the same
-                // signal.
-                let shutdown = futures::FutureExt::shared(Box::pin(shutdown));
-                let slices = async {
-                    let r = match kube_ovn_sandbox::kubelet::client(&kubeconfig).await {
-                        Ok(c) => kube_ovn_sandbox::endpoints::run(c, shutdown.clone()).await,
-                        Err(e) => Err(e),
-                    };
-                    if let Err(e) = r {
-                        eprintln!("endpointslices: {e}");
-                    }
-                };
-                let (kubelet, ()) = tokio::join!(k.run(shutdown.clone()), slices);
-                match kubelet {
+                match k.run(terminated()).await {
                     Ok(()) => ExitCode::SUCCESS,
                     Err(e) => {
                         eprintln!("kubelet: {e}");
+                        ExitCode::FAILURE
+                    }
+                }
+            })
+        }
+        Command::Endpoints => {
+            let rt = match runtime() {
+                Ok(rt) => rt,
+                Err(c) => return c,
+            };
+            rt.block_on(async {
+                let r = match kubeovn_sandbox::kubelet::client(&dir.kubeconfig()).await {
+                    Ok(c) => kubeovn_sandbox::endpoints::run(c, terminated()).await,
+                    Err(e) => Err(e),
+                };
+                match r {
+                    Ok(()) => ExitCode::SUCCESS,
+                    Err(e) => {
+                        eprintln!("endpointslices: {e}");
                         ExitCode::FAILURE
                     }
                 }

@@ -29,7 +29,7 @@ fn ping(from: &Path, ip: IpAddr) -> bool {
 fn reach(from: &Path, name: &str, ip: IpAddr) -> Vec<String> {
     let mut bad = Vec::new();
     for udp in [false, true] {
-        let got = kube_ovn_sandbox::transport::ask_name(
+        let got = kubeovn_sandbox::transport::ask_name(
             from,
             SocketAddr::new(ip, 80),
             udp,
@@ -237,7 +237,7 @@ fn three_nodes_carry_pod_traffic_over_geneve() {
             &format!("{pod} to the world"),
             Duration::from_secs(10),
             || {
-                kube_ovn_sandbox::transport::ask_name(
+                kubeovn_sandbox::transport::ask_name(
                     &netns(pod),
                     world,
                     false,
@@ -247,7 +247,7 @@ fn three_nodes_carry_pod_traffic_over_geneve() {
             },
         );
         for udp in [false, true] {
-            let seen = kube_ovn_sandbox::transport::ask_name(
+            let seen = kubeovn_sandbox::transport::ask_name(
                 &netns(pod),
                 world,
                 udp,
@@ -261,7 +261,7 @@ fn three_nodes_carry_pod_traffic_over_geneve() {
         }
     }
     for pod in ["blue/b1", "blue/b3"] {
-        let seen = kube_ovn_sandbox::transport::ask_name(
+        let seen = kubeovn_sandbox::transport::ask_name(
             &netns(pod),
             world,
             false,
@@ -307,7 +307,7 @@ fn three_nodes_carry_pod_traffic_over_geneve() {
         .map(|(_, p)| p)
         .unwrap();
     let seen_by_world = |udp: bool| {
-        kube_ovn_sandbox::transport::ask_name(&g1, world, udp, Duration::from_millis(700))
+        kubeovn_sandbox::transport::ask_name(&g1, world, udp, Duration::from_millis(700))
     };
     common::wait_until("green/g1 through node 2", Duration::from_secs(20), || {
         seen_by_world(false).as_deref() == Ok("198.18.0.2")
@@ -320,7 +320,7 @@ fn three_nodes_carry_pod_traffic_over_geneve() {
     let pids: Vec<Value> =
         serde_json::from_slice(&std::fs::read(node2.join("pids.json")).unwrap()).unwrap();
     let stopped = std::time::Instant::now();
-    kube_ovn_sandbox::ovn::stop_monitored_vswitchd(&node2.join("ovn"), Duration::from_secs(3));
+    kubeovn_sandbox::ovn::stop_monitored_vswitchd(&node2.join("ovn"), Duration::from_secs(3));
     for p in pids.iter().rev() {
         let pid = p["pid"].as_u64().unwrap().to_string();
         let _ = Command::new("kill").args(["-TERM", &pid]).status();

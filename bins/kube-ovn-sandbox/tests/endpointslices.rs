@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use kube_ovn_sandbox::endpoints::{self, CONTROLLER_NAME, LABEL_MANAGED_BY, LABEL_SERVICE_NAME};
+use kubeovn_sandbox::endpoints::{self, CONTROLLER_NAME, LABEL_MANAGED_BY, LABEL_SERVICE_NAME};
 use kubeovn_testapi::{Config, TestApiServer};
 use serde_json::{json, Value};
 use tokio::sync::oneshot;
@@ -578,11 +578,12 @@ async fn over_a_hundred_endpoints_split_and_a_restart_writes_nothing() {
     c.stop().await;
 }
 
-/// `kube-ovn-sandbox kubelet`, the long-running process `up` starts, keeps slices too: a host-network pod
-/// (no network namespace, so no root) reported Ready by that kubelet appears in its Service's slice.
+/// `kube-ovn-sandbox endpoints`, the process `up` starts once per cluster, keeps the slices of the pods
+/// `kube-ovn-sandbox kubelet` runs: a host-network pod (no network namespace, so no root) reported Ready by
+/// that kubelet appears in its Service's slice. Both stop on SIGTERM.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_kubelet_process_keeps_slices() {
-    use kube_ovn_sandbox::state::{write_json, Settings, StateDir};
+async fn the_endpoints_process_keeps_slices() {
+    use kubeovn_sandbox::state::{write_json, Settings, StateDir};
     let env = Env::start().await;
     let state = StateDir::new(env.dir.path().join("state"));
     std::fs::create_dir_all(state.cni_conf_dir()).unwrap();
@@ -594,15 +595,19 @@ async fn the_kubelet_process_keeps_slices() {
         &json!({"cniVersion": "1.0.0", "name": "t", "plugins": [{"type": "none"}]}),
     )
     .unwrap();
-    let log = std::fs::File::create(env.dir.path().join("kubelet.log")).unwrap();
-    let mut kubelet = std::process::Command::new(env!("CARGO_BIN_EXE_kube-ovn-sandbox"))
-        .arg("kubelet")
-        .arg("--state-dir")
-        .arg(state.root())
-        .stdout(log.try_clone().unwrap())
-        .stderr(log)
-        .spawn()
-        .unwrap();
+    let start = |what: &str| {
+        let log = std::fs::File::create(env.dir.path().join(format!("{what}.log"))).unwrap();
+        std::process::Command::new(env!("CARGO_BIN_EXE_kube-ovn-sandbox"))
+            .arg(what)
+            .arg("--state-dir")
+            .arg(state.root())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap()
+    };
+    let mut kubelet = start("kubelet");
+    let mut slices_process = start("endpoints");
     let pod: Pod = serde_json::from_value(json!({
         "metadata": {"name": "host", "labels": {"app": "host"}},
         "spec": {"hostNetwork": true, "containers": [{"name": "c", "image": "any", "command": ["sleep", "60"]}]},
@@ -634,21 +639,23 @@ async fn the_kubelet_process_keeps_slices() {
     })
     .await;
 
-    // SIGTERM stops the kubelet and the controller with it.
-    let pid = nix::unistd::Pid::from_raw(kubelet.id() as i32);
-    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let status = loop {
-        if let Some(s) = kubelet.try_wait().unwrap() {
-            break s;
-        }
-        if Instant::now() > deadline {
-            let _ = kubelet.kill();
-            let _ = kubelet.wait();
-            panic!("kubelet did not stop on SIGTERM");
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
-    let log = std::fs::read_to_string(env.dir.path().join("kubelet.log")).unwrap();
-    assert!(status.success(), "kubelet exited {status}: {log}");
+    // SIGTERM stops each.
+    for (what, child) in [("kubelet", &mut kubelet), ("endpoints", &mut slices_process)] {
+        let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let status = loop {
+            if let Some(s) = child.try_wait().unwrap() {
+                break s;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("{what} did not stop on SIGTERM");
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        let log = std::fs::read_to_string(env.dir.path().join(format!("{what}.log"))).unwrap();
+        assert!(status.success(), "{what} exited {status}: {log}");
+    }
 }

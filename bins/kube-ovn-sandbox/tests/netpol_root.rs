@@ -721,8 +721,8 @@ impl Cluster {
                 },
             );
             let v = info.unwrap();
-            let dir = kube_ovn_sandbox::state::StateDir::new(self.sb.dir.path());
-            let rec = kube_ovn_sandbox::kubelet::find_record(&dir, ns, p).unwrap();
+            let dir = kubeovn_sandbox::state::StateDir::new(self.sb.dir.path());
+            let rec = kubeovn_sandbox::kubelet::find_record(&dir, ns, p).unwrap();
             let labels: Labels =
                 serde_json::from_value(v["metadata"]["labels"].clone()).unwrap_or_default();
             let pod = PodInfo {
@@ -762,7 +762,7 @@ impl Cluster {
                 .iter()
                 .map(|(netns, src, dst, addr, port, proto, from)| {
                     s.spawn(move || {
-                        let r = kube_ovn_sandbox::transport::ask_name_from(
+                        let r = kubeovn_sandbox::transport::ask_name_from(
                             netns,
                             *addr,
                             *proto == Proto::Udp,
@@ -834,7 +834,7 @@ impl Cluster {
                     .iter()
                     .map(|(p, w, from)| {
                         s.spawn(move || {
-                            let r = kube_ovn_sandbox::transport::ask_name_from(
+                            let r = kubeovn_sandbox::transport::ask_name_from(
                                 &p.netns,
                                 vip,
                                 false,

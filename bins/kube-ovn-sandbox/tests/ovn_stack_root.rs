@@ -2,7 +2,7 @@
 
 #![allow(clippy::unwrap_used)]
 
-use kube_ovn_sandbox::ovn::{missing_programs, OvnOptions, OvnStack};
+use kubeovn_sandbox::ovn::{missing_programs, OvnOptions, OvnStack};
 use kubeovn_ovn::vswitch::{OpenVSwitch, OvsdbOpenVSwitch};
 
 #[path = "../../../test-support/skip.rs"]

@@ -15,7 +15,7 @@
 use std::process::Command;
 use std::time::Duration;
 
-use kube_ovn_sandbox::procs::{self, ProcRecord};
+use kubeovn_sandbox::procs::{self, ProcRecord};
 
 mod common;
 use common::*;

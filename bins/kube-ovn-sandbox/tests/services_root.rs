@@ -16,8 +16,8 @@ use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use kube_ovn_sandbox::state::StateDir;
-use kube_ovn_sandbox::transport::{ask_name, SERVE_NAME_COMMAND};
+use kubeovn_sandbox::state::StateDir;
+use kubeovn_sandbox::transport::{ask_name, SERVE_NAME_COMMAND};
 use serde_json::{json, Value};
 
 mod common;
@@ -40,7 +40,7 @@ impl Sandbox {
     /// The network namespace of pod `ns/name`.
     fn netns_of(&self, ns: &str, name: &str) -> std::path::PathBuf {
         let dir = StateDir::new(self.dir.path());
-        kube_ovn_sandbox::kubelet::find_record(&dir, ns, name)
+        kubeovn_sandbox::kubelet::find_record(&dir, ns, name)
             .unwrap_or_else(|| panic!("no sandbox for {ns}/{name}"))
             .netns
     }

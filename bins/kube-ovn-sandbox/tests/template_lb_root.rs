@@ -13,7 +13,7 @@
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use kube_ovn_sandbox::ovn::{missing_programs, OvnOptions, OvnStack};
+use kubeovn_sandbox::ovn::{missing_programs, OvnOptions, OvnStack};
 use kubeovn_ovn::northbound::{
     template_var_name, Batch, ChassisTemplateVars, LbTarget, LoadBalancer, LoadBalancerGroup,
     LoadBalancerProtocol, LogicalSwitch, Northbound, OvsdbNorthbound, Patch, Router, SwitchPort,
@@ -413,7 +413,7 @@ impl Node {
             &[
                 "create",
                 db.to_str().unwrap(),
-                kube_ovn_sandbox::ovn::VSWITCH_SCHEMA,
+                kubeovn_sandbox::ovn::VSWITCH_SCHEMA,
             ],
         );
         let sock = dir.join("db.sock");

@@ -20,10 +20,10 @@ use std::path::PathBuf;
 use std::process::{Command, ExitCode, Stdio};
 use std::time::Duration;
 
-use kube_ovn_sandbox::kubelet::{all_records, records, PodRecord};
-use kube_ovn_sandbox::procs::ProcRecord;
-use kube_ovn_sandbox::state::{read_json, Settings, StateDir, DEFAULT_STATE_DIR};
-use kube_ovn_sandbox::transport;
+use kubeovn_sandbox_state::procs::ProcRecord;
+use kubeovn_sandbox_state::records::{all_records, records, PodRecord};
+use kubeovn_sandbox_state::state::{read_json, Settings, StateDir, DEFAULT_STATE_DIR};
+use kubeovn_sandbox_state::transport;
 use serde_json::Value;
 
 const USAGE: &str = "usage: kubectl ko [--sandbox DIR] COMMAND

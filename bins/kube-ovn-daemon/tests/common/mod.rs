@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
-use kube_ovn_sandbox::ovn::{missing_programs, OvnOptions, OvnStack};
+use kubeovn_ovn_stack::ovn::{missing_programs, OvnOptions, OvnStack};
 use kubeovn_cni::node::{
     init_node, CniHandler, HandlerConfig, IcmpGatewayProbe, Metrics, NodeConfig, PodNetwork,
     PodNetworkSource, Server, StaticPodNetworks,

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use kube_ovn_sandbox::ovn::missing_programs;
+use kubeovn_sandbox::ovn::missing_programs;
 use serde_json::Value;
 
 #[path = "../../../../test-support/cargo_build.rs"]
@@ -197,8 +197,8 @@ impl Sandbox {
     /// Every pod of every node with its network namespace (`namespace/name`, path), from the kubelets'
     /// records.
     pub fn netns_of_pods(&self) -> Vec<(String, PathBuf)> {
-        let dir = kube_ovn_sandbox::state::StateDir::new(self.dir.path());
-        kube_ovn_sandbox::kubelet::all_records(&dir)
+        let dir = kubeovn_sandbox::state::StateDir::new(self.dir.path());
+        kubeovn_sandbox::kubelet::all_records(&dir)
             .into_iter()
             .map(|r| (format!("{}/{}", r.namespace, r.name), r.netns))
             .collect()
@@ -252,7 +252,7 @@ pub fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
 /// bridge, join interface, netns prefix) and `args` (CIDRs, demo size). Returns the sandbox and `up`'s output.
 pub fn up(letters: &str, args: &[&str]) -> (Sandbox, Output) {
     let t0 = Instant::now();
-    while let Some((pid, cmd)) = kube_ovn_sandbox::sandbox::other_vswitchd() {
+    while let Some((pid, cmd)) = kubeovn_sandbox::sandbox::other_vswitchd() {
         assert!(
             t0.elapsed() < Duration::from_secs(180),
             "another ovs-vswitchd (pid {pid}: {cmd}) kept running for 3 minutes"

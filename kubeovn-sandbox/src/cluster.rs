@@ -27,7 +27,7 @@ use kubeovn_netdev::ipnetwork::IpNetwork;
 use kubeovn_netdev::{NetOp, Netdev, NetlinkNetdev, RouteSpec, VethSpec};
 use kubeovn_ovn::vswitch::{BridgeSpec, OpenVSwitch, OvsBatch, OvsdbOpenVSwitch, PortSpec};
 
-use crate::procs::block_on_thread;
+use crate::block_on_thread;
 use crate::state::Settings;
 use crate::SandboxError;
 
@@ -131,14 +131,16 @@ pub async fn underlay(
     addr: IpNetwork,
     ports: &[String],
 ) -> Result<(), SandboxError> {
-    let ovs = OvsdbOpenVSwitch::connect(ovs_remote).await?;
+    let ovs = OvsdbOpenVSwitch::connect(ovs_remote)
+        .await
+        .map_err(SandboxError::ovsdb)?;
     let br = underlay_bridge(s);
     let mut b = OvsBatch::new();
     b.add(BridgeSpec::new(&br).datapath_type("netdev"));
     for p in ports {
         b.add(PortSpec::new(&br, p));
     }
-    ovs.commit(b).await?;
+    ovs.commit(b).await.map_err(SandboxError::ovsdb)?;
     let nd = netdev(s)?;
     let t0 = Instant::now();
     while nd
@@ -197,13 +199,15 @@ pub async fn wire_node(
         ])
         .await
         .map_err(|e| failed("underlay veth up", e.to_string()))?;
-    let ovs = OvsdbOpenVSwitch::connect(first_ovs).await?;
+    let ovs = OvsdbOpenVSwitch::connect(first_ovs)
+        .await
+        .map_err(SandboxError::ovsdb)?;
     let mut b = OvsBatch::new();
     b.add(PortSpec::new(
         underlay_bridge(cluster),
         host_veth(cluster, k),
     ));
-    ovs.commit(b).await?;
+    ovs.commit(b).await.map_err(SandboxError::ovsdb)?;
     Ok(path)
 }
 
@@ -285,13 +289,15 @@ pub async fn wire_external(cluster: &Settings, first_ovs: &str) -> Result<PathBu
     ])
     .await
     .map_err(|e| failed("external namespace", e.to_string()))?;
-    let ovs = OvsdbOpenVSwitch::connect(first_ovs).await?;
+    let ovs = OvsdbOpenVSwitch::connect(first_ovs)
+        .await
+        .map_err(SandboxError::ovsdb)?;
     let mut b = OvsBatch::new();
     b.add(PortSpec::new(
         underlay_bridge(cluster),
         external_veth(cluster),
     ));
-    ovs.commit(b).await?;
+    ovs.commit(b).await.map_err(SandboxError::ovsdb)?;
     Ok(path)
 }
 

@@ -8,21 +8,10 @@ use std::ffi::CString;
 
 use nix::sched::{setns, CloneFlags};
 
-use crate::kubelet::find_record;
-use crate::state::StateDir;
-use crate::SandboxError;
-
-/// Splits `NAMESPACE/POD` (a bare `POD` is in `default`).
-pub fn parse_pod(target: &str) -> Result<(String, String), SandboxError> {
-    let (ns, name) = target.split_once('/').unwrap_or(("default", target));
-    if ns.is_empty() || name.is_empty() || name.contains('/') {
-        return Err(SandboxError::Failed {
-            what: "exec",
-            detail: format!("{target:?} is not NAMESPACE/POD"),
-        });
-    }
-    Ok((ns.to_owned(), name.to_owned()))
-}
+use kubeovn_sandbox_state::records::find_record;
+pub use kubeovn_sandbox_state::records::parse_pod;
+use kubeovn_sandbox_state::state::StateDir;
+use kubeovn_sandbox_state::SandboxError;
 
 /// Enters the pod's network namespace and execs `argv`; returns only on failure.
 pub fn exec(dir: &StateDir, target: &str, argv: &[String]) -> SandboxError {

@@ -7,8 +7,8 @@
 //! made at the root of the hierarchy with the default weight, and removed on drop.
 //!
 //! ```no_run
-//! # fn demo() -> Result<(), kube_ovn_sandbox::SandboxError> {
-//! use kube_ovn_sandbox::cgroup::CpuGroup;
+//! # fn demo() -> Result<(), kubeovn_ovn_stack::SandboxError> {
+//! use kubeovn_ovn_stack::cgroup::CpuGroup;
 //! let group = CpuGroup::create("kovn-demo")?;
 //! group.add(std::process::id())?;
 //! # Ok(()) }
@@ -129,7 +129,7 @@ mod tests {
     #[test]
     fn root_group_takes_a_process_and_is_removed_on_drop() {
         if !nix::unistd::geteuid().is_root() || cpu_root().is_err() {
-            crate::skip::skip("needs root and a cpu cgroup controller");
+            kubeovn_test_support::skip::skip("needs root and a cpu cgroup controller");
             return;
         }
         let mut child = std::process::Command::new("sleep")

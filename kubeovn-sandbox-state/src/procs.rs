@@ -70,20 +70,6 @@ impl ProcRecord {
     }
 }
 
-/// Runs `f` to completion on a thread of its own with a runtime of its own: for cleanup that may be called
-/// from inside a tokio runtime (a test's drop), where `block_on` would panic.
-pub fn block_on_thread<F>(f: F)
-where
-    F: std::future::Future<Output = ()> + Send + 'static,
-{
-    let _ = std::thread::spawn(move || {
-        if let Ok(rt) = tokio::runtime::Builder::new_current_thread().build() {
-            rt.block_on(f);
-        }
-    })
-    .join();
-}
-
 /// The process named in `pidfile` if it runs as `comm`: a daemon run under OVS's `--monitor` (the recorded
 /// pid is the monitor's; the pid file names the daemon, a new one after each restart).
 pub fn from_pidfile(pidfile: &Path, comm: &str) -> Option<ProcRecord> {

@@ -5,10 +5,11 @@
 //! DIR/sandbox.json        the settings `up` used (Settings)
 //! DIR/pids.json           the processes started, with their start times (procs::ProcRecord)
 //! DIR/kubeconfig          for kubectl and our binaries
-//! DIR/ovn/                NB, SB, OVS databases, sockets, logs (ovn::OvnStack)
+//! DIR/ovn/                NB, SB, OVS databases, sockets, logs (kubeovn-ovn-stack's OvnStack; the socket
+//!                         names: [`remotes`])
 //! DIR/run/                the daemon's socket
 //! DIR/cni/bin, cni/net.d  the shim and the conflist, where a runtime looks
-//! DIR/pods/<uid>.json     one record per pod sandbox the kubelet made (kubelet::PodRecord)
+//! DIR/pods/<uid>.json     one record per pod sandbox the kubelet made (records::PodRecord)
 //! DIR/logs/               the logs of our binaries
 //! DIR/nodes/NAME/         the same for each node beyond the first (its ovn/ holds only Open_vSwitch)
 //! ```
@@ -21,6 +22,13 @@ use crate::SandboxError;
 
 /// The default state directory.
 pub const DEFAULT_STATE_DIR: &str = "/var/lib/kube-ovn-sandbox";
+
+/// Where named network namespaces live (`ip netns`'s directory; kubeovn-netdev's `NETNS_RUN_DIR`).
+pub const NETNS_RUN_DIR: &str = "/var/run/netns";
+
+/// The environment variable naming the state directory (`--state-dir`'s default, also for kubectl-ko and the
+/// pinger).
+pub const STATE_DIR_ENV: &str = "KUBE_OVN_SANDBOX_DIR";
 
 /// The settings of one sandbox (`DIR/sandbox.json`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -55,7 +63,7 @@ pub struct Settings {
     #[serde(default = "default_service_cidr")]
     pub service_cidr: String,
     /// The nodes of the cluster (`up --nodes N`): the first is this machine's own network namespace, the
-    /// others each have one of their own ([`crate::cluster`]).
+    /// others each have one of their own (kubeovn-sandbox's `cluster`).
     #[serde(default = "one")]
     pub nodes: usize,
     /// The underlay segment the nodes' tunnels run over (the nodes take its 1st, 2nd, ... addresses).
@@ -122,7 +130,7 @@ impl Default for Settings {
             demo_namespace: "demo".into(),
             api_addr: "127.0.0.1:16443".into(),
             netns_prefix: "sbx".into(),
-            netns_dir: PathBuf::from(kubeovn_netdev::NETNS_RUN_DIR),
+            netns_dir: PathBuf::from(NETNS_RUN_DIR),
             demo_pods: 3,
             daemon_metrics_addr: "127.0.0.1:10665".into(),
             service_cidr: default_service_cidr(),
@@ -191,7 +199,7 @@ impl StateDir {
 
     /// `unix:DIR/ovn/nb.sock` (every member's socket with raft).
     pub fn nb_remote(&self) -> String {
-        crate::ovn::remotes(&self.ovn_dir(), "nb", self.raft())
+        remotes(&self.ovn_dir(), "nb", self.raft())
     }
 
     /// `DIR/nodes/NAME`: the state of the cluster's node `name` beyond the first (its settings, Open_vSwitch
@@ -211,7 +219,7 @@ impl StateDir {
 
     /// `unix:DIR/ovn/sb.sock` (every member's socket with raft).
     pub fn sb_remote(&self) -> String {
-        crate::ovn::remotes(&self.ovn_dir(), "sb", self.raft())
+        remotes(&self.ovn_dir(), "sb", self.raft())
     }
 
     /// `unix:DIR/ovn/ovs.sock`.
@@ -263,6 +271,41 @@ impl StateDir {
     pub fn save_settings(&self, s: &Settings) -> Result<(), SandboxError> {
         write_json(&self.settings_file(), s)
     }
+}
+
+/// Members of each raft database (`--raft`).
+pub const RAFT_MEMBERS: usize = 3;
+
+/// The file stems of database `db`'s members (`nb`, `nb1`, `nb2`): the first is the stem of the
+/// standalone database too.
+pub fn member_stems(db: &str) -> [&'static str; RAFT_MEMBERS] {
+    match db {
+        "nb" => ["nb", "nb1", "nb2"],
+        _ => ["sb", "sb1", "sb2"],
+    }
+}
+
+/// The process name of the ovsdb-server of `stem`.
+pub fn server_name(stem: &str) -> &'static str {
+    match stem {
+        "nb" => "ovsdb-server-nb",
+        "nb1" => "ovsdb-server-nb1",
+        "nb2" => "ovsdb-server-nb2",
+        "sb" => "ovsdb-server-sb",
+        "sb1" => "ovsdb-server-sb1",
+        "sb2" => "ovsdb-server-sb2",
+        _ => "ovsdb-server-ovs",
+    }
+}
+
+/// Database `db`'s (`nb` or `sb`) remotes in `dir`: one socket, or every member's with raft.
+pub fn remotes(dir: &Path, db: &str, raft: bool) -> String {
+    let n = if raft { RAFT_MEMBERS } else { 1 };
+    member_stems(db)[..n]
+        .iter()
+        .map(|s| format!("unix:{}", dir.join(format!("{s}.sock")).display()))
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 /// Reads a JSON file.

@@ -8,8 +8,8 @@
 //! [`OvsdbOpenVSwitch`], not `ovs-vsctl`.
 //!
 //! ```no_run
-//! # async fn demo() -> Result<(), kube_ovn_sandbox::SandboxError> {
-//! use kube_ovn_sandbox::ovn::{OvnOptions, OvnStack};
+//! # async fn demo() -> Result<(), kubeovn_ovn_stack::SandboxError> {
+//! use kubeovn_ovn_stack::ovn::{OvnOptions, OvnStack};
 //! let dir = std::path::Path::new("/tmp/ovn-demo");
 //! let stack = OvnStack::start(dir, OvnOptions::new("br-demo")).await?;
 //! println!("NB at {}, OVS at {}", stack.nb_remote(), stack.ovs_remote());
@@ -149,40 +149,8 @@ impl std::fmt::Debug for OvnStack {
     }
 }
 
-/// Members of each raft database (`--raft`).
-pub const RAFT_MEMBERS: usize = 3;
-
-/// The file stems of database `db`'s members (`nb`, `nb1`, `nb2`): the first is the stem of the
-/// standalone database too.
-pub fn member_stems(db: &str) -> [&'static str; RAFT_MEMBERS] {
-    match db {
-        "nb" => ["nb", "nb1", "nb2"],
-        _ => ["sb", "sb1", "sb2"],
-    }
-}
-
-/// The process name of the ovsdb-server of `stem`.
-pub fn server_name(stem: &str) -> &'static str {
-    match stem {
-        "nb" => "ovsdb-server-nb",
-        "nb1" => "ovsdb-server-nb1",
-        "nb2" => "ovsdb-server-nb2",
-        "sb" => "ovsdb-server-sb",
-        "sb1" => "ovsdb-server-sb1",
-        "sb2" => "ovsdb-server-sb2",
-        _ => "ovsdb-server-ovs",
-    }
-}
-
-/// Database `db`'s (`nb` or `sb`) remotes in `dir`: one socket, or every member's with raft.
-pub fn remotes(dir: &Path, db: &str, raft: bool) -> String {
-    let n = if raft { RAFT_MEMBERS } else { 1 };
-    member_stems(db)[..n]
-        .iter()
-        .map(|s| format!("unix:{}", dir.join(format!("{s}.sock")).display()))
-        .collect::<Vec<_>>()
-        .join(",")
-}
+// The socket names are the state directory's format: kubectl-ko and the monitor find them there too.
+pub use kubeovn_sandbox_state::{member_stems, remotes, server_name, RAFT_MEMBERS};
 
 /// The command that starts the ovsdb-server of `stem` in `dir` (as the stack starts it): to start a stopped
 /// raft member again.
@@ -223,7 +191,9 @@ fn free_tcp_port() -> u16 {
 /// pid is the monitor's, and the daemon is a new process after each restart); the monitor then exits by itself
 /// instead of leaving the daemon behind.
 pub fn stop_monitored_vswitchd(dir: &Path, grace: Duration) {
-    if let Some(d) = crate::procs::from_pidfile(&dir.join("vswitchd.pid"), "ovs-vswitchd") {
+    if let Some(d) =
+        kubeovn_sandbox_state::procs::from_pidfile(&dir.join("vswitchd.pid"), "ovs-vswitchd")
+    {
         d.stop(grace);
     }
 }
@@ -335,17 +305,22 @@ impl OvnStack {
             return Ok(());
         }
         // The Open_vSwitch root row, as `ovs-vsctl init` makes it.
-        let client = Client::connect(&self.ovs_remote()).await?;
+        let client = Client::connect(&self.ovs_remote())
+            .await
+            .map_err(SandboxError::ovsdb)?;
         client
             .transact(&Transaction::new("Open_vSwitch").op(Operation::insert("Open_vSwitch")))
-            .await?;
+            .await
+            .map_err(SandboxError::ovsdb)?;
         let mut vswitchd = Command::new("ovs-vswitchd");
         // Restarted by its monitor if it crashes, as OVS runs in production (OVS 3.1's userspace conntrack
         // has aborted here: see `no_zero_snat`).
         vswitchd.arg(self.ovs_remote()).arg("--monitor");
         self.spawn("ovs-vswitchd", "vswitchd", vswitchd)?;
         if self.opts.configure_chassis {
-            let ovs = OvsdbOpenVSwitch::with_client(client).await?;
+            let ovs = OvsdbOpenVSwitch::with_client(client)
+                .await
+                .map_err(SandboxError::ovsdb)?;
             self.configure(&ovs).await?;
         }
         let mut controller = Command::new("ovn-controller");
@@ -370,11 +345,18 @@ impl OvnStack {
     async fn no_zero_snat(&self) -> Result<(), SandboxError> {
         use kubeovn_ovn::ops::OperationResult;
         use kubeovn_ovn::Datum;
-        let ovs = Client::connect(&self.ovs_remote()).await?;
+        let ovs = Client::connect(&self.ovs_remote())
+            .await
+            .map_err(SandboxError::ovsdb)?;
         let t0 = Instant::now();
         loop {
             let txn = Transaction::new("Open_vSwitch").op(Operation::select("Datapath"));
-            let written = match ovs.transact(&txn).await?.first() {
+            let written = match ovs
+                .transact(&txn)
+                .await
+                .map_err(SandboxError::ovsdb)?
+                .first()
+            {
                 Some(OperationResult::Select(rows)) => rows.iter().any(|r| {
                     r.get("capabilities")
                         .and_then(Datum::as_map)
@@ -397,7 +379,7 @@ impl OvnStack {
         let txn = Transaction::new("Open_vSwitch").op(Operation::mutate("Datapath")
             .delete("capabilities", Datum::set(["ct_zero_snat"]))
             .insert("capabilities", Datum::map([("ct_zero_snat", "false")])));
-        ovs.transact(&txn).await?;
+        ovs.transact(&txn).await.map_err(SandboxError::ovsdb)?;
         Ok(())
     }
 
@@ -420,17 +402,19 @@ impl OvnStack {
                 .datapath_type(&o.datapath_type)
                 .fail_mode(kubeovn_ovn::vswitch::BridgeFailMode::Secure),
         );
-        ovs.commit(b).await?;
+        ovs.commit(b).await.map_err(SandboxError::ovsdb)?;
         Ok(())
     }
 
     /// Waits until ovn-controller has registered the chassis in the southbound database.
     pub async fn wait_chassis(&self) -> Result<(), SandboxError> {
-        let sb = Client::connect(&self.sb_remote()).await?;
+        let sb = Client::connect(&self.sb_remote())
+            .await
+            .map_err(SandboxError::ovsdb)?;
         let t0 = Instant::now();
         loop {
             let txn = Transaction::new("OVN_Southbound").op(Operation::select("Chassis"));
-            let res = sb.transact(&txn).await?;
+            let res = sb.transact(&txn).await.map_err(SandboxError::ovsdb)?;
             let found = match res.first() {
                 Some(kubeovn_ovn::ops::OperationResult::Select(rows)) => rows.iter().any(|r| {
                     r.get("name").and_then(|d| d.as_str()) == Some(self.opts.system_id.as_str())
@@ -774,7 +758,7 @@ pub fn cleanup_taps(mut names: Vec<String>) {
         names.push("ovs-netdev".into());
     }
     // stop() may run inside a tokio runtime (a test's drop).
-    crate::procs::block_on_thread(async move {
+    crate::block_on_thread(async move {
         use kubeovn_netdev::Netdev;
         let Ok(host) = kubeovn_netdev::NetlinkNetdev::current() else {
             return;

@@ -9,7 +9,8 @@ use std::process::{Command, Stdio};
 
 use serde_json::{json, Value};
 
-use crate::SandboxError;
+use kubeovn_sandbox_state::records::PodRecord;
+use kubeovn_sandbox_state::SandboxError;
 
 /// One attachment: the pod, its sandbox (container id, netns) and the interface.
 #[derive(Debug, Clone)]
@@ -29,6 +30,18 @@ pub struct Attachment {
 }
 
 impl Attachment {
+    /// The attachment of the pod sandbox `rec`.
+    pub fn of(rec: &PodRecord) -> Attachment {
+        Attachment {
+            namespace: rec.namespace.clone(),
+            name: rec.name.clone(),
+            uid: rec.uid.clone(),
+            container_id: rec.container_id.clone(),
+            netns: rec.netns.clone(),
+            ifname: rec.ifname.clone(),
+        }
+    }
+
     /// `CNI_ARGS` as the kubelet's runtime writes them.
     pub fn cni_args(&self) -> String {
         format!(
@@ -50,7 +63,7 @@ pub struct CniRuntime {
 impl CniRuntime {
     /// Loads `conflist` (a `.conflist` file); plugins are looked up in `bin_dir`.
     pub fn load(bin_dir: &Path, conflist: &Path) -> Result<CniRuntime, SandboxError> {
-        let conflist: Value = crate::state::read_json(conflist)?;
+        let conflist: Value = kubeovn_sandbox_state::state::read_json(conflist)?;
         if conflist
             .get("plugins")
             .and_then(Value::as_array)

@@ -23,7 +23,6 @@ use k8s_openapi::api::core::v1::{Node, Pod, PodStatus};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::ResourceExt;
-use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use crate::cni::{Attachment, CniRuntime};
@@ -31,132 +30,12 @@ use crate::containers::{
     backoff, pod_dir, pod_status, read_exit, restarts, shim_command, status_patch, time_of,
     ContainerPlan, ContainerRecord, ContainerView, Exit, Probe, ProbeAction, ProbeState,
 };
-use crate::procs::spawn_detached;
-use crate::state::{read_json, write_json, Settings, StateDir};
-use crate::SandboxError;
-
-/// The node's address reported in its status (the sandbox stays on loopback).
-pub const NODE_IP: &str = "127.0.0.1";
-
-/// One pod sandbox the kubelet made.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PodRecord {
-    /// The pod's namespace.
-    pub namespace: String,
-    /// The pod's name.
-    pub name: String,
-    /// The pod's uid.
-    pub uid: String,
-    /// The sandbox's container id (`CNI_CONTAINERID`).
-    pub container_id: String,
-    /// The network namespace's name.
-    pub netns_name: String,
-    /// Its path (`CNI_NETNS`).
-    pub netns: PathBuf,
-    /// The interface in it.
-    pub ifname: String,
-    /// The addresses CNI `ADD` returned (empty until it succeeded).
-    pub ips: Vec<String>,
-    /// The pod's containers as run so far.
-    #[serde(default)]
-    pub containers: Vec<ContainerRecord>,
-}
-
-impl PodRecord {
-    /// The record of a new sandbox for a pod.
-    pub fn new(settings: &Settings, namespace: &str, name: &str, uid: &str) -> PodRecord {
-        let short: String = uid.chars().filter(|c| *c != '-').take(8).collect();
-        let netns_name = format!("{}-{namespace}-{name}-{short}", settings.netns_prefix);
-        // Kube-OVN derives the host veth's name from the container id's first characters: keep them unique.
-        let hex: String = uid.chars().filter(char::is_ascii_hexdigit).collect();
-        let container_id = format!("{hex:0<32}{hex:0<32}");
-        PodRecord {
-            namespace: namespace.to_owned(),
-            name: name.to_owned(),
-            uid: uid.to_owned(),
-            container_id,
-            netns: settings.netns_dir.join(&netns_name),
-            netns_name,
-            ifname: "eth0".into(),
-            ips: Vec::new(),
-            containers: Vec::new(),
-        }
-    }
-
-    /// The pod's addresses without their prefix lengths.
-    pub fn addresses(&self) -> Vec<String> {
-        self.ips
-            .iter()
-            .map(|c| c.split('/').next().unwrap_or(c).to_owned())
-            .collect()
-    }
-
-    /// The log of container `container`: `DIR/pods/<uid>/<container>.log`.
-    pub fn log_path(&self, dir: &StateDir, container: &str) -> PathBuf {
-        pod_dir(&dir.pods_dir(), &self.uid).join(format!("{container}.log"))
-    }
-
-    /// Where the monitor of container `container` writes how it exited.
-    pub fn exit_path(&self, dir: &StateDir, container: &str) -> PathBuf {
-        pod_dir(&dir.pods_dir(), &self.uid).join(format!("{container}.exit"))
-    }
-
-    /// The CNI attachment of this sandbox.
-    pub fn attachment(&self) -> Attachment {
-        Attachment {
-            namespace: self.namespace.clone(),
-            name: self.name.clone(),
-            uid: self.uid.clone(),
-            container_id: self.container_id.clone(),
-            netns: self.netns.clone(),
-            ifname: self.ifname.clone(),
-        }
-    }
-
-    fn path(dir: &StateDir, uid: &str) -> PathBuf {
-        dir.pods_dir().join(format!("{uid}.json"))
-    }
-
-    /// Writes the record.
-    pub fn save(&self, dir: &StateDir) -> Result<(), SandboxError> {
-        write_json(&Self::path(dir, &self.uid), self)
-    }
-
-    /// Removes the record.
-    pub fn remove(dir: &StateDir, uid: &str) {
-        let _ = std::fs::remove_file(Self::path(dir, uid));
-    }
-}
-
-/// Every record in `DIR/pods`.
-pub fn records(dir: &StateDir) -> Vec<PodRecord> {
-    let Ok(rd) = std::fs::read_dir(dir.pods_dir()) else {
-        return Vec::new();
-    };
-    let mut out: Vec<PodRecord> = rd
-        .flatten()
-        .filter(|e| e.path().extension().is_some_and(|x| x == "json"))
-        .filter_map(|e| read_json(&e.path()).ok())
-        .collect();
-    out.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
-    out
-}
-
-/// The records of every node's pods: `dir`'s and those of the nodes beyond the first.
-pub fn all_records(dir: &StateDir) -> Vec<PodRecord> {
-    let mut out = records(dir);
-    for d in dir.node_dirs() {
-        out.extend(records(&d));
-    }
-    out
-}
-
-/// The record of pod `namespace/name`, on whichever node.
-pub fn find_record(dir: &StateDir, namespace: &str, name: &str) -> Option<PodRecord> {
-    all_records(dir)
-        .into_iter()
-        .find(|r| r.namespace == namespace && r.name == name)
-}
+use kubeovn_sandbox_state::procs::{spawn_detached, ProcRecord};
+pub use kubeovn_sandbox_state::records::{all_records, find_record, records, PodRecord};
+use kubeovn_sandbox_state::records::{now_ms, parse_pod};
+use kubeovn_sandbox_state::state::{read_json, Settings, StateDir};
+use kubeovn_sandbox_state::transport::in_netns;
+use kubeovn_sandbox_state::SandboxError;
 
 /// The grace period of a container's processes between SIGTERM and SIGKILL when its pod goes.
 pub const STOP_GRACE: Duration = Duration::from_secs(3);
@@ -173,11 +52,11 @@ pub fn teardown(dir: &StateDir, cni: Option<&CniRuntime>, rec: &PodRecord, attem
     }
     if let Some(cni) = cni {
         for i in 0..attempts.max(1) {
-            match cni.del(&rec.attachment()) {
+            match cni.del(&Attachment::of(rec)) {
                 Ok(()) => break,
                 Err(e) => {
-                    eprintln!(
-                        "kubelet: DEL {}/{} (attempt {}): {e}",
+                    tracing::warn!(
+                        "DEL {}/{} (attempt {}): {e}",
                         rec.namespace,
                         rec.name,
                         i + 1
@@ -189,7 +68,7 @@ pub fn teardown(dir: &StateDir, cni: Option<&CniRuntime>, rec: &PodRecord, attem
     }
     let ns_dir = rec.netns.parent().unwrap_or(Path::new("/"));
     if let Err(e) = kubeovn_netdev::delete_named_netns(ns_dir, &rec.netns_name) {
-        eprintln!("kubelet: delete netns {}: {e}", rec.netns_name);
+        tracing::warn!("delete netns {}: {e}", rec.netns_name);
     }
     PodRecord::remove(dir, &rec.uid);
     let _ = std::fs::remove_dir_all(pod_dir(&dir.pods_dir(), &rec.uid));
@@ -205,7 +84,7 @@ pub fn log_file(
         what: "logs",
         detail,
     };
-    let (ns, name) = crate::exec::parse_pod(target)?;
+    let (ns, name) = parse_pod(target)?;
     let rec = find_record(dir, &ns, &name).ok_or_else(|| {
         err(format!(
             "no sandbox for pod {ns}/{name} in {} (kube-ovn-sandbox status lists them)",
@@ -442,7 +321,7 @@ impl Kubelet {
             };
             match ev {
                 None => break,
-                Some(Err(e)) => eprintln!("kubelet: watch: {e}"),
+                Some(Err(e)) => tracing::warn!("pod watch: {e}"),
                 Some(Ok(watcher::Event::Init)) => seen.clear(),
                 Some(Ok(watcher::Event::InitApply(p))) => {
                     seen.insert(p.uid().unwrap_or_default());
@@ -535,7 +414,7 @@ impl Kubelet {
                 Ok(Some(p)) => p,
                 Ok(None) => return,
                 Err(e) => {
-                    eprintln!("kubelet: schedule {ns}/{name}: {e}");
+                    tracing::warn!("schedule {ns}/{name}: {e}");
                     return;
                 }
             };
@@ -553,7 +432,7 @@ impl Kubelet {
             ) {
                 (Ok(n), Ok(p)) => (n.items, p.items),
                 (Err(e), _) | (_, Err(e)) => {
-                    eprintln!("kubelet: schedule {ns}/{name}: {e}");
+                    tracing::warn!("schedule {ns}/{name}: {e}");
                     return;
                 }
             };
@@ -563,7 +442,7 @@ impl Kubelet {
                     .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
                     .await
                 {
-                    eprintln!("kubelet: schedule {ns}/{name}: {e}");
+                    tracing::warn!("schedule {ns}/{name}: {e}");
                 }
                 return;
             }
@@ -585,7 +464,7 @@ impl Kubelet {
             match self.try_setup(&mut rec).await {
                 Ok(()) => break,
                 Err(e) => {
-                    eprintln!("kubelet: sandbox of {ns}/{name}: {e} (retrying in {delay:?})");
+                    tracing::warn!("sandbox of {ns}/{name}: {e} (retrying in {delay:?})");
                     tokio::time::sleep(delay).await;
                     delay = (delay * 2).min(Duration::from_secs(5));
                 }
@@ -599,7 +478,7 @@ impl Kubelet {
         let ns_dir = self.settings.netns_dir.clone();
         let netns_name = rec.netns_name.clone();
         let cni = self.cni.clone();
-        let attachment = rec.attachment();
+        let attachment = Attachment::of(&rec);
         let result = tokio::task::spawn_blocking(move || {
             kubeovn_netdev::create_named_netns(&ns_dir, &netns_name).map_err(|e| {
                 SandboxError::Failed {
@@ -616,9 +495,12 @@ impl Kubelet {
         })??;
         rec.ips = crate::cni::result_ips(&result);
         rec.save(&self.dir)?;
-        eprintln!(
-            "kubelet: {}/{} up in {} with {:?}",
-            rec.namespace, rec.name, rec.netns_name, rec.ips
+        tracing::info!(
+            "{}/{} up in {} with {:?}",
+            rec.namespace,
+            rec.name,
+            rec.netns_name,
+            rec.ips
         );
         Ok(())
     }
@@ -715,7 +597,7 @@ impl Kubelet {
                     .collect();
                 if self.reconcile(&mut rec, &plans, &policy) {
                     if let Err(e) = rec.save(&self.dir) {
-                        eprintln!("kubelet: record of {ns}/{name}: {e}");
+                        tracing::warn!("record of {ns}/{name}: {e}");
                     }
                 }
                 (rec, plans)
@@ -756,7 +638,7 @@ impl Kubelet {
                 &self.settings.node_ip,
                 &rec.addresses(),
                 &views,
-                time_of(crate::containers::now_ms()),
+                time_of(now_ms()),
             );
             if let Some(patch) = status_patch(current.as_ref(), &desired) {
                 match api
@@ -765,7 +647,7 @@ impl Kubelet {
                 {
                     Ok(_) => current = Some(desired),
                     Err(kube::Error::Api(e)) if e.code == 404 => return,
-                    Err(e) => eprintln!("kubelet: status of {ns}/{name}: {e}"),
+                    Err(e) => tracing::warn!("status of {ns}/{name}: {e}"),
                 }
             }
             tokio::time::sleep(TICK).await;
@@ -777,7 +659,7 @@ impl Kubelet {
     fn reconcile(&self, rec: &mut PodRecord, plans: &[ContainerPlan], policy: &str) -> bool {
         let mut dirty = false;
         for plan in plans {
-            let now = crate::containers::now_ms();
+            let now = now_ms();
             let exit_file = rec.exit_path(&self.dir, &plan.name);
             let log = rec.log_path(&self.dir, &plan.name);
             let netns = rec.netns.clone();
@@ -809,9 +691,13 @@ impl Kubelet {
                 // What the command left running in its group ends with it, as in a container.
                 p.stop_group(Duration::from_secs(1));
                 let exit = read_exit(&exit_file, c.started_ms.unwrap_or(0));
-                eprintln!(
-                    "kubelet: {}/{} container {} exited: {} ({})",
-                    rec.namespace, rec.name, plan.name, exit.exit_code, exit.reason
+                tracing::info!(
+                    "{}/{} container {} exited: {} ({})",
+                    rec.namespace,
+                    rec.name,
+                    plan.name,
+                    exit.exit_code,
+                    exit.reason
                 );
                 c.proc = None;
                 c.terminated = Some(exit);
@@ -875,12 +761,12 @@ impl Kubelet {
             run.started_ms = started;
             run.next_ms = started.saturating_add(ms(p.initial_delay));
         }
-        let now = crate::containers::now_ms();
+        let now = now_ms();
         if now >= run.next_ms {
             let result = self.probe(rec, plan, p).await;
             if run.state.observe(result.is_ok(), p) {
-                eprintln!(
-                    "kubelet: {}/{} container {} readiness {}: {}",
+                tracing::info!(
+                    "{}/{} container {} readiness {}: {}",
                     rec.namespace,
                     rec.name,
                     plan.name,
@@ -888,7 +774,7 @@ impl Kubelet {
                     result.err().unwrap_or_default()
                 );
             }
-            run.next_ms = crate::containers::now_ms().saturating_add(ms(p.period));
+            run.next_ms = now_ms().saturating_add(ms(p.period));
         }
         run.state.ready
     }
@@ -910,7 +796,7 @@ impl Kubelet {
                 };
                 let port = *port;
                 tokio::task::spawn_blocking(move || {
-                    crate::transport::in_netns(&netns, || {
+                    in_netns(&netns, || {
                         connect_probe(&host, port, http_path.as_deref(), timeout)
                     })
                     .map_err(|e| e.to_string())
@@ -937,7 +823,7 @@ impl Kubelet {
                     Ok(Err(e)) => Err(e.to_string()),
                     Err(_) => {
                         if let Some(pid) = child.id() {
-                            let rec = crate::procs::ProcRecord::of("probe", pid);
+                            let rec = ProcRecord::of("probe", pid);
                             let _ = tokio::task::spawn_blocking(move || {
                                 rec.stop_group(Duration::ZERO);
                             })
@@ -961,7 +847,7 @@ impl Kubelet {
                 let cni = self.cni.clone();
                 let _ = tokio::task::spawn_blocking(move || {
                     teardown(&dir, Some(&cni), &rec, 5);
-                    eprintln!("kubelet: {}/{} removed", rec.namespace, rec.name);
+                    tracing::info!("{}/{} removed", rec.namespace, rec.name);
                 })
                 .await;
             }

@@ -5,43 +5,48 @@
 //!
 //! The translation is pure: [`desired`] maps a Service and pods to endpoints grouped by port set, [`plan`]
 //! compares them with the existing slices and says what to create, update and delete, keeping endpoints in the
-//! slices they are in (as upstream's reconciler does, so one pod's change rewrites one slice). [`run`] is the
-//! thin driver: Pod, Service and EndpointSlice watchers feed caches, every change marks the Services it can
-//! affect, and a Service is reconciled once all three caches listed. A slice is written only when its content
-//! differs, so the controller's own writes coming back through the watch write nothing; the answers of its
-//! writes go into the cache at once, and watch events older than them are skipped (upstream's
-//! EndpointSliceTracker), so a quick second change never works on a slice it has already replaced.
+//! slices they are in (as upstream's reconciler does, so one pod's change rewrites one slice).
+//!
+//! The driver is a kind on kubeovn-core's controller framework, [`EndpointSlices`] (a worked example of it):
+//! one key per Service; the framework watches Services, pods and the managed slices (by their label), keeps
+//! the stores, queues and retries. Its relations run a Service again when a pod it selects (before or after
+//! the change) or one of its slices changes. What the kind remembers is its own state: the slices it wrote
+//! that the watch has not delivered yet ([`overlay`], upstream's EndpointSliceTracker), so a quick second
+//! change never works on a slice it has already replaced. A slice is written only when its content differs,
+//! so its own writes coming back write nothing.
+//!
+//! One controller runs per cluster, as kube-controller-manager's: `up` starts `kube-ovn-sandbox endpoints`
+//! once, whatever the number of nodes.
 //!
 //! The test API server has no ownerReference garbage collector, so the slices of a deleted Service (or one
 //! without a selector any more) are deleted here; at start, managed slices whose Service is gone are too.
-//! Zones (`zone`, topology hints) are left out: the sandbox's one node has none.
+//! Zones (`zone`, topology hints) are left out: the sandbox's nodes have none.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
 
-use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::core::v1::{ObjectReference, Pod, Service};
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort, EndpointSlice};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{Api, DeleteParams, PostParams};
-use kube::runtime::{watcher, WatchStreamExt};
-use kube::{Resource, ResourceExt};
-use tokio::time::Instant;
+use kube::ResourceExt;
+use kubeovn_core::controller::framework::{
+    Action, Builder, Context, Key, Kinds, ReconcileError, Reconciler, Relations, Watch,
+};
 
 use crate::SandboxError;
 
-/// The label naming a slice's Service.
-pub const LABEL_SERVICE_NAME: &str = "kubernetes.io/service-name";
+/// The label naming a slice's Service (kubeovn-core's, which the controller's Service kind reads).
+pub const LABEL_SERVICE_NAME: &str = kubeovn_core::services::SERVICE_NAME_LABEL;
 /// The label naming a slice's controller.
-pub const LABEL_MANAGED_BY: &str = "endpointslice.kubernetes.io/managed-by";
+pub const LABEL_MANAGED_BY: &str = kubeovn_core::services::MANAGED_BY_LABEL;
 /// The label marking the slices of a headless Service.
-pub const LABEL_HEADLESS: &str = "service.kubernetes.io/headless";
+pub const LABEL_HEADLESS: &str = kubeovn_core::services::HEADLESS_LABEL;
 /// The controller name in [`LABEL_MANAGED_BY`], kube-controller-manager's: consumers treat our slices as
 /// theirs.
-pub const CONTROLLER_NAME: &str = "endpointslice-controller.k8s.io";
+pub const CONTROLLER_NAME: &str = kubeovn_core::services::ENDPOINTSLICE_CONTROLLER;
 /// Upstream's default `--max-endpoints-per-slice`.
 pub const MAX_ENDPOINTS_PER_SLICE: usize = 100;
 
@@ -592,339 +597,330 @@ fn plan_group(
     p.update.append(&mut changed);
 }
 
-type Key = (String, String);
-
-fn key_of<K: Resource>(obj: &K) -> Key {
-    (
-        obj.meta().namespace.clone().unwrap_or_default(),
-        obj.meta().name.clone().unwrap_or_default(),
-    )
-}
-
-/// Objects of one kind as a watcher reported them. A relist fills a second map that replaces the first when
-/// complete, so that a reconciliation never sees a half-listed kind.
-struct Cache<K> {
-    live: BTreeMap<Key, Arc<K>>,
-    relist: Option<BTreeMap<Key, Arc<K>>>,
-    listed: bool,
-}
-
-/// What a watch event changed.
-enum Change<K> {
-    /// One object, before and after.
-    One(Option<Arc<K>>, Option<Arc<K>>),
-    /// A relist completed: anything may have changed.
-    All,
-    /// Nothing yet.
-    None,
-}
-
-impl<K: Resource> Cache<K> {
-    fn new() -> Self {
-        Cache {
-            live: BTreeMap::new(),
-            relist: None,
-            listed: false,
-        }
-    }
-
-    fn apply(&mut self, ev: watcher::Event<K>) -> Change<K> {
-        match ev {
-            watcher::Event::Init => {
-                self.relist = Some(BTreeMap::new());
-                Change::None
-            }
-            watcher::Event::InitApply(o) => {
-                self.relist
-                    .get_or_insert_with(BTreeMap::new)
-                    .insert(key_of(&o), Arc::new(o));
-                Change::None
-            }
-            watcher::Event::InitDone => {
-                self.live = self.relist.take().unwrap_or_default();
-                self.listed = true;
-                Change::All
-            }
-            watcher::Event::Apply(o) => {
-                let new = Arc::new(o);
-                let old = self.live.insert(key_of(&*new), new.clone());
-                Change::One(old, Some(new))
-            }
-            watcher::Event::Delete(o) => {
-                let old = self.live.remove(&key_of(&o));
-                Change::One(old.or(Some(Arc::new(o))), None)
-            }
-        }
-    }
-
-    fn in_namespace<'a>(&'a self, ns: &'a str) -> impl Iterator<Item = &'a Arc<K>> + 'a {
-        self.live
-            .range((ns.to_owned(), String::new())..)
-            .take_while(move |((n, _), _)| n == ns)
-            .map(|(_, o)| o)
-    }
-}
-
-/// One event of the three watches.
-enum Ev {
-    Pod(Box<watcher::Event<Pod>>),
-    Service(Box<watcher::Event<Service>>),
-    Slice(Box<watcher::Event<EndpointSlice>>),
-    Error(&'static str, watcher::Error),
-}
-
-/// Tags a watch's events for the merged stream.
-fn tag<K>(
-    kind: &'static str,
-    wrap: fn(Box<watcher::Event<K>>) -> Ev,
-) -> impl FnMut(Result<watcher::Event<K>, watcher::Error>) -> Ev {
-    move |r| match r {
-        Ok(e) => wrap(Box::new(e)),
-        Err(e) => Ev::Error(kind, e),
-    }
-}
-
-/// The controller's state: the three caches and the Services to reconcile.
-struct Controller {
+/// The context the EndpointSlice kind runs in: the framework's kinds (stores and queues) and the API client
+/// the slices are written with.
+pub struct Ctx {
+    kinds: Arc<Kinds>,
     client: kube::Client,
-    pods: Cache<Pod>,
-    services: Cache<Service>,
-    slices: Cache<EndpointSlice>,
-    dirty: BTreeSet<Key>,
-    retry: HashMap<Key, (Instant, u32)>,
-    /// Slices written here whose watch event has not come yet: the resourceVersion written, None if deleted.
-    written: HashMap<Key, Option<String>>,
 }
 
-impl Controller {
-    fn new(client: kube::Client) -> Controller {
-        Controller {
-            client,
-            pods: Cache::new(),
-            services: Cache::new(),
-            slices: Cache::new(),
-            dirty: BTreeSet::new(),
-            retry: HashMap::new(),
-            written: HashMap::new(),
-        }
+impl Context for Ctx {
+    fn kinds(&self) -> &Kinds {
+        &self.kinds
     }
-
-    fn handle(&mut self, ev: Ev) {
-        match ev {
-            Ev::Pod(e) => match self.pods.apply(*e) {
-                Change::One(old, new) => {
-                    // The Services that selected the pod before or select it now.
-                    for pod in old.iter().chain(new.iter()) {
-                        let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
-                        for svc in self.services.in_namespace(ns) {
-                            if selects(svc, pod) {
-                                self.dirty.insert(key_of(&**svc));
-                            }
-                        }
-                    }
-                }
-                Change::All => self.everything(),
-                Change::None => {}
-            },
-            Ev::Service(e) => match self.services.apply(*e) {
-                Change::One(old, new) => {
-                    if let Some(s) = old.or(new) {
-                        self.dirty.insert(key_of(&*s));
-                    }
-                }
-                Change::All => self.everything(),
-                Change::None => {}
-            },
-            Ev::Slice(e) if self.stale_or_own(&e) => {}
-            Ev::Slice(e) => match self.slices.apply(*e) {
-                Change::One(old, new) => {
-                    for s in old.iter().chain(new.iter()) {
-                        if let Some(svc) = s.labels().get(LABEL_SERVICE_NAME) {
-                            let ns = s.metadata.namespace.clone().unwrap_or_default();
-                            self.dirty.insert((ns, svc.clone()));
-                        }
-                    }
-                }
-                Change::All => self.everything(),
-                Change::None => {}
-            },
-            Ev::Error(kind, e) => eprintln!("endpointslices: {kind} watch: {e}"),
-        }
+    fn workers(&self) -> usize {
+        2
     }
+}
 
-    /// Whether a slice event is older than this controller's last write of the slice, or that write's own echo:
-    /// the cache already has the write's answer, and going back to an older version would only make the
-    /// next reconciliation write again (and fail on its stale resourceVersion).
-    fn stale_or_own(&mut self, ev: &watcher::Event<EndpointSlice>) -> bool {
-        let (s, deleted) = match ev {
-            watcher::Event::Apply(s) => (s, false),
-            watcher::Event::Delete(s) => (s, true),
-            // A relist is the server's state, newer than what is awaited or as new.
-            watcher::Event::InitDone => {
-                self.written.clear();
-                return false;
+/// A failed run: an API request (retried with the framework's backoff).
+#[derive(Debug, thiserror::Error)]
+#[error("{what}: {source}")]
+pub struct SliceError {
+    what: &'static str,
+    #[source]
+    source: kube::Error,
+}
+
+impl ReconcileError for SliceError {}
+
+fn api_err(what: &'static str) -> impl Fn(kube::Error) -> SliceError {
+    move |source| SliceError { what, source }
+}
+
+/// What this kind wrote that its store may not show yet: the slice as the API answered, or its deletion.
+#[derive(Debug, Clone)]
+pub enum Written {
+    /// Created or replaced: the API's answer.
+    At(Arc<EndpointSlice>),
+    /// Deleted at this resourceVersion.
+    Deleted(Option<String>),
+}
+
+/// A resourceVersion as a number (the API server's are etcd revisions; the test API server's too).
+fn revision(s: &EndpointSlice) -> Option<u64> {
+    s.metadata.resource_version.as_deref()?.parse().ok()
+}
+
+/// The slices of one Service as this kind must see them: the store's (`stored`), except where its own writes
+/// (`written`, this Service's, by slice name) are newer than what the watch delivered so far (upstream's
+/// EndpointSliceTracker). An entry of `written` goes once the store caught up with it; the store's version
+/// wins when it is as new or newer (someone else's change after ours), or when versions do not compare.
+pub fn overlay(
+    stored: Vec<Arc<EndpointSlice>>,
+    written: &mut HashMap<String, Written>,
+) -> Vec<EndpointSlice> {
+    let mut out = Vec::new();
+    let mut seen = BTreeSet::new();
+    for s in stored {
+        let name = s.metadata.name.clone().unwrap_or_default();
+        seen.insert(name.clone());
+        let have = revision(&s);
+        let wrote = |w: Option<&str>| w.and_then(|w| w.parse::<u64>().ok());
+        // Older than the write (the write's own echo is as new); as new as the deleted version or older.
+        let behind = |w: Option<&str>| matches!((have, wrote(w)), (Some(h), Some(w)) if h < w);
+        let deleted = |w: Option<&str>| matches!((have, wrote(w)), (Some(h), Some(w)) if h <= w);
+        match written.get(&name) {
+            Some(Written::At(w)) if behind(w.metadata.resource_version.as_deref()) => {
+                out.push((**w).clone())
             }
-            _ => return false,
-        };
-        let key = key_of(s);
-        let Some(expected) = self.written.get(&key) else {
-            return false;
-        };
-        // Events come in the server's order: those before the write's own are older than it.
-        let own = match expected {
-            Some(rv) => !deleted && s.metadata.resource_version.as_ref() == Some(rv),
-            None => deleted,
-        };
-        if own || deleted {
-            // Someone else's delete (while our update was on its way) goes through.
-            self.written.remove(&key);
-        }
-        own || !deleted
-    }
-
-    /// Every Service and every Service a slice names (deleted ones included).
-    fn everything(&mut self) {
-        self.dirty.extend(self.services.live.keys().cloned());
-        for s in self.slices.live.values() {
-            if let Some(svc) = s.labels().get(LABEL_SERVICE_NAME) {
-                let ns = s.metadata.namespace.clone().unwrap_or_default();
-                self.dirty.insert((ns, svc.clone()));
+            Some(Written::Deleted(rv)) if rv.is_none() || deleted(rv.as_deref()) => {}
+            _ => {
+                written.remove(&name);
+                out.push((*s).clone());
             }
         }
     }
+    // Created here, not in the store yet; deleted here and gone from the store: nothing left to wait for.
+    written.retain(|name, w| match w {
+        Written::At(s) if !seen.contains(name) => {
+            out.push((**s).clone());
+            true
+        }
+        Written::Deleted(_) => seen.contains(name),
+        Written::At(_) => true,
+    });
+    out
+}
 
-    fn listed(&self) -> bool {
-        self.pods.listed && self.services.listed && self.slices.listed
-    }
+/// The EndpointSlice controller as a kind on kubeovn-core's framework: one key per Service, run again when a
+/// pod it selects (before or after the change) or one of its managed slices changes. Its state is what it
+/// wrote that the slice watch has not delivered yet, per Service (`namespace/name`) and slice name.
+#[derive(Debug, Default)]
+pub struct EndpointSlices {
+    written: Mutex<HashMap<String, HashMap<String, Written>>>,
+}
 
-    /// Computes and writes one Service's slices.
-    async fn reconcile(&mut self, key: &Key) -> Result<(), kube::Error> {
-        let (ns, name) = key;
-        let svc = self.services.live.get(key).cloned();
-        let pods: Vec<&Pod> = self.pods.in_namespace(ns).map(|p| &**p).collect();
-        let existing: Vec<EndpointSlice> = self
-            .slices
-            .in_namespace(ns)
-            .filter(|s| s.labels().get(LABEL_SERVICE_NAME) == Some(name))
-            .map(|s| (**s).clone())
+impl EndpointSlices {
+    /// The managed slices of Service `namespace/name` as this kind must see them (see [`overlay`]).
+    fn existing(&self, kinds: &Kinds, namespace: &str, name: &str) -> Vec<EndpointSlice> {
+        let stored: Vec<Arc<EndpointSlice>> = kinds
+            .list::<EndpointSlice>()
+            .into_iter()
+            .filter(|s| {
+                s.metadata.namespace.as_deref() == Some(namespace)
+                    && s.labels().get(LABEL_SERVICE_NAME).map(String::as_str) == Some(name)
+            })
             .collect();
-        let plan = plan(svc.as_deref(), &pods, &existing, MAX_ENDPOINTS_PER_SLICE);
-        let api: Api<EndpointSlice> = Api::namespaced(self.client.clone(), ns);
+        let mut written = self.written.lock().unwrap_or_else(|e| e.into_inner());
+        let key = format!("{namespace}/{name}");
+        let mine = written.entry(key.clone()).or_default();
+        let seen = overlay(stored, mine);
+        if mine.is_empty() {
+            written.remove(&key);
+        }
+        seen
+    }
+
+    fn wrote(&self, namespace: &str, service: &str, slice: String, w: Written) {
+        self.written
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(format!("{namespace}/{service}"))
+            .or_default()
+            .insert(slice, w);
+    }
+
+    /// Writes what the Service (None: gone) and the namespace's pods ask for. A conflict or a slice not found
+    /// means this kind's view was wrong: what it remembered of its writes is dropped, and the run is retried on
+    /// the store alone.
+    async fn sync(
+        &self,
+        ctx: &Ctx,
+        namespace: &str,
+        name: &str,
+        svc: Option<&Service>,
+    ) -> Result<Action, SliceError> {
+        let r = self.write(ctx, namespace, name, svc).await;
+        if let Err(SliceError {
+            source: kube::Error::Api(e),
+            ..
+        }) = &r
+        {
+            if e.code == 404 || e.code == 409 {
+                self.written
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .remove(&format!("{namespace}/{name}"));
+            }
+        }
+        r
+    }
+
+    async fn write(
+        &self,
+        ctx: &Ctx,
+        namespace: &str,
+        name: &str,
+        svc: Option<&Service>,
+    ) -> Result<Action, SliceError> {
+        let pods: Vec<Arc<Pod>> = ctx
+            .kinds
+            .list::<Pod>()
+            .into_iter()
+            .filter(|p| p.metadata.namespace.as_deref() == Some(namespace))
+            .collect();
+        let pods: Vec<&Pod> = pods.iter().map(|p| &**p).collect();
+        let existing = self.existing(&ctx.kinds, namespace, name);
+        let plan = plan(svc, &pods, &existing, MAX_ENDPOINTS_PER_SLICE);
+        let api: Api<EndpointSlice> = Api::namespaced(ctx.client.clone(), namespace);
         let pp = PostParams::default();
-        // The answers go into the cache at once: a reconciliation before the watch reports them must not
-        // create the same slices again.
+        // Each answer is remembered at once: a run before the watch delivers it must not write it again.
         for s in &plan.create {
-            let made = api.create(&pp, s).await?;
-            self.wrote(made);
+            let made = api.create(&pp, s).await.map_err(api_err("create"))?;
+            let slice = made.metadata.name.clone().unwrap_or_default();
+            self.wrote(namespace, name, slice, Written::At(Arc::new(made)));
         }
         for s in &plan.update {
-            let name = s.metadata.name.clone().unwrap_or_default();
-            let made = api.replace(&name, &pp, s).await?;
-            self.wrote(made);
+            let slice = s.metadata.name.clone().unwrap_or_default();
+            let made = api
+                .replace(&slice, &pp, s)
+                .await
+                .map_err(api_err("replace"))?;
+            self.wrote(namespace, name, slice, Written::At(Arc::new(made)));
         }
         for s in &plan.delete {
-            let name = s.metadata.name.clone().unwrap_or_default();
-            let key = (ns.clone(), name.clone());
-            match api.delete(&name, &DeleteParams::default()).await {
-                Ok(_) => {
-                    self.written.insert(key.clone(), None);
-                }
-                // Already gone: its delete event came or comes, nothing to wait for.
+            let slice = s.metadata.name.clone().unwrap_or_default();
+            match api.delete(&slice, &DeleteParams::default()).await {
+                Ok(_) => {}
+                // Already gone: its delete event came or comes.
                 Err(kube::Error::Api(e)) if e.code == 404 => {}
-                Err(e) => return Err(e),
+                Err(e) => return Err(api_err("delete")(e)),
             }
-            self.slices.live.remove(&key);
+            let rv = s.metadata.resource_version.clone();
+            self.wrote(namespace, name, slice, Written::Deleted(rv));
+        }
+        Ok(Action::Done)
+    }
+}
+
+/// The Services in `pod`'s namespace whose selector selects it.
+fn services_selecting(kinds: &Kinds, pod: &Pod) -> Vec<Key<Service>> {
+    kinds
+        .list::<Service>()
+        .iter()
+        .filter(|s| selects(s, pod))
+        .map(|s| Key::of(&**s))
+        .collect()
+}
+
+#[async_trait::async_trait]
+impl Reconciler<Ctx> for EndpointSlices {
+    type Object = Service;
+    type Error = SliceError;
+    const NAME: &'static str = "endpointslice";
+
+    async fn reconcile(&self, ctx: &Arc<Ctx>, svc: Arc<Service>) -> Result<Action, SliceError> {
+        let ns = svc.metadata.namespace.clone().unwrap_or_default();
+        self.sync(ctx, &ns, &svc.name_any(), Some(&svc)).await
+    }
+
+    /// The Service is gone (the test API server has no ownerReference garbage collector): its slices go.
+    async fn cleanup(
+        &self,
+        ctx: &Arc<Ctx>,
+        key: &Key<Service>,
+        _last: Option<Arc<Service>>,
+    ) -> Result<Action, SliceError> {
+        let ns = key.namespace().unwrap_or_default().to_owned();
+        self.sync(ctx, &ns, key.name(), None).await
+    }
+
+    fn relations(_this: &Arc<Self>, r: &mut Relations<'_, Ctx, Service>) {
+        // A pod: the Services that selected it before the change and those that select it after.
+        r.on::<Pod>(|kinds, old, new| {
+            let mut keys: Vec<Key<Service>> = old
+                .into_iter()
+                .chain(new)
+                .flat_map(|p| services_selecting(kinds, p))
+                .collect();
+            keys.sort_by(|a, b| a.as_str().cmp(b.as_str()));
+            keys.dedup();
+            keys
+        });
+        // A managed slice (written by someone else, deleted, or this kind's own echo): its Service.
+        r.on::<EndpointSlice>(|_, old, new| {
+            let mut keys: Vec<Key<Service>> = old
+                .into_iter()
+                .chain(new)
+                .filter_map(|s| {
+                    let svc = s.labels().get(LABEL_SERVICE_NAME)?;
+                    Some(Key::namespaced(s.metadata.namespace.as_deref()?, svc))
+                })
+                .collect();
+            keys.dedup();
+            keys
+        });
+    }
+
+    /// Slices whose Service went while no controller ran are deleted.
+    async fn at_start(&self, ctx: &Arc<Ctx>) -> Result<(), SliceError> {
+        let mut orphans: BTreeSet<(String, String)> = BTreeSet::new();
+        for s in ctx.kinds.list::<EndpointSlice>() {
+            let (Some(ns), Some(svc)) = (
+                s.metadata.namespace.clone(),
+                s.labels().get(LABEL_SERVICE_NAME).cloned(),
+            ) else {
+                continue;
+            };
+            if ctx
+                .kinds
+                .get(&Key::<Service>::namespaced(&ns, &svc))
+                .is_none()
+            {
+                orphans.insert((ns, svc));
+            }
+        }
+        for (ns, svc) in orphans {
+            self.sync(ctx, &ns, &svc, None).await?;
         }
         Ok(())
     }
-
-    fn wrote(&mut self, slice: EndpointSlice) {
-        let key = key_of(&slice);
-        self.written
-            .insert(key.clone(), slice.metadata.resource_version.clone());
-        self.slices.live.insert(key, Arc::new(slice));
-    }
-
-    /// Reconciles the marked Services; a failed one is tried again later, backing off.
-    async fn reconcile_dirty(&mut self) {
-        let now = Instant::now();
-        let due: Vec<Key> = self
-            .retry
-            .iter()
-            .filter(|(_, (at, _))| *at <= now)
-            .map(|(k, _)| k.clone())
-            .collect();
-        self.dirty.extend(due);
-        for key in std::mem::take(&mut self.dirty) {
-            match self.reconcile(&key).await {
-                Ok(()) => {
-                    self.retry.remove(&key);
-                }
-                Err(e) => {
-                    let attempt = self.retry.get(&key).map_or(0, |(_, n)| n + 1);
-                    let delay = (Duration::from_millis(100) * 2u32.pow(attempt.min(6)))
-                        .min(Duration::from_secs(5));
-                    eprintln!(
-                        "endpointslices: service {}/{}: {e} (again in {delay:?})",
-                        key.0, key.1
-                    );
-                    self.retry.insert(key, (Instant::now() + delay, attempt));
-                }
-            }
-        }
-    }
 }
 
-/// Keeps the EndpointSlices of every Service with a selector until `shutdown` completes.
+/// Registers the kind on `b`: the managed slices watched by their label, Services and pods in full.
+pub fn register(b: &mut Builder<Ctx>) {
+    b.watch_with::<EndpointSlice>(Watch {
+        labels: Some(format!("{LABEL_MANAGED_BY}={CONTROLLER_NAME}")),
+        ..Watch::default()
+    });
+    b.reconcile(EndpointSlices::default());
+}
+
+/// Keeps the EndpointSlices of every Service with a selector until `shutdown` completes: once per cluster,
+/// as kube-controller-manager's controller (`kube-ovn-sandbox endpoints`, started by `up`).
 pub async fn run(
     client: kube::Client,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), SandboxError> {
-    let managed = format!("{LABEL_MANAGED_BY}={CONTROLLER_NAME}");
-    let pods = watcher(Api::<Pod>::all(client.clone()), watcher::Config::default())
-        .default_backoff()
-        .map(tag("pod", Ev::Pod));
-    let services = watcher(
-        Api::<Service>::all(client.clone()),
-        watcher::Config::default(),
-    )
-    .default_backoff()
-    .map(tag("service", Ev::Service));
-    let slices = watcher(
-        Api::<EndpointSlice>::all(client.clone()),
-        watcher::Config::default().labels(&managed),
-    )
-    .default_backoff()
-    .map(tag("endpointslice", Ev::Slice));
-    let mut events =
-        futures::stream::select(pods, futures::stream::select(services, slices)).boxed();
-    let mut c = Controller::new(client);
-    tokio::pin!(shutdown);
-    loop {
-        let next_retry = c.retry.values().map(|(at, _)| *at).min();
-        tokio::select! {
-            _ = &mut shutdown => return Ok(()),
-            ev = events.next() => match ev {
-                Some(ev) => c.handle(ev),
-                None => return Err(SandboxError::Failed {
-                    what: "endpointslice watches",
-                    detail: "ended".into(),
-                }),
-            },
-            _ = tokio::time::sleep_until(next_retry.unwrap_or_else(Instant::now)), if next_retry.is_some() => {}
-        }
-        // Take in what is already here, so that a burst of changes is one reconciliation per Service (a
-        // bounded number: a steady flood must not hold reconciliations back).
-        for _ in 0..1024 {
-            match events.next().now_or_never() {
-                Some(Some(ev)) => c.handle(ev),
-                _ => break,
-            }
-        }
-        if c.listed() {
-            c.reconcile_dirty().await;
-        }
+    let mut b = Kinds::builder::<Ctx>(client.clone());
+    register(&mut b);
+    let (kinds, start) = b.build();
+    let mut tasks = tokio::task::JoinSet::new();
+    for informer in start.informers {
+        tasks.spawn(informer);
     }
+    tokio::pin!(shutdown);
+    tokio::select! {
+        _ = &mut shutdown => return Ok(()),
+        r = kinds.ready() => r.map_err(|detail| SandboxError::Failed { what: "endpointslice watches", detail })?,
+    }
+    let ctx = Arc::new(Ctx { kinds, client });
+    let workers = start
+        .workers
+        .start(ctx)
+        .await
+        .map_err(|e| SandboxError::Failed {
+            what: "endpointslice controller start",
+            detail: e.to_string(),
+        })?;
+    for w in workers {
+        tasks.spawn(w);
+    }
+    tracing::info!("EndpointSlice controller running");
+    shutdown.await;
+    tasks.abort_all();
+    Ok(())
 }
 
 #[cfg(test)]
@@ -1305,42 +1301,36 @@ mod tests {
         .unwrap()
     }
 
-    #[tokio::test]
-    async fn watch_events_older_than_a_write_are_skipped() {
-        // Never contacted: only the event handling runs.
-        let client =
-            kube::Client::try_from(kube::Config::new("http://127.0.0.1:1".parse().unwrap()))
-                .unwrap();
-        let mut c = Controller::new(client);
-        let apply = |s| Ev::Slice(Box::new(watcher::Event::Apply(s)));
-        let key = ("ns".to_owned(), "web-x".to_owned());
-        let rv = |c: &Controller| {
-            c.slices.live[&key]
-                .metadata
-                .resource_version
-                .clone()
-                .unwrap()
+    #[test]
+    fn own_writes_win_over_older_store_versions() {
+        let stored = |rv: &str| vec![Arc::new(slice_at(rv))];
+        let rv_of = |v: &[EndpointSlice]| -> Vec<String> {
+            v.iter()
+                .map(|s| s.metadata.resource_version.clone().unwrap())
+                .collect()
         };
-        c.handle(apply(slice_at("1")));
-        c.dirty.clear();
-        // Written at 2, then the watch brings 1 (sent before the write) and 2 (the write's own echo).
-        c.wrote(slice_at("2"));
-        c.handle(apply(slice_at("1")));
-        assert_eq!(rv(&c), "2", "an older event replaced the write");
-        c.handle(apply(slice_at("2")));
-        assert!(c.dirty.is_empty(), "the write's echo reconciles again");
-        assert!(c.written.is_empty());
-        // Someone else's change goes through.
-        c.handle(apply(slice_at("3")));
-        assert_eq!(rv(&c), "3");
-        assert!(c.dirty.contains(&("ns".to_owned(), "web".to_owned())));
-        // Deleted here: an older event does not bring it back; the delete's echo clears the wait.
-        c.slices.live.remove(&key);
-        c.written.insert(key.clone(), None);
-        c.handle(apply(slice_at("3")));
-        assert!(!c.slices.live.contains_key(&key));
-        c.handle(Ev::Slice(Box::new(watcher::Event::Delete(slice_at("3")))));
-        assert!(c.written.is_empty());
+        let mut written = HashMap::new();
+        // Written at 2 while the store still has 1 (the write's echo has not come): the write is seen.
+        written.insert("web-x".to_owned(), Written::At(Arc::new(slice_at("2"))));
+        assert_eq!(rv_of(&overlay(stored("1"), &mut written)), ["2"]);
+        assert_eq!(written.len(), 1);
+        // The echo came: the store's, and the entry goes.
+        assert_eq!(rv_of(&overlay(stored("2"), &mut written)), ["2"]);
+        assert!(written.is_empty());
+        // Someone else's later change goes through.
+        written.insert("web-x".to_owned(), Written::At(Arc::new(slice_at("2"))));
+        assert_eq!(rv_of(&overlay(stored("3"), &mut written)), ["3"]);
+        assert!(written.is_empty());
+        // Created here, not in the store yet.
+        written.insert("web-x".to_owned(), Written::At(Arc::new(slice_at("4"))));
+        assert_eq!(rv_of(&overlay(vec![], &mut written)), ["4"]);
+        written.clear();
+        // Deleted here at 3: the store's 3 is not seen; once the store lost it, the entry goes.
+        written.insert("web-x".to_owned(), Written::Deleted(Some("3".into())));
+        assert!(overlay(stored("3"), &mut written).is_empty());
+        assert_eq!(written.len(), 1);
+        assert!(overlay(vec![], &mut written).is_empty());
+        assert!(written.is_empty());
     }
 
     /// One generated pod: labels selected or not, its addresses, readiness, phase, termination and the

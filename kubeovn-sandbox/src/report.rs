@@ -1,10 +1,8 @@
 //! What `up` and `status` print: the pods with their subnets, addresses and MACs, a ping matrix measured
 //! from inside each pod's network namespace (ICMP echo through the OVN logical switches and the
 //! `ovn-cluster` router), plus the node through its join interface, and the same pairs over TCP and UDP
-//! ([`crate::transport`]): ICMP alone passes where a datapath mangles TCP and UDP.
+//! (kubeovn-sandbox-state's `transport`): ICMP alone passes where a datapath mangles TCP and UDP.
 
-use std::net::IpAddr;
-use std::path::PathBuf;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -12,27 +10,11 @@ use kube::api::{Api, ListParams};
 use kube::ResourceExt;
 use kubeovn_cni::node::{GatewayProbe, IcmpGatewayProbe};
 
-use crate::kubelet::{all_records, pod_annotation};
-use crate::state::{Settings, StateDir};
-use crate::transport::{self, Transport};
-use crate::SandboxError;
-
-/// One endpoint of the matrix: a pod (or the node).
-#[derive(Debug, Clone)]
-pub struct Endpoint {
-    /// `namespace/name`, or `node/<name>`.
-    pub label: String,
-    /// Logical switch.
-    pub subnet: String,
-    /// First address.
-    pub ip: Option<IpAddr>,
-    /// MAC address.
-    pub mac: String,
-    /// The network namespace to ping from.
-    pub netns: PathBuf,
-    /// The interface to ping through.
-    pub ifname: String,
-}
+use kubeovn_sandbox_state::matrix::{self, off_diagonal_failures, render_grid};
+pub use kubeovn_sandbox_state::matrix::{table, Endpoint, PingMatrix, PodView};
+use kubeovn_sandbox_state::state::{Settings, StateDir};
+use kubeovn_sandbox_state::transport::{self, Transport};
+use kubeovn_sandbox_state::SandboxError;
 
 /// The sandbox's pods (those with a sandbox from the kubelet), in namespace/name order.
 pub async fn endpoints(
@@ -48,167 +30,29 @@ pub async fn endpoints(
             what: "list pods",
             detail: e.to_string(),
         })?;
-    let recs = all_records(dir);
-    let mut out = Vec::new();
-    for p in list.items {
-        let uid = p.uid().unwrap_or_default();
-        let Some(rec) = recs.iter().find(|r| r.uid == uid) else {
-            continue;
-        };
-        let ann = p.annotations();
-        let ip = p
-            .status
-            .as_ref()
-            .and_then(|s| s.pod_ip.as_deref())
-            .and_then(|s| s.parse().ok());
-        out.push(Endpoint {
-            label: format!("{}/{}", p.namespace().unwrap_or_default(), p.name_any()),
-            subnet: pod_annotation(ann, "logical_switch")
-                .unwrap_or("-")
-                .to_owned(),
-            ip,
-            mac: pod_annotation(ann, "mac_address").unwrap_or("-").to_owned(),
-            netns: rec.netns.clone(),
-            ifname: rec.ifname.clone(),
-        });
-    }
-    out.sort_by(|a, b| a.label.cmp(&b.label));
+    let views = list.items.iter().map(|p| PodView {
+        uid: p.metadata.uid.as_deref().unwrap_or_default(),
+        pod_ip: p.status.as_ref().and_then(|s| s.pod_ip.as_deref()),
+        annotations: p.annotations(),
+    });
     let nodes: Api<Node> = Api::all(client.clone());
-    if let Ok(n) = nodes.get(&settings.node_name).await {
-        let ann = n.annotations();
-        out.push(Endpoint {
-            label: format!("node/{}", settings.node_name),
-            subnet: format!("join ({})", settings.node_nic),
-            ip: pod_annotation(ann, "ip_address")
-                .and_then(|s| s.split(',').next())
-                .and_then(|s| s.parse().ok()),
-            mac: pod_annotation(ann, "mac_address").unwrap_or("-").to_owned(),
-            netns: PathBuf::from("/proc/self/ns/net"),
-            ifname: settings.node_nic.clone(),
-        });
-    }
-    Ok(out)
+    let node = nodes.get(&settings.node_name).await.ok();
+    Ok(matrix::endpoints(
+        dir,
+        settings,
+        views,
+        node.as_ref().map(|n| n.annotations()),
+    ))
 }
 
-/// The endpoints as a table.
-pub fn table(eps: &[Endpoint]) -> String {
-    let mut rows = vec![[
-        "POD".to_owned(),
-        "SUBNET".to_owned(),
-        "IP".to_owned(),
-        "MAC".to_owned(),
-    ]];
-    for e in eps {
-        rows.push([
-            e.label.clone(),
-            e.subnet.clone(),
-            e.ip.map(|i| i.to_string()).unwrap_or_else(|| "-".into()),
-            e.mac.clone(),
-        ]);
-    }
-    let widths: Vec<usize> = (0..4)
-        .map(|i| rows.iter().map(|r| r[i].len()).max().unwrap_or(0))
-        .collect();
-    let mut s = String::new();
-    for r in rows {
-        for (i, c) in r.iter().enumerate() {
-            s.push_str(&format!("{c:<w$}  ", w = widths[i]));
-        }
-        s.truncate(s.trim_end().len());
-        s.push('\n');
-    }
-    s
-}
-
-/// How many cells off the diagonal of an `n` by `n` matrix are not `ok`.
-fn off_diagonal_failures(n: usize, ok: impl Fn(usize, usize) -> bool) -> usize {
-    (0..n)
-        .flat_map(|i| (0..n).map(move |j| (i, j)))
-        .filter(|&(i, j)| i != j && !ok(i, j))
-        .count()
-}
-
-/// A matrix as text: short labels, `-` on the diagonal, `cell(i, j)` elsewhere.
-fn render_grid(labels: &[String], cell: impl Fn(usize, usize) -> String) -> String {
-    let short: Vec<String> = labels
-        .iter()
-        .map(|l| l.rsplit('/').next().unwrap_or(l).to_owned())
-        .collect();
-    let w = short.iter().map(String::len).max().unwrap_or(4).max(8);
-    let mut s = format!("{:<w$}", "from\\to");
-    for l in &short {
-        s.push_str(&format!(" {l:>w$}"));
-    }
-    s.push('\n');
-    for (i, label) in short.iter().enumerate() {
-        s.push_str(&format!("{label:<w$}"));
-        for j in 0..short.len() {
-            let c = if i == j { "-".to_owned() } else { cell(i, j) };
-            s.push_str(&format!(" {c:>w$}"));
-        }
-        s.push('\n');
-    }
-    s
-}
-
-/// The result of the matrix: `rtt[i][j]` from endpoint i to endpoint j (`None`: no reply).
-#[derive(Debug, Clone)]
-pub struct PingMatrix {
-    /// The endpoints' labels.
-    pub labels: Vec<String>,
-    /// Round trips (the second echo of each pair, after ARP warmed up).
-    pub rtt: Vec<Vec<Option<Duration>>>,
-}
-
-impl PingMatrix {
-    /// Whether every pair answered.
-    pub fn all_ok(&self) -> bool {
-        self.failures() == 0
-    }
-
-    /// How many pairs failed.
-    pub fn failures(&self) -> usize {
-        off_diagonal_failures(self.rtt.len(), |i, j| self.rtt[i][j].is_some())
-    }
-
-    /// The matrix as text (milliseconds, `FAIL` for no reply).
-    pub fn render(&self) -> String {
-        render_grid(&self.labels, |i, j| match self.rtt[i][j] {
-            Some(d) => format!("{:.2}ms", d.as_secs_f64() * 1e3),
-            None => "FAIL".to_owned(),
-        })
-    }
-}
-
-/// Pings every endpoint from every other one (ICMP echo from inside the source's namespace), `timeout`
-/// per pair.
+/// [`matrix::ping_matrix`] with the ICMP probe of the node daemon.
 pub async fn ping_matrix(eps: &[Endpoint], timeout: Duration) -> PingMatrix {
     let probe = IcmpGatewayProbe::default();
-    let mut rtt = Vec::new();
-    for src in eps {
-        let mut row = Vec::new();
-        for dst in eps {
-            if std::ptr::eq(src, dst) {
-                row.push(None);
-                continue;
-            }
-            let Some(ip) = dst.ip else {
-                row.push(None);
-                continue;
-            };
-            // The first echo also resolves the neighbour; the second one is the round trip.
-            let r = match probe.probe(&src.netns, &src.ifname, ip, timeout).await {
-                Ok(_) => probe.probe(&src.netns, &src.ifname, ip, timeout).await.ok(),
-                Err(_) => None,
-            };
-            row.push(r);
-        }
-        rtt.push(row);
-    }
-    PingMatrix {
-        labels: eps.iter().map(|e| e.label.clone()).collect(),
-        rtt,
-    }
+    matrix::ping_matrix(eps, timeout, |netns, ifname, ip, timeout| {
+        let probe = probe.clone();
+        async move { probe.probe(&netns, &ifname, ip, timeout).await }
+    })
+    .await
 }
 
 /// TCP and UDP between every pair: `cells[i][j]` from endpoint i to endpoint j (`None` on the diagonal and
@@ -471,7 +315,7 @@ mod tests {
             subnet: "ovn-default".into(),
             ip: Some("10.16.0.2".parse().expect("ip")),
             mac: "0a:00:00:10:00:03".into(),
-            netns: PathBuf::new(),
+            netns: std::path::PathBuf::new(),
             ifname: "eth0".into(),
         }]);
         assert!(t.starts_with("POD"));

@@ -31,10 +31,7 @@ impl Transport {
 }
 
 /// Runs `f` on a new thread inside the network namespace at `netns`.
-pub(crate) fn in_netns<T: Send>(
-    netns: &Path,
-    f: impl FnOnce() -> io::Result<T> + Send,
-) -> io::Result<T> {
+pub fn in_netns<T: Send>(netns: &Path, f: impl FnOnce() -> io::Result<T> + Send) -> io::Result<T> {
     std::thread::scope(|s| {
         s.spawn(|| {
             let ns = File::open(netns)?;
@@ -279,7 +276,7 @@ mod tests {
     fn loopback_in_our_own_namespace_carries_both() {
         // Our own namespace on both sides; setns needs CAP_SYS_ADMIN even into it.
         if !nix::unistd::geteuid().is_root() {
-            crate::skip::skip("setns needs CAP_SYS_ADMIN");
+            kubeovn_test_support::skip::skip("setns needs CAP_SYS_ADMIN");
             return;
         }
         let me = Path::new("/proc/self/ns/net");

@@ -28,7 +28,7 @@
 //! the kubelet drives them.
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{
     Container, ContainerState, ContainerStateRunning, ContainerStateTerminated,
@@ -37,24 +37,18 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use serde::{Deserialize, Serialize};
 
-use crate::procs::ProcRecord;
-use crate::state::{read_json, write_json};
+pub use kubeovn_sandbox_state::records::{now_ms, pod_dir, ContainerRecord, Exit};
+use kubeovn_sandbox_state::state::{read_json, write_json};
 
 /// The `PATH` containers get: the host's usual one.
 pub const CONTAINER_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
+/// The node's address reported in its status and the pods' `hostIP` (the sandbox stays on loopback).
+pub const NODE_IP: &str = "127.0.0.1";
+
 /// The subcommand of this binary that monitors one container ([`shim`]).
 pub const SHIM_COMMAND: &str = "container-run";
-
-/// Milliseconds since the Unix epoch.
-pub fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
-}
 
 /// A Kubernetes time (whole seconds, as the API serialises it) from Unix milliseconds.
 pub fn time_of(ms: u64) -> Time {
@@ -62,89 +56,20 @@ pub fn time_of(ms: u64) -> Time {
     Time(k8s_openapi::jiff::Timestamp::from_second(secs).unwrap_or_default())
 }
 
-/// How a container's process ended (written by [`shim`], kept in the pod record).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Exit {
-    /// The exit code (128 + signal for a process killed by a signal).
-    pub exit_code: i32,
-    /// The signal that killed it.
-    #[serde(default)]
-    pub signal: Option<i32>,
-    /// `Completed`, `Error`, `StartError` or `ContainerStatusUnknown`.
-    pub reason: String,
-    /// Why it could not start.
-    #[serde(default)]
-    pub message: Option<String>,
-    /// When it started (Unix ms).
-    #[serde(default)]
-    pub started_ms: u64,
-    /// When it ended (Unix ms).
-    pub finished_ms: u64,
-}
-
-impl Exit {
-    /// The exit of a process with `status` (a code, or the signal that killed it).
-    pub fn of(code: Option<i32>, signal: Option<i32>, started_ms: u64) -> Exit {
-        let exit_code = code.unwrap_or_else(|| 128 + signal.unwrap_or(0));
-        Exit {
-            exit_code,
-            signal,
-            reason: if exit_code == 0 { "Completed" } else { "Error" }.into(),
-            message: None,
-            started_ms,
-            finished_ms: now_ms(),
-        }
-    }
-
-    /// A command that could not be started (Kubernetes' `StartError`, exit code 128).
-    pub fn start_error(message: String) -> Exit {
-        let t = now_ms();
-        Exit {
-            exit_code: 128,
-            signal: None,
-            reason: "StartError".into(),
-            message: Some(message),
-            started_ms: t,
-            finished_ms: t,
-        }
-    }
-
-    fn terminated(&self) -> ContainerState {
-        ContainerState {
-            terminated: Some(ContainerStateTerminated {
-                exit_code: self.exit_code,
-                signal: self.signal,
-                reason: Some(self.reason.clone()),
-                message: self.message.clone(),
-                started_at: (self.started_ms > 0).then(|| time_of(self.started_ms)),
-                finished_at: Some(time_of(self.finished_ms)),
-                ..Default::default()
-            }),
+/// A container's Kubernetes state after `e`.
+fn terminated(e: &Exit) -> ContainerState {
+    ContainerState {
+        terminated: Some(ContainerStateTerminated {
+            exit_code: e.exit_code,
+            signal: e.signal,
+            reason: Some(e.reason.clone()),
+            message: e.message.clone(),
+            started_at: (e.started_ms > 0).then(|| time_of(e.started_ms)),
+            finished_at: Some(time_of(e.finished_ms)),
             ..Default::default()
-        }
+        }),
+        ..Default::default()
     }
-}
-
-/// One container as the kubelet runs it (kept in the pod record, so a restarted kubelet takes it over).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ContainerRecord {
-    /// The container's name.
-    pub name: String,
-    /// Its monitor process, which leads the container's process group; `None` when not running.
-    #[serde(default)]
-    pub proc: Option<ProcRecord>,
-    /// When the current run started (Unix ms); for a container with nothing to run, when it was set up.
-    #[serde(default)]
-    pub started_ms: Option<u64>,
-    /// Restarts so far.
-    #[serde(default)]
-    pub restart_count: u32,
-    /// How the current run ended, while it waits for a restart or for good.
-    #[serde(default)]
-    pub terminated: Option<Exit>,
-    /// How the previous run ended (`lastState`).
-    #[serde(default)]
-    pub last: Option<Exit>,
 }
 
 /// What the kubelet runs for one container of a pod.
@@ -278,7 +203,7 @@ fn field(pod: &Pod, path: &str, ips: &[String]) -> Option<String> {
             .status
             .as_ref()
             .and_then(|s| s.host_ip.clone())
-            .or_else(|| Some(crate::kubelet::NODE_IP.into())),
+            .or_else(|| Some(NODE_IP.into())),
         _ => None,
     }
 }
@@ -488,7 +413,7 @@ impl ContainerView {
                 ..Default::default()
             }
         } else if let Some(t) = &r.terminated {
-            t.terminated()
+            terminated(t)
         } else {
             ContainerState {
                 waiting: Some(ContainerStateWaiting {
@@ -507,7 +432,7 @@ impl ContainerView {
             started: Some(self.running),
             restart_count: i32::try_from(r.restart_count).unwrap_or(i32::MAX),
             state: Some(state),
-            last_state: r.last.as_ref().map(Exit::terminated),
+            last_state: r.last.as_ref().map(terminated),
             ..Default::default()
         }
     }
@@ -626,11 +551,6 @@ pub fn status_patch(current: Option<&PodStatus>, desired: &PodStatus) -> Option<
     (h != w).then(|| serde_json::json!({ "status": w }))
 }
 
-/// Where a pod's container logs and exit files are: `DIR/pods/<uid>/`.
-pub fn pod_dir(pods_dir: &Path, uid: &str) -> PathBuf {
-    pods_dir.join(uid)
-}
-
 /// Reads the exit a monitor wrote, or, when there is none (the monitor was killed), Kubernetes'
 /// `ContainerStatusUnknown` with exit code 137.
 pub fn read_exit(path: &Path, started_ms: u64) -> Exit {
@@ -661,7 +581,7 @@ pub fn shim(args: &[String]) -> i32 {
                 argv = it.by_ref().cloned().collect();
             }
             other => {
-                eprintln!("{SHIM_COMMAND}: unknown argument {other:?}");
+                tracing::error!("{SHIM_COMMAND}: unknown argument {other:?}");
                 return 2;
             }
         }
@@ -673,14 +593,15 @@ pub fn shim(args: &[String]) -> i32 {
             Exit::of(status.code(), status.signal(), started)
         }
         Err(e) => {
-            // The container's log is this process's stderr: say why it never ran.
-            eprintln!("{SHIM_COMMAND}: {e}");
+            // The container's log is this process's stderr (where the CLI's subscriber writes): say why it
+            // never ran.
+            tracing::error!("{SHIM_COMMAND}: {e}");
             Exit::start_error(e)
         }
     };
     if let Some(f) = exit_file {
         if let Err(e) = write_json(&f, &exit) {
-            eprintln!("{SHIM_COMMAND}: {e}");
+            tracing::error!("{SHIM_COMMAND}: {e}");
         }
     }
     exit.exit_code

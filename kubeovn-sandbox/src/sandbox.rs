@@ -5,6 +5,7 @@ use std::io::Write;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Service};
@@ -87,9 +88,61 @@ impl Binaries {
     }
 }
 
+/// Where `up`, `status` and `kill-leader` write what their user reads (the CLI gives stdout); the library's
+/// diagnostics go through `tracing`. Write errors (a closed pipe: `status | head`) are ignored.
+#[derive(Clone)]
+pub struct Console(Arc<Mutex<Box<dyn Write + Send>>>);
+
+impl Console {
+    /// Output to `w`.
+    pub fn new(w: impl Write + Send + 'static) -> Console {
+        Console(Arc::new(Mutex::new(Box::new(w))))
+    }
+
+    /// Output to this process's stdout.
+    pub fn stdout() -> Console {
+        Console::new(std::io::stdout())
+    }
+
+    /// No output.
+    pub fn silent() -> Console {
+        Console::new(std::io::sink())
+    }
+
+    /// Writes `s` and flushes (a line in progress).
+    pub fn write(&self, s: &str) {
+        if let Ok(mut w) = self.0.lock() {
+            let _ = w.write_all(s.as_bytes());
+            let _ = w.flush();
+        }
+    }
+
+    /// Writes `s` and a newline.
+    pub fn line(&self, s: &str) {
+        self.write(&format!("{s}\n"));
+    }
+}
+
+impl Default for Console {
+    fn default() -> Console {
+        Console::silent()
+    }
+}
+
+impl std::fmt::Debug for Console {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Console")
+    }
+}
+
+/// The name of the EndpointSlice controller's process in `pids.json` (and of its log).
+pub const ENDPOINTS_PROCESS: &str = "endpointslices";
+
 /// How `up` runs.
 #[derive(Debug, Clone, Default)]
 pub struct UpOptions {
+    /// Where the steps, the tables and the matrices go.
+    pub console: Console,
     /// The settings of a new sandbox.
     pub settings: Settings,
     /// Where our binaries are (see [`Binaries::locate`]).
@@ -105,6 +158,7 @@ pub struct UpOptions {
 /// Prints numbered steps with their durations.
 #[derive(Debug)]
 pub struct Progress {
+    out: Console,
     step: usize,
     total: usize,
     t0: Instant,
@@ -113,8 +167,9 @@ pub struct Progress {
 
 impl Progress {
     /// A display of `total` steps.
-    pub fn new(total: usize) -> Progress {
+    pub fn new(total: usize, out: Console) -> Progress {
         Progress {
+            out,
             step: 0,
             total,
             t0: Instant::now(),
@@ -126,16 +181,16 @@ impl Progress {
     pub fn begin(&mut self, what: &str) {
         self.step += 1;
         self.t0 = Instant::now();
-        print!("[{:>2}/{}] {what:<62}", self.step, self.total);
-        let _ = std::io::stdout().flush();
+        self.out
+            .write(&format!("[{:>2}/{}] {what:<62}", self.step, self.total));
     }
 
     /// Ends the step.
     pub fn done(&self, note: &str) {
-        println!(
+        self.out.line(&format!(
             "ok {:>6.0} ms {note}",
             self.t0.elapsed().as_secs_f64() * 1e3
-        );
+        ));
     }
 
     /// Since the first step.
@@ -330,26 +385,27 @@ pub async fn up(dir: &StateDir, opts: &UpOptions) -> Result<report::Reachability
         ));
     }
     // Each node beyond the first: its OVS, kubelet and daemon.
-    let total = if opts.no_demo { 9 } else { 11 } + 3 * opts.settings.nodes.saturating_sub(1);
-    let mut pr = Progress::new(total);
+    let total = if opts.no_demo { 10 } else { 12 } + 3 * opts.settings.nodes.saturating_sub(1);
+    let out = &opts.console;
+    let mut pr = Progress::new(total, out.clone());
     pr.begin("OVN/OVS packages");
     let note = ensure_packages(opts.install)?;
     pr.done(&note);
 
     if is_up(dir) {
-        println!(
+        out.line(&format!(
             "the sandbox in {} is already up (kube-ovn-sandbox down --state-dir {} stops it)",
             dir.root().display(),
             dir.root().display()
-        );
+        ));
         let settings = dir.load_settings()?;
-        return show(dir, &settings).await;
+        return show(dir, &settings, out).await;
     }
     if dir.pids_file().exists() {
-        println!(
+        out.line(&format!(
             "a previous sandbox in {} is partly down: cleaning it up",
             dir.root().display()
-        );
+        ));
         down(dir)?;
     }
 
@@ -387,19 +443,19 @@ pub async fn up(dir: &StateDir, opts: &UpOptions) -> Result<report::Reachability
     // Whatever was started is recorded, so `down` can stop it even after a failure.
     save_pids(dir, &pids)?;
     if let Err(e) = r {
-        eprintln!(
-            "\nup failed: {e}\ncleaning up (logs stay in {})",
+        tracing::error!(
+            "up failed: {e}; cleaning up (logs stay in {})",
             dir.logs_dir().display()
         );
         let _ = down(dir);
         return Err(e);
     }
-    println!(
+    out.line(&format!(
         "\nsandbox up in {:.1} s: state in {}",
         pr.total_elapsed().as_secs_f64(),
         dir.root().display()
-    );
-    show(dir, &settings).await
+    ));
+    show(dir, &settings, out).await
 }
 
 async fn start_all(
@@ -576,6 +632,15 @@ async fn start_all(
     pr.begin("CNI shim and conflist");
     install_cni(dir, bins)?;
     pr.done(&format!("{}", dir.conflist().display()));
+
+    // Cluster-scoped, as kube-controller-manager's: one process whatever the number of nodes.
+    pr.begin("EndpointSlice controller (one per cluster)");
+    let mut cmd = Command::new(&bins.sandbox);
+    cmd.arg("endpoints").arg("--state-dir").arg(dir.root());
+    let slices = spawn_detached(ENDPOINTS_PROCESS, cmd, &dir.log(ENDPOINTS_PROCESS))?;
+    pids.push(slices);
+    save_pids(dir, pids)?;
+    pr.done("");
 
     start_agents(dir, settings, bins, &client, pr, pids).await?;
     for k in 2..=settings.nodes {
@@ -939,45 +1004,46 @@ async fn create_demo_pods(client: &kube::Client, s: &Settings) -> Result<(), San
 pub async fn show(
     dir: &StateDir,
     settings: &Settings,
+    out: &Console,
 ) -> Result<report::Reachability, SandboxError> {
     let client = kubelet::client(&dir.kubeconfig()).await?;
     let eps = report::endpoints(&client, dir, settings).await?;
-    println!("\n{}", report::table(&eps));
+    out.line(&format!("\n{}", report::table(&eps)));
     let m = report::ping_matrix(&eps, Duration::from_secs(1)).await;
-    println!(
+    out.line(&format!(
         "ping matrix (ICMP echo from each pod's network namespace; same subnet through its logical switch, \
          across subnets and from the node through the ovn-cluster router):\n{}",
         m.render()
-    );
+    ));
     if m.all_ok() {
-        println!(
+        out.line(&format!(
             "all {} pairs answered",
             m.labels.len() * m.labels.len().saturating_sub(1)
-        );
+        ));
     } else {
-        println!("{} pairs did not answer", m.failures());
+        out.line(&format!("{} pairs did not answer", m.failures()));
     }
     let t = report::transport_matrix(&eps, Duration::from_secs(1)).await;
-    println!(
+    out.line(&format!(
         "\nTCP and UDP matrix (16 KiB echoed over TCP, a datagram echoed over UDP, from each pod's network \
          namespace to each address):\n{}",
         t.render()
-    );
+    ));
     if t.all_ok() {
-        println!(
+        out.line(&format!(
             "all {} pairs carried TCP and UDP",
             t.labels.len() * t.labels.len().saturating_sub(1)
-        );
+        ));
     } else {
-        println!(
+        out.line(&format!(
             "{} pairs did not carry TCP and UDP:\n{}",
             t.failures(),
             t.details()
-        );
+        ));
     }
     let service = demo_service_report(&client, &eps).await;
     if let Some(r) = &service {
-        println!(
+        out.line(&format!(
             "\nService {} (ClusterIP {}; backends answer with their pod name): {} TCP connections and {} UDP \
              requests from each pod and the node:\n{}",
             r.service,
@@ -985,20 +1051,23 @@ pub async fn show(
             report::SERVICE_TRIES,
             report::SERVICE_TRIES,
             r.render()
-        );
+        ));
         let seen: Vec<String> = r.backends().into_iter().collect();
         if r.all_ok() {
-            println!("every request answered; backends seen: {}", seen.join(", "));
+            out.line(&format!(
+                "every request answered; backends seen: {}",
+                seen.join(", ")
+            ));
         } else {
-            println!("some requests were not answered");
+            out.line("some requests were not answered");
         }
     }
     let d = dir.root().display();
-    println!(
+    out.line(&format!(
         "\nnext:\n  kubectl --kubeconfig {d}/kubeconfig get pods -A -o wide\n  \
          kube-ovn-sandbox exec --state-dir {d} default/web-1 -- ip addr\n  \
          kube-ovn-sandbox status --state-dir {d}\n  kube-ovn-sandbox down --state-dir {d}"
-    );
+    ));
     Ok(report::Reachability {
         ping: m,
         transport: t,
@@ -1250,7 +1319,11 @@ pub async fn leader_proxy(dir: &StateDir) -> Result<(), SandboxError> {
 /// `kill-leader nb|sb`: SIGKILLs the raft leader of NB or SB (a crash, no leadership transfer), reports how
 /// long the election of the next took, then starts the member again and waits until it is back in the
 /// cluster. Returns the election time.
-pub async fn kill_leader(dir: &StateDir, db: &str) -> Result<Duration, SandboxError> {
+pub async fn kill_leader(
+    dir: &StateDir,
+    db: &str,
+    out: &Console,
+) -> Result<Duration, SandboxError> {
     let s = dir.load_settings()?;
     if !s.raft {
         return Err(failed(
@@ -1286,15 +1359,15 @@ pub async fn kill_leader(dir: &StateDir, db: &str) -> Result<Duration, SandboxEr
     }
     rec.wait_reaped(Duration::from_secs(2));
     let killed = Instant::now();
-    println!("{db}: killed leader {stem} (pid {})", rec.pid);
+    out.line(&format!("{db}: killed leader {stem} (pid {})", rec.pid));
     let elected = loop {
         if let Some(j) = raft_leader(dir, db, Some(i)).await {
             let took = killed.elapsed();
-            println!(
+            out.line(&format!(
                 "{db}: {} leads after {:.0} ms",
                 crate::ovn::member_stems(db)[j],
                 took.as_secs_f64() * 1000.0
-            );
+            ));
             break took;
         }
         if killed.elapsed() > Duration::from_secs(30) {
@@ -1325,18 +1398,18 @@ pub async fn kill_leader(dir: &StateDir, db: &str) -> Result<Duration, SandboxEr
         },
     )
     .await?;
-    println!("{db}: {stem} started again (pid {})", back.pid);
+    out.line(&format!("{db}: {stem} started again (pid {})", back.pid));
     Ok(elected)
 }
 
 /// `status`: each process, alive or not, and the pods' sandboxes.
-pub fn status(dir: &StateDir) -> Result<bool, SandboxError> {
+pub fn status(dir: &StateDir, console: &Console) -> Result<bool, SandboxError> {
     use std::fmt::Write as _;
     let pids = load_pids(dir);
     let mut out = String::new();
     if pids.is_empty() {
         let _ = writeln!(out, "no sandbox in {}", dir.root().display());
-        print_lossy(&out);
+        console.write(&out);
         return Ok(false);
     }
     let mut all = true;
@@ -1371,13 +1444,8 @@ pub fn status(dir: &StateDir) -> Result<bool, SandboxError> {
         );
     }
     let _ = writeln!(out, "\nkubeconfig: {}", dir.kubeconfig().display());
-    print_lossy(&out);
+    console.write(&out);
     Ok(all)
-}
-
-/// Prints without panicking on a closed stdout (`status | head`).
-fn print_lossy(s: &str) {
-    let _ = std::io::stdout().write_all(s.as_bytes());
 }
 
 #[cfg(test)]
@@ -1407,7 +1475,7 @@ mod tests {
     #[test]
     fn status_of_an_empty_dir() {
         let d = tempfile::tempdir().expect("tempdir");
-        assert!(!status(&StateDir::new(d.path())).expect("status"));
+        assert!(!status(&StateDir::new(d.path()), &Console::silent()).expect("status"));
         assert!(!is_up(&StateDir::new(d.path())));
         down(&StateDir::new(d.path())).expect("down of nothing");
     }
