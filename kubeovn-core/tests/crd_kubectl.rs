@@ -110,8 +110,7 @@ fn crds_apply_and_kube_ovn_manifests_round_trip() {
         ))
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let kc = dir.path().join("kubeconfig");
-    server.write_kubeconfig(&kc).unwrap();
+    let kc = server.write_kubeconfig_in(dir.path()).unwrap();
 
     // The YAML `kube-ovn-controller crd` prints.
     let crds = write(dir.path(), "crds.yaml", &crd::crds_yaml());

@@ -33,8 +33,7 @@ fn bad_annotation_is_a_warning_event_on_the_pod() {
         ))
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let kc = dir.path().join("kubeconfig");
-    server.write_kubeconfig(&kc).unwrap();
+    let kc = server.write_kubeconfig_in(dir.path()).unwrap();
 
     let anns = BTreeMap::from([(MAC_ADDRESS.to_owned(), "00:00:00:zz:00:01".to_owned())]);
     let err = PodNetworkAnnotations::parse(&anns, "ovn").unwrap_err();
@@ -47,8 +46,7 @@ fn bad_annotation_is_a_warning_event_on_the_pod() {
         ..Default::default()
     };
     rt.block_on(async {
-        let client =
-            kube::Client::try_from(kube::Config::new(server.url().parse().unwrap())).unwrap();
+        let client = server.client().unwrap();
         let recorder = Recorder::new(client, Reporter::from("kube-ovn-controller"));
         let sink: &dyn EventSink = &recorder;
         warn_bad_annotation(sink, &pod, &err).await.unwrap();

@@ -146,7 +146,7 @@ async fn main() {
     let (api, kubeconfig) = start_api(&dir.path().join("kubeconfig")).await;
     let store = api.store();
     let pod_info = store.resource("", "v1", "pods").unwrap();
-    let client = kube::Client::try_from(kube::Config::new(api.url().parse().unwrap())).unwrap();
+    let client = api.client().unwrap();
     let seen = watch_annotated(client.clone());
 
     let mut child = spawn_controller(dir.path(), &kubeconfig, &nb_addr, 0);

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use common::Harness;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Patch, PatchParams, PostParams};
-use kube::{Api, Client};
+use kube::Api;
 use kubeovn_testapi::{Config, TestApiServer};
 use kubeovn_cni::node::{
     init_node, node_join_network, KubePodNetworks, NodeConfig, StaticPodNetworks,
@@ -38,7 +38,7 @@ fn add_waits_for_annotations_from_the_api_server() {
     let node = "kube-e2e-node";
     let (server, client, source) = rt.block_on(async {
         let server = TestApiServer::start(Config::default()).await.unwrap();
-        let client = Client::try_from(kube::Config::new(server.url().parse().unwrap())).unwrap();
+        let client = server.client().unwrap();
         let ns: k8s_openapi::api::core::v1::Namespace =
             serde_json::from_value(json!({"metadata": {"name": "e2e"}})).unwrap();
         Api::all(client.clone())

@@ -91,13 +91,8 @@ pub fn pct(v: &mut [f64], p: f64) -> f64 {
 pub async fn start_api(kubeconfig: &Path) -> (TestApiServer, std::path::PathBuf) {
     let api = TestApiServer::start(ApiConfig::default()).await.unwrap();
     api.write_kubeconfig(kubeconfig).unwrap();
+    api.apply_crds(common::crds()).unwrap();
     let store = api.store();
-    let crd_info = store
-        .resource("apiextensions.k8s.io", "v1", "customresourcedefinitions")
-        .unwrap();
-    for c in common::crds() {
-        store.create(&crd_info, None, c).unwrap();
-    }
     let ns_info = store.resource("", "v1", "namespaces").unwrap();
     store
         .create(

@@ -8,9 +8,9 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use kubeovn_testapi::{Config as ApiConfig, TestApiServer};
 use kubeovn_core::controller::{Config, Controller};
 use kubeovn_ovn::northbound::OvsdbNorthbound;
+use kubeovn_testapi::{Config as ApiConfig, TestApiServer};
 use serde_json::{json, Value};
 use tokio::sync::oneshot;
 
@@ -90,9 +90,8 @@ impl Env {
             .unwrap();
         let nb = start_nb()?;
         let api = TestApiServer::start(ApiConfig::default()).await.unwrap();
-        let kubeconfig = dir.path().join("kubeconfig");
-        api.write_kubeconfig(&kubeconfig).unwrap();
-        let client = kube::Client::try_from(kube::Config::new(api.url().parse().unwrap())).unwrap();
+        let kubeconfig = api.write_kubeconfig_in(dir.path()).unwrap();
+        let client = api.client().unwrap();
         let env = Env {
             dir,
             nb,
