@@ -785,6 +785,21 @@ async fn restart_releases_what_pods_deleted_while_down_left() {
     child.kill();
 }
 
+/// The garbage collector's runs that succeeded and failed so far (the controller's
+/// `reconcile_seconds{kind="gc"}` counts; its first run, at start, only marks).
+fn gc_passes(env: &Env) -> (u64, u64) {
+    let text = env.controller.as_ref().unwrap().metrics.encode();
+    let count = |outcome: &str| {
+        let line = format!(
+            "kube_ovn_controller_reconcile_seconds_count{{kind=\"gc\",outcome=\"{outcome}\"}} "
+        );
+        text.lines()
+            .find_map(|l| l.strip_prefix(line.as_str()))
+            .map_or(0, |n| n.trim().parse().unwrap())
+    };
+    (count("ok"), count("error"))
+}
+
 /// Issue #16, 5: a user's IP record (no pod), made before the controller starts or while it runs, survives
 /// garbage collection and its address is never given to a pod; a pod that finds its subnet full waits (with
 /// an event) and is served as soon as an address is released, well before its backoff would retry it.
@@ -811,9 +826,7 @@ async fn reservations_are_kept_and_a_full_subnet_serves_waiting_pods() {
         "spec":{"subnet":"later","ipAddress":"10.72.0.2"}}"#,
     )
     .await;
-    let config = common::test_config();
-    let gc = config.gc_interval;
-    env.start_controller(config).await;
+    env.start_controller(common::test_config()).await;
     // One reservation made while the controller runs: reserved as soon as it is seen.
     env.apply(
         r#"{"apiVersion":"kubeovn.io/v1","kind":"IP","metadata":{"name":"reserve-2"},
@@ -861,8 +874,17 @@ async fn reservations_are_kept_and_a_full_subnet_serves_waiting_pods() {
     env.apply(&pod("default", "w3", "n1", &sw)).await;
     let note = warning_for(&env, "default", "w3", "AcquireAddressFailed").await;
     assert!(note.contains("small"), "{note}");
-    // Three garbage collection passes (an orphan goes in two); w3's retry backoff grows meanwhile.
-    tokio::time::sleep(gc * 3 + gc / 2).await;
+    // Three garbage collection passes that succeeded after both reservations and w3's failure were seen
+    // (an orphan goes in two), counted by the controller's own metric of GC runs; w3's retry backoff grows
+    // meanwhile.
+    let passes = gc_passes(&env);
+    let (ok, failed) = wait_for("three more garbage collection passes", 20, || async {
+        let now = gc_passes(&env);
+        (now.0 >= passes.0 + 3).then_some(now)
+    })
+    .await;
+    assert_eq!(failed, passes.1, "a garbage collection pass failed");
+    assert!(ok >= 4, "the first run only marks: {ok}");
     for r in ["reserve-1", "reserve-2"] {
         assert!(
             env.get_json(&["ips.kubeovn.io", r]).await.is_some(),
