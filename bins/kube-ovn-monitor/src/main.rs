@@ -397,5 +397,4 @@ mod tests {
 }
 
 #[cfg(test)]
-#[path = "../../../kubeovn-ovn/tests/common/mod.rs"]
-mod ovn_common;
+use kubeovn_test_support::ovsdb as ovn_common;
