@@ -690,6 +690,29 @@ fn eventually(mut f: impl FnMut() -> bool) -> bool {
     false
 }
 
+/// A request that takes the kernel's RTNL lock (setting `link`'s MTU to the `mtu` it has): when it
+/// returns, whatever held the lock before it (linkwatch and the notifiers it runs) has finished.
+fn rtnl_barrier(ns: &str, link: &str, mtu: u32) {
+    let out = Command::new("ip")
+        .args([
+            "-n",
+            ns,
+            "link",
+            "set",
+            "dev",
+            link,
+            "mtu",
+            &mtu.to_string(),
+        ])
+        .output()
+        .expect("run ip");
+    assert!(
+        out.status.success(),
+        "ip link set mtu: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 fn inet6_addrs(ns: &str, link: &str) -> Vec<Value> {
     ip_json(Some(ns), &["addr", "show", link])[0]["addr_info"]
         .as_array()
@@ -735,13 +758,22 @@ async fn root_create_veth_as_the_daemon_does_host_up_no_ipv6_addresses_no_dad() 
         "{peer:?}"
     );
     // Both ends have carrier, and still no IPv6 address (a link-local one would come with the carrier).
-    assert!(eventually(|| {
-        has_flag(
-            &ip_json(Some(&node_ns.name), &["link", "show", "a0"])[0],
-            "LOWER_UP",
-        )
-    }));
-    std::thread::sleep(std::time::Duration::from_millis(200));
+    // The kernel's linkwatch sets a link's operstate to UP and then, in the same hold of the RTNL lock, runs
+    // the NETDEV_CHANGE notifiers, where addrconf makes the link-local address of a link that became ready
+    // (the pod end's came up with carrier: addrconf ran in our request). So once both ends show UP, a
+    // request that takes the RTNL lock returns only after those notifiers ran: an address they make would
+    // be there.
+    for (ns, link) in [(&node_ns.name, "a0"), (&pod_ns.name, "eth0")] {
+        assert!(
+            eventually(|| {
+                let l = &ip_json(Some(ns), &["link", "show", link])[0];
+                has_flag(l, "LOWER_UP") && l["operstate"] == "UP"
+            }),
+            "{link} not up: {}",
+            ip_json(Some(ns), &["link", "show", link])
+        );
+    }
+    rtnl_barrier(&node_ns.name, "a0", 1400);
     assert_eq!(inet6_addrs(&node_ns.name, "a0"), Vec::<Value>::new());
     assert_eq!(inet6_addrs(&pod_ns.name, "eth0"), Vec::<Value>::new());
     let again = node.create_veth(&spec).await.expect("idempotent");
