@@ -245,9 +245,7 @@ fn pod_add(sb: &common::Sandbox, n: usize, nodes: usize) -> AddLatency {
         .chain((0..n).map(|i| format!("add-{i}")))
         .collect();
     let (first, measured) = rt.block_on(async {
-        let client = kubeovn_sandbox::kubelet::client(&kubeconfig)
-            .await
-            .unwrap();
+        let client = kubeovn_sandbox::kubelet::client(&kubeconfig).await.unwrap();
         let api: kube::Api<Pod> = kube::Api::namespaced(client, "default");
         // The watch: (pod, when first seen Running with an IP), after its initial list.
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(String, Instant, String)>();

@@ -4,12 +4,15 @@
 //! not at all; a centralized subnet's egress leaves through its gateway node and, within 5 s of that node
 //! stopping, through the next; the scheduler honours `nodeName`, `nodeSelector` and load; a stopped and
 //! deleted node takes its join port and chassis with it and leaves the others talking; `down` leaves no
-//! namespace or link behind.
+//! namespace or link behind. Services across nodes: one EndpointSlice controller for the cluster keeps one
+//! slice per family holding each backend (one per node) once; every node and every pod reach every backend
+//! through the ClusterIP over TCP and UDP; a deleted backend leaves the slice and the traffic.
 
 #![allow(clippy::unwrap_used)]
 
 mod common;
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -44,6 +47,219 @@ fn reach(from: &Path, name: &str, ip: IpAddr) -> Vec<String> {
         bad.push("icmp".into());
     }
     bad
+}
+
+/// The Service `default/spread` of this test's backends (one per node).
+const SPREAD: &str = "spread";
+
+/// The EndpointSlices of Service `default/name`: per address type, each slice's endpoints as (pod, node,
+/// ready).
+fn slices_of(
+    sb: &common::Sandbox,
+    name: &str,
+) -> BTreeMap<String, Vec<Vec<(String, String, bool)>>> {
+    let label = format!("kubernetes.io/service-name={name}");
+    let out = sb.kubectl(&[
+        "get",
+        "endpointslices",
+        "-n",
+        "default",
+        "-l",
+        &label,
+        "-o",
+        "json",
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let mut by_family: BTreeMap<String, Vec<Vec<(String, String, bool)>>> = BTreeMap::new();
+    for slice in v["items"].as_array().unwrap() {
+        let eps = slice["endpoints"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .iter()
+            .map(|e| {
+                (
+                    e["targetRef"]["name"].as_str().unwrap_or("?").to_owned(),
+                    e["nodeName"].as_str().unwrap_or("?").to_owned(),
+                    e["conditions"]["ready"].as_bool().unwrap_or(false),
+                )
+            })
+            .collect();
+        by_family
+            .entry(slice["addressType"].as_str().unwrap().to_owned())
+            .or_default()
+            .push(eps);
+    }
+    by_family
+}
+
+/// The processes named `name` in the state directory of every node.
+fn processes_named(sb: &common::Sandbox, name: &str) -> usize {
+    let dir = kubeovn_sandbox::state::StateDir::new(sb.dir.path());
+    std::iter::once(dir.clone())
+        .chain(dir.node_dirs())
+        .flat_map(|d| {
+            kubeovn_sandbox::state::read_json::<Vec<kubeovn_sandbox::procs::ProcRecord>>(
+                &d.pids_file(),
+            )
+            .unwrap_or_default()
+        })
+        .filter(|p| p.name == name)
+        .count()
+}
+
+/// Services across nodes: a Service whose backends run on all three nodes has exactly one EndpointSlice per
+/// family (the cluster's one controller; three would race) holding each backend once; every node and a pod on
+/// every node reach every backend through the ClusterIP over TCP and UDP; a deleted backend leaves the slice
+/// and gets no more traffic.
+fn services_across_nodes(
+    sb: &common::Sandbox,
+    node: &dyn Fn(usize) -> String,
+    pod: &dyn Fn(&str, &str, Value) -> Value,
+    sources: &[(String, PathBuf)],
+) {
+    assert_eq!(
+        processes_named(sb, kubeovn_sandbox::sandbox::ENDPOINTS_PROCESS),
+        1,
+        "one EndpointSlice controller for the cluster"
+    );
+    let backend = |k: usize| {
+        let mut p = pod("default", &format!("s{k}"), json!({"nodeName": node(k)}));
+        p["metadata"]["labels"] = json!({"app": SPREAD});
+        p
+    };
+    sb.apply(&json!({"apiVersion": "v1", "kind": "List", "items": [
+        backend(1), backend(2), backend(3),
+        {"apiVersion": "v1", "kind": "Service", "metadata": {"name": SPREAD, "namespace": "default"},
+         "spec": {"selector": {"app": SPREAD}, "ports": [
+             {"name": "tcp", "protocol": "TCP", "port": 80, "targetPort": 80},
+             {"name": "udp", "protocol": "UDP", "port": 80, "targetPort": 80}]}},
+    ]}));
+    let expect = |ks: &[usize]| -> Vec<(String, String, bool)> {
+        ks.iter()
+            .map(|&k| (format!("s{k}"), node(k), true))
+            .collect()
+    };
+    let settled = |ks: &[usize]| {
+        let slices = slices_of(sb, SPREAD);
+        let one = slices.len() == 1 && slices.get("IPv4").is_some_and(|v| v.len() == 1);
+        let mut eps = slices
+            .get("IPv4")
+            .and_then(|v| v.first())
+            .cloned()
+            .unwrap_or_default();
+        eps.sort();
+        (one && eps == expect(ks), slices)
+    };
+    common::wait_until(
+        "one slice with the three backends ready",
+        Duration::from_secs(60),
+        || settled(&[1, 2, 3]).0,
+    );
+    let out = sb.kubectl(&["get", "service", SPREAD, "-o", "jsonpath={.spec.clusterIP}"]);
+    let vip: IpAddr = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+    let vip = SocketAddr::new(vip, 80);
+
+    // From every source, over TCP and UDP: asks (each from a port of its own, a new 5-tuple) until every
+    // backend in `want` answered; any other answer, or a failure once the first answer came, is an error.
+    let spread = |want: &[usize], base_port: u16| -> Vec<String> {
+        let want: BTreeSet<String> = want.iter().map(|k| format!("s{k}")).collect();
+        std::thread::scope(|s| {
+            let jobs: Vec<_> = sources
+                .iter()
+                .flat_map(|src| [false, true].map(|udp| (src, udp)))
+                .map(|((who, netns), udp)| {
+                    let want = want.clone();
+                    s.spawn(move || {
+                        let proto = if udp { "udp" } else { "tcp" };
+                        let mut seen = BTreeSet::new();
+                        let mut bad = Vec::new();
+                        for i in 0..60u16 {
+                            let port = base_port + i + if udp { 100 } else { 0 };
+                            match kubeovn_sandbox::transport::ask_name_from(
+                                netns,
+                                vip,
+                                udp,
+                                Duration::from_secs(2),
+                                port,
+                            ) {
+                                Ok(name) if want.contains(&name) => {
+                                    seen.insert(name);
+                                }
+                                other => bad.push(format!("{who} {proto} to {vip}: {other:?}")),
+                            }
+                            if seen == want {
+                                break;
+                            }
+                        }
+                        if seen != want {
+                            bad.push(format!("{who} {proto}: saw {seen:?} of {want:?}"));
+                        }
+                        bad
+                    })
+                })
+                .collect();
+            jobs.into_iter().flat_map(|j| j.join().unwrap()).collect()
+        })
+    };
+    // The load balancer is written once the slice is: the first answers may still be refused.
+    common::wait_until(
+        "the ClusterIP answering node 1",
+        Duration::from_secs(20),
+        || {
+            kubeovn_sandbox::transport::ask_name(&sources[0].1, vip, false, Duration::from_secs(1))
+                .is_ok()
+        },
+    );
+    let bad = spread(&[1, 2, 3], 41000);
+    assert!(
+        bad.is_empty(),
+        "{} failures:\n{}",
+        bad.len(),
+        bad.join("\n")
+    );
+
+    // s3 deleted: it leaves the slice (the same one slice), and nothing reaches it any more.
+    let out = sb.kubectl(&["delete", "pod", "s3", "--wait=false"]);
+    assert!(out.status.success(), "{out:?}");
+    common::wait_until("s3 out of the slice", Duration::from_secs(30), || {
+        settled(&[1, 2]).0
+    });
+    // The load balancer follows the slice: wait until node 1 no longer meets s3, then check everyone.
+    common::wait_until(
+        "s3 out of the load balancer",
+        Duration::from_secs(10),
+        || {
+            (0..10u16).all(|i| {
+                kubeovn_sandbox::transport::ask_name_from(
+                    &sources[0].1,
+                    vip,
+                    false,
+                    Duration::from_secs(1),
+                    42000 + i,
+                )
+                .is_ok_and(|n| n != "s3")
+            })
+        },
+    );
+    let bad = spread(&[1, 2], 43000);
+    assert!(
+        bad.is_empty(),
+        "after s3 was deleted, {} failures:\n{}",
+        bad.len(),
+        bad.join("\n")
+    );
+    let (_, slices) = settled(&[1, 2]);
+    eprintln!(
+        "Services across nodes: {vip} reached from {} sources; slices {slices:?}",
+        sources.len()
+    );
+    let out = sb.kubectl(&["delete", "service", SPREAD]);
+    assert!(out.status.success(), "{out:?}");
+    common::wait_until("the Service's slices gone", Duration::from_secs(30), || {
+        slices_of(sb, SPREAD).is_empty()
+    });
 }
 
 #[test]
@@ -220,6 +436,8 @@ fn three_nodes_carry_pod_traffic_over_geneve() {
         bad.join("\n")
     );
 
+    services_across_nodes(&sb, &node, &pod, &sources);
+
     // Egress to the external network: the default subnet masquerades (natOutgoing, as Kube-OVN's default
     // subnet does), so the world sees each pod as its own node's underlay address, over TCP and UDP; the blue
     // subnet does not, and the world has no route back to its pods' addresses.
@@ -261,12 +479,8 @@ fn three_nodes_carry_pod_traffic_over_geneve() {
         }
     }
     for pod in ["blue/b1", "blue/b3"] {
-        let seen = kubeovn_sandbox::transport::ask_name(
-            &netns(pod),
-            world,
-            false,
-            Duration::from_secs(2),
-        );
+        let seen =
+            kubeovn_sandbox::transport::ask_name(&netns(pod), world, false, Duration::from_secs(2));
         assert!(
             seen.is_err(),
             "{pod} without natOutgoing reached the world: {seen:?}"

@@ -13,8 +13,7 @@ fn dist() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../dist")
 }
 
-#[path = "../../../test-support/skip.rs"]
-mod skip;
+use kubeovn_test_support::skip;
 
 /// Whether kubectl runs; if not, the test is skipped ([`skip::skip`]: a failure under CI).
 fn have_kubectl() -> bool {

@@ -16,8 +16,7 @@ use kubeovn_testapi::{Config, TestApiServer};
 use serde_json::{json, Value};
 use tokio::sync::oneshot;
 
-#[path = "../../../test-support/skip.rs"]
-mod skip;
+use kubeovn_test_support::skip;
 
 const NS: &str = "default";
 
@@ -640,7 +639,10 @@ async fn the_endpoints_process_keeps_slices() {
     .await;
 
     // SIGTERM stops each.
-    for (what, child) in [("kubelet", &mut kubelet), ("endpoints", &mut slices_process)] {
+    for (what, child) in [
+        ("kubelet", &mut kubelet),
+        ("endpoints", &mut slices_process),
+    ] {
         let pid = nix::unistd::Pid::from_raw(child.id() as i32);
         nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
         let deadline = Instant::now() + Duration::from_secs(10);

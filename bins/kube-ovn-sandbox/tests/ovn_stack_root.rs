@@ -2,11 +2,10 @@
 
 #![allow(clippy::unwrap_used)]
 
-use kubeovn_sandbox::ovn::{missing_programs, OvnOptions, OvnStack};
 use kubeovn_ovn::vswitch::{OpenVSwitch, OvsdbOpenVSwitch};
+use kubeovn_sandbox::ovn::{missing_programs, OvnOptions, OvnStack};
 
-#[path = "../../../test-support/skip.rs"]
-mod skip;
+use kubeovn_test_support::skip;
 
 /// Whether the test can run (root, OVN); if not, it is skipped ([`skip::skip`]: a failure under CI).
 fn runnable() -> bool {

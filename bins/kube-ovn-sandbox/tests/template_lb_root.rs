@@ -13,15 +13,14 @@
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use kubeovn_sandbox::ovn::{missing_programs, OvnOptions, OvnStack};
 use kubeovn_ovn::northbound::{
     template_var_name, Batch, ChassisTemplateVars, LbTarget, LoadBalancer, LoadBalancerGroup,
     LoadBalancerProtocol, LogicalSwitch, Northbound, OvsdbNorthbound, Patch, Router, SwitchPort,
 };
 use kubeovn_ovn::vswitch::{OpenVSwitch, OvsBatch, OvsdbOpenVSwitch, PortSpec};
+use kubeovn_sandbox::ovn::{missing_programs, OvnOptions, OvnStack};
 
-#[path = "../../../test-support/skip.rs"]
-mod skip;
+use kubeovn_test_support::skip;
 
 /// Whether the test can run (root, OVN); if not, it is skipped ([`skip::skip`]: a failure under CI).
 fn runnable() -> bool {

@@ -10,11 +10,9 @@ use std::time::{Duration, Instant};
 use kubeovn_sandbox::ovn::missing_programs;
 use serde_json::Value;
 
-#[path = "../../../../test-support/cargo_build.rs"]
-pub mod cargo_build;
+pub use kubeovn_test_support::cargo_build;
 
-#[path = "../../../../test-support/skip.rs"]
-pub mod skip;
+pub use kubeovn_test_support::skip;
 
 /// Whether the test can run (root, OVN, kubectl, ping); if not, it is skipped ([`skip::skip`]: a failure
 /// under CI).
