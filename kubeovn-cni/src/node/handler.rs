@@ -1103,18 +1103,25 @@ mod tests {
         let _ = h.lock_for(HOST_IF).lock().await;
     }
 
+    /// DEL returns while its veth deletion is still running (held at a gate: the kernel's slow unregistration),
+    /// and an ADD in the same namespace waits for it: polled while the deletion is held, it has not asked for
+    /// the pod's network; once the deletion ends it goes on and creates its veth.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn add_waits_for_a_pending_deletion_in_its_namespace() {
         let netns = std::env::temp_dir();
         let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (started_tx, mut started) = tokio::sync::mpsc::unbounded_channel::<()>();
+        let (release, gate) = std::sync::mpsc::channel::<()>();
+        let gate = std::sync::Mutex::new(gate);
         let mut host = MockNetdev::new();
         let o = order.clone();
         host.expect_delete_link()
             .withf(|n| n != HOST_IF)
             .times(1)
             .returning(move |_| {
-                // The kernel's unregistration, slow.
-                std::thread::sleep(Duration::from_millis(200));
+                let _ = started_tx.send(());
+                // Blocks this worker until the test opens the gate (the runtime has another).
+                let _ = gate.lock().unwrap().recv();
                 o.lock().unwrap().push("deleted");
                 Ok(())
             });
@@ -1132,16 +1139,37 @@ mod tests {
         probe
             .expect_probe()
             .returning(|_, _, _, _| Ok(Duration::from_millis(1)));
-        let h = handler(source_ok(), ovs, host, no_pod_thread(), probe);
-        // An earlier attachment (another container) in the same namespace: its DEL returns at once.
+        let mut source = MockPodNetworkSource::new();
+        let o = order.clone();
+        source.expect_pod_network().returning(move |_, _, _| {
+            o.lock().unwrap().push("source");
+            Ok(pod_net())
+        });
+        let h = handler(source, ovs, host, no_pod_thread(), probe);
+        // An earlier attachment (another container) in the same namespace: its DEL returns while the
+        // deletion it started is held.
         let mut del = request(Command::Del, netns.to_str().unwrap());
         del.container_id = Some("fedcba9876543210".into());
         assert!(h.handle(&del).await.error.is_none());
+        tokio::time::timeout(Duration::from_secs(10), started.recv())
+            .await
+            .expect("the veth deletion started")
+            .unwrap();
         assert!(order.lock().unwrap().is_empty(), "DEL waited for the veth");
         let add = request(Command::Add, netns.to_str().unwrap());
-        let r = h.handle(&add).await;
+        let mut adding = Box::pin(h.handle(&add));
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        // The namespace's lock is the ADD's only wait before it asks for the pod's network.
+        assert!(std::future::Future::poll(adding.as_mut(), &mut cx).is_pending());
+        assert!(
+            order.lock().unwrap().is_empty(),
+            "ADD went on during the deletion: {:?}",
+            order.lock().unwrap()
+        );
+        release.send(()).unwrap();
+        let r = adding.await;
         assert!(r.error.is_none(), "{:?}", r.error);
-        assert_eq!(*order.lock().unwrap(), ["deleted", "created"]);
+        assert_eq!(*order.lock().unwrap(), ["deleted", "source", "created"]);
     }
 
     #[tokio::test]
