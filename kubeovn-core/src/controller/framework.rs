@@ -15,42 +15,60 @@
 //!   watch was down (found when a re-list no longer shows them).
 //! - What a run returns decides what happens next: [`Action::Done`], [`Action::Requeue`] after a delay; an
 //!   error is retried with a growing backoff, except a permanent one ([`Failure::Permanent`]), which waits
-//!   for the object to change, and a lost northbound connection, retried soon.
+//!   for the object to change, and a lost northbound connection, retried soon. Delays wait in the queue's
+//!   one scheduler on tokio's clock, so tests run on paused time.
+//! - A kind owns its state: the value registered is the reconciler, and what it remembers lives in its
+//!   fields. Kinds never call each other: a change that is not a watch event (addresses released, a
+//!   gateway down) is a typed signal ([`Kinds::emit`]) that kinds subscribe to ([`Relations::on_signal`]).
+//! - Background work ([`Task`]: garbage collection, status, health checks) runs on the same queues, with
+//!   the same retries, metrics and shutdown; start-up work is each kind's or task's `at_start`.
+//! - [`Builder::build_fed`] builds the kinds without watches: a test feeds the stores ([`Feed`]) and needs
+//!   no API server.
 //!
 //! ```
-//! use std::sync::Arc;
-//! use kubeovn_core::controller::framework::{Action, Context, Failure, Key, Kinds, Reconciler};
-//! use k8s_openapi::api::core::v1::ConfigMap;
+//! use std::sync::{Arc, atomic::{AtomicUsize, Ordering}};
+//! use kubeovn_core::controller::framework::{Action, Context, Key, Kinds, Reconciler, Relations};
+//! use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 //!
 //! struct Ctx { kinds: Arc<Kinds> }
 //! impl Context for Ctx {
 //!     fn kinds(&self) -> &Kinds { &self.kinds }
 //! }
 //!
-//! /// Counts the keys of every ConfigMap it sees.
-//! struct ConfigMaps;
+//! /// Counts the ConfigMaps it saw (its own state), run again when a Secret of the same name changes.
+//! #[derive(Default)]
+//! struct ConfigMaps { seen: AtomicUsize }
 //! #[async_trait::async_trait]
 //! impl Reconciler<Ctx> for ConfigMaps {
 //!     type Object = ConfigMap;
 //!     type Error = std::convert::Infallible;
 //!     const NAME: &'static str = "configmap";
-//!     async fn reconcile(_ctx: &Arc<Ctx>, cm: Arc<ConfigMap>) -> Result<Action, Self::Error> {
+//!     async fn reconcile(&self, _ctx: &Arc<Ctx>, cm: Arc<ConfigMap>) -> Result<Action, Self::Error> {
+//!         self.seen.fetch_add(1, Ordering::Relaxed);
 //!         println!("{} keys", cm.data.as_ref().map_or(0, |d| d.len()));
 //!         Ok(Action::Done)
 //!     }
-//!     async fn cleanup(_ctx: &Arc<Ctx>, key: &Key<ConfigMap>, _last: Option<Arc<ConfigMap>>)
+//!     async fn cleanup(&self, _ctx: &Arc<Ctx>, key: &Key<ConfigMap>, _last: Option<Arc<ConfigMap>>)
 //!         -> Result<Action, Self::Error> {
 //!         println!("{key} deleted");
 //!         Ok(Action::Done)
 //!     }
+//!     fn relations(_this: &Arc<Self>, r: &mut Relations<'_, Ctx, ConfigMap>) {
+//!         r.on::<Secret>(|_, old, new| {
+//!             [old, new].into_iter().flatten().map(|s| Key::of(s).as_str().to_owned())
+//!                 .map(|k| { let (ns, n) = k.split_once('/').unwrap_or(("", &k)); Key::namespaced(ns, n) })
+//!                 .collect()
+//!         });
+//!     }
 //! }
 //! # async fn demo(client: kube::Client) {
 //! let mut b = Kinds::builder::<Ctx>(client);
-//! b.reconcile::<ConfigMaps>();
+//! b.reconcile(ConfigMaps::default());
 //! let (kinds, start) = b.build();
 //! for informer in start.informers { tokio::spawn(informer); }
 //! kinds.ready().await.ok();
-//! for worker in start.workers.run(Arc::new(Ctx { kinds: kinds.clone() })) { tokio::spawn(worker); }
+//! let ctx = Arc::new(Ctx { kinds: kinds.clone() });
+//! for worker in start.workers.start(ctx).await.expect("start hooks") { tokio::spawn(worker); }
 //! # }
 //! ```
 
@@ -239,7 +257,9 @@ pub trait Context: Send + Sync + 'static {
     }
 }
 
-/// One kind of object the controller reconciles.
+/// One kind of object the controller reconciles. The value registered ([`Builder::reconcile`]) is the kind's
+/// own state (kube-runtime's per-controller context): what it remembers between runs lives in its fields,
+/// not in the shared context, and its relations' closures may hold a clone of it.
 #[async_trait::async_trait]
 pub trait Reconciler<C: Context>: Send + Sync + 'static {
     /// The object.
@@ -250,26 +270,70 @@ pub trait Reconciler<C: Context>: Send + Sync + 'static {
     const NAME: &'static str;
 
     /// Workers running this kind at once (default: the context's [`Context::workers`]).
-    fn workers(ctx: &C) -> usize {
+    fn workers(&self, ctx: &C) -> usize {
         ctx.workers()
     }
 
     /// Brings the world in line with `obj` (it is stored: created or changed).
-    async fn reconcile(ctx: &Arc<C>, obj: Arc<Self::Object>) -> Result<Action, Self::Error>;
+    async fn reconcile(&self, ctx: &Arc<C>, obj: Arc<Self::Object>) -> Result<Action, Self::Error>;
 
     /// Removes what the object `key` had (it is gone); `last` is its last state if the watch saw it.
     async fn cleanup(
+        &self,
         ctx: &Arc<C>,
         key: &Key<Self::Object>,
         last: Option<Arc<Self::Object>>,
     ) -> Result<Action, Self::Error>;
 
-    /// Declares the changes of other kinds that run this kind again ([`Relations::on`]).
-    fn relations(_r: &mut Relations<'_, C, Self::Object>) {}
+    /// Declares the changes of other kinds, and the signals, that run this kind again ([`Relations::on`],
+    /// [`Relations::on_signal`]); `this` is the registered value, for mappers that read the kind's state.
+    fn relations(_this: &Arc<Self>, _r: &mut Relations<'_, C, Self::Object>) {}
 
     /// How the watch is set up (label selector, trimming).
-    fn watch() -> Watch<Self::Object> {
+    fn watch(&self) -> Watch<Self::Object> {
         Watch::default()
+    }
+
+    /// Runs once after every store listed and before any worker runs (e.g. removing what objects deleted
+    /// while the controller was down left behind). An error fails the start.
+    async fn at_start(&self, _ctx: &Arc<C>) -> Result<(), Self::Error> {
+        Ok(())
+    }
+}
+
+/// Background work on the framework: a periodic or triggered job with the kinds' retries, metrics and
+/// shutdown (garbage collection, status publishing, health checks). It runs once when the workers start,
+/// then again after the delay its [`Action::Requeue`] asks for, or when a relation triggers it; a failure
+/// is retried as a kind's is.
+#[async_trait::async_trait]
+pub trait Task<C: Context>: Send + Sync + 'static {
+    /// The error of a run.
+    type Error: ReconcileError;
+    /// The task's name in logs and metrics (`gc`, `subnet-status`).
+    const NAME: &'static str;
+
+    /// One pass.
+    async fn run(&self, ctx: &Arc<C>) -> Result<Action, Self::Error>;
+
+    /// Runs once before any worker runs, as [`Reconciler::at_start`].
+    async fn at_start(&self, _ctx: &Arc<C>) -> Result<(), Self::Error> {
+        Ok(())
+    }
+
+    /// Declares what runs the task at once ([`Relations::on`], [`Relations::on_signal`], mapping to
+    /// [`Task::key`]).
+    fn relations(_this: &Arc<Self>, _r: &mut Relations<'_, C, Self>)
+    where
+        Self: Sized,
+    {
+    }
+
+    /// The task's one key.
+    fn key() -> Key<Self>
+    where
+        Self: Sized,
+    {
+        Key::cluster(Self::NAME)
     }
 }
 
@@ -346,14 +410,56 @@ type Mapper<From, To> =
 /// A relation as the watch of `From` runs it: maps and queues.
 type Hook<From> = Arc<dyn Fn(&Kinds, Option<&From>, Option<&From>) + Send + Sync>;
 
-/// The relations a kind declares: which changes of other kinds run it again.
+/// A relation on a signal: maps and queues.
+type SignalHook<S> = Arc<dyn Fn(&Kinds, &S) + Send + Sync>;
+
+/// The relations a kind declares: which changes of other kinds, and which signals, run it again.
 pub struct Relations<'a, C, To> {
     hooks: &'a mut HashMap<TypeId, Box<dyn Any + Send + Sync>>,
+    signals: &'a mut HashMap<TypeId, Box<dyn Any + Send + Sync>>,
     watch: &'a mut Vec<WatchFn<C>>,
     to: PhantomData<fn() -> To>,
 }
 
-impl<C: Context, To: Object> Relations<'_, C, To> {
+impl<C: Context, To: Send + 'static> Relations<'_, C, To> {
+    /// Runs this kind for the keys `map` gives when a signal of type `S` is emitted ([`Kinds::emit`]): a
+    /// change that is not a watch event, such as addresses released in a subnet or a gateway node going
+    /// down. The emitter does not know who listens.
+    pub fn on_signal<S: Send + Sync + 'static>(
+        &mut self,
+        map: impl Fn(&Kinds, &S) -> Vec<Key<To>> + Send + Sync + 'static,
+    ) {
+        self.add_signal(Arc::new(move |kinds, s| {
+            for k in map(kinds, s) {
+                kinds.enqueue(k);
+            }
+        }));
+    }
+
+    /// [`Relations::on_signal`], the keys queued after `delay` (a burst of signals runs the kind once).
+    pub fn on_signal_after<S: Send + Sync + 'static>(
+        &mut self,
+        delay: Duration,
+        map: impl Fn(&Kinds, &S) -> Vec<Key<To>> + Send + Sync + 'static,
+    ) {
+        self.add_signal(Arc::new(move |kinds, s| {
+            for k in map(kinds, s) {
+                kinds.enqueue_after(k, delay);
+            }
+        }));
+    }
+
+    fn add_signal<S: Send + Sync + 'static>(&mut self, hook: SignalHook<S>) {
+        if let Some(v) = self
+            .signals
+            .entry(TypeId::of::<S>())
+            .or_insert_with(|| Box::new(Vec::<SignalHook<S>>::new()))
+            .downcast_mut::<Vec<SignalHook<S>>>()
+        {
+            v.push(hook);
+        }
+    }
+
     /// Runs this kind for the keys `map` gives when an object of kind `From` is created, changed or deleted
     /// (`map` sees its old and new state; both are given on a change, so a label change reaches the objects
     /// matching the old labels and those matching the new). `From` is watched if no kind registered it.
@@ -383,6 +489,8 @@ impl<C: Context, To: Object> Relations<'_, C, To> {
 /// One kind's parts.
 struct Slot<K> {
     store: Arc<dyn ObjectStore<K>>,
+    /// The same store as its own type, for [`Kinds::store_as`].
+    typed: Arc<dyn Any + Send + Sync>,
     queue: Option<Arc<WorkQueue<Key<K>>>>,
     tombs: Mutex<HashMap<Key<K>, Arc<K>>>,
     hooks: Vec<Hook<K>>,
@@ -406,7 +514,10 @@ pub struct Kinds {
     slots: HashMap<TypeId, Box<dyn Any + Send + Sync>>,
     queues: Vec<QueueView>,
     ready: Vec<ReadyFn>,
-    provided: Slots,
+    /// Relations on signals, by signal type.
+    signals: Slots,
+    /// The registered reconcilers and tasks (`Arc<R>`), by their type.
+    instances: Slots,
 }
 
 impl fmt::Debug for Kinds {
@@ -426,14 +537,16 @@ impl Kinds {
         Builder {
             client,
             slots: HashMap::new(),
-            informers: Vec::new(),
             queues: Vec::new(),
             ready: Vec::new(),
             hooks: HashMap::new(),
             relation_watches: Vec::new(),
             pending_hooks: Vec::new(),
             workers: Vec::new(),
-            provided: HashMap::new(),
+            starts: Vec::new(),
+            signals: HashMap::new(),
+            instances: HashMap::new(),
+            informer_makers: Vec::new(),
         }
     }
 
@@ -466,12 +579,33 @@ impl Kinds {
         self.slot::<K>().map(|s| s.store.list()).unwrap_or_default()
     }
 
-    /// The value of type `T` given to [`Builder::provide`]: state a kind's relations keep up to date.
-    pub fn provided<T: Send + Sync + 'static>(&self) -> Option<Arc<T>> {
-        self.provided
-            .get(&TypeId::of::<T>())
-            .and_then(|v| v.downcast_ref::<Arc<T>>())
+    /// The store of kind `K` as its own type `S` (a compact or indexed store given to
+    /// [`Builder::reconcile_in`] or [`Builder::watch_in`]).
+    pub fn store_as<K: 'static, S: Send + Sync + 'static>(&self) -> Option<&S> {
+        self.slot::<K>().and_then(|s| s.typed.downcast_ref::<S>())
+    }
+
+    /// The registered reconciler or task `R`: the kind's own state (tests read it; kinds never read
+    /// another's).
+    pub fn reconciler<R: Send + Sync + 'static>(&self) -> Option<Arc<R>> {
+        self.instances
+            .get(&TypeId::of::<R>())
+            .and_then(|v| v.downcast_ref::<Arc<R>>())
             .cloned()
+    }
+
+    /// Emits the signal `s`: every kind or task that declared [`Relations::on_signal`] for `S` queues the
+    /// keys its mapper gives.
+    pub fn emit<S: Send + Sync + 'static>(&self, s: &S) {
+        if let Some(hooks) = self
+            .signals
+            .get(&TypeId::of::<S>())
+            .and_then(|h| h.downcast_ref::<Vec<SignalHook<S>>>())
+        {
+            for h in hooks {
+                h(self, s);
+            }
+        }
     }
 
     /// Queues `key` for its kind's reconciler.
@@ -550,8 +684,10 @@ impl Kinds {
     }
 }
 
-type WorkerFn<C> = Box<dyn FnOnce(Arc<C>) -> BoxFuture + Send>;
-type InformerFn = Box<dyn FnOnce(Arc<Kinds>) -> BoxFuture + Send>;
+/// A kind's or task's workers (its type, and what runs them).
+type WorkerFn<C> = (TypeId, Box<dyn FnOnce(Arc<C>) -> BoxFuture + Send>);
+type StartFn<C> =
+    Box<dyn FnOnce(Arc<C>) -> Pin<Box<dyn Future<Output = Result<(), StartError>> + Send>> + Send>;
 type Slots = HashMap<TypeId, Box<dyn Any + Send + Sync>>;
 /// Registers the watch of a kind only related to.
 type WatchFn<C> = Box<dyn FnOnce(&mut Builder<C>) + Send>;
@@ -559,20 +695,40 @@ type WatchFn<C> = Box<dyn FnOnce(&mut Builder<C>) + Send>;
 type HookMover = Box<dyn FnOnce(&mut Slots, &mut Slots) + Send>;
 type ReadyFn =
     Box<dyn Fn() -> Pin<Box<dyn Future<Output = Result<(), String>> + Send>> + Send + Sync>;
+/// Makes a kind's informer: a watch of the API server, or (fed) a writer the test feeds.
+type InformerMaker = Box<dyn FnOnce(Arc<Kinds>, bool) -> Informer + Send>;
+
+/// A kind's informer as made by an [`InformerMaker`].
+enum Informer {
+    Watch(BoxFuture),
+    Fed(TypeId, Box<dyn FedSlot>),
+}
+
+/// A start hook ([`Reconciler::at_start`], [`Task::at_start`]) failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("start of {kind}: {message}")]
+pub struct StartError {
+    /// The kind or task.
+    pub kind: &'static str,
+    /// Its error.
+    pub message: String,
+}
 
 /// Registers kinds; [`Builder::build`] makes the [`Kinds`].
 pub struct Builder<C> {
     client: kube::Client,
     slots: Slots,
-    informers: Vec<InformerFn>,
     queues: Vec<QueueView>,
     ready: Vec<ReadyFn>,
     hooks: Slots,
+    signals: Slots,
+    instances: Slots,
     relation_watches: Vec<WatchFn<C>>,
     /// Moves each kind's hooks into its slot at build time.
     pending_hooks: Vec<HookMover>,
+    informer_makers: Vec<InformerMaker>,
     workers: Vec<WorkerFn<C>>,
-    provided: Slots,
+    starts: Vec<StartFn<C>>,
 }
 
 impl<C> fmt::Debug for Builder<C> {
@@ -590,9 +746,11 @@ pub struct Start<C> {
     pub workers: Workers<C>,
 }
 
-/// The kinds' workers, started with [`Workers::run`].
+/// The kinds' and tasks' workers, started with [`Workers::start`] (or [`Workers::run`] without the start
+/// hooks).
 pub struct Workers<C> {
     run: Vec<WorkerFn<C>>,
+    starts: Vec<StartFn<C>>,
 }
 
 impl<C> fmt::Debug for Workers<C> {
@@ -604,9 +762,56 @@ impl<C> fmt::Debug for Workers<C> {
 }
 
 impl<C: Context> Workers<C> {
-    /// The worker pools of every kind (spawn them).
+    /// Runs every start hook in the order of registration, then gives the worker pools (spawn them).
+    pub async fn start(self, ctx: Arc<C>) -> Result<Vec<BoxFuture>, StartError> {
+        for s in self.starts {
+            s(ctx.clone()).await?;
+        }
+        Ok(self.run.into_iter().map(|(_, r)| r(ctx.clone())).collect())
+    }
+
+    /// Runs every start hook in the order of registration (once; [`Workers::start`] then runs none).
+    pub async fn at_start(&mut self, ctx: Arc<C>) -> Result<(), StartError> {
+        for s in std::mem::take(&mut self.starts) {
+            s(ctx.clone()).await?;
+        }
+        Ok(())
+    }
+
+    /// The worker pools of every kind and task, without the start hooks (spawn them).
     pub fn run(self, ctx: Arc<C>) -> Vec<BoxFuture> {
-        self.run.into_iter().map(|r| r(ctx.clone())).collect()
+        self.run.into_iter().map(|(_, r)| r(ctx.clone())).collect()
+    }
+
+    /// Takes the workers of the kind or task `R` alone (tests that run one kind by itself beside the
+    /// others driven by hand).
+    pub fn take<R: 'static>(&mut self) -> Workers<C> {
+        let (mine, rest) = std::mem::take(&mut self.run)
+            .into_iter()
+            .partition(|(t, _)| *t == TypeId::of::<R>());
+        self.run = rest;
+        Workers {
+            run: mine,
+            starts: Vec::new(),
+        }
+    }
+}
+
+/// A store that holds nothing: a task's slot.
+struct NoStore;
+
+impl<K> ObjectStore<K> for NoStore {
+    fn get(&self, _: &Key<K>) -> Option<Arc<K>> {
+        None
+    }
+    fn list(&self) -> Vec<Arc<K>> {
+        Vec::new()
+    }
+    fn len(&self) -> usize {
+        0
+    }
+    fn ready(&self) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send>> {
+        Box::pin(async { Ok(()) })
     }
 }
 
@@ -614,11 +819,7 @@ impl<C: Context> Builder<C> {
     /// Watches kind `K` into kube-runtime's store (no reconciler: other kinds read it, or relate to it).
     /// Registering a kind twice keeps the first.
     pub fn watch<K: Object>(&mut self) {
-        if self.slots.contains_key(&TypeId::of::<K>()) {
-            return;
-        }
-        let (store, writer) = reflector::store::<K>();
-        self.add_slot::<K>(None, Arc::new(store), writer, Watch::default());
+        self.watch_with::<K>(Watch::default());
     }
 
     /// Watches kind `K` as `watch` says (no reconciler), e.g. trimmed to what its readers need.
@@ -627,58 +828,121 @@ impl<C: Context> Builder<C> {
             return;
         }
         let (store, writer) = reflector::store::<K>();
-        self.add_slot::<K>(None, Arc::new(store), writer, watch);
+        self.add_slot::<K, _>(None, Arc::new(store), writer, watch);
     }
 
-    /// Gives the relations a value (see [`Kinds::provided`]): the state a kind keeps from other kinds'
-    /// changes as they are watched, e.g. the members of the sets a policy names.
-    pub fn provide<T: Send + Sync + 'static>(&mut self, value: Arc<T>) {
-        self.provided.insert(TypeId::of::<T>(), Box::new(value));
-    }
-
-    /// Watches kind `K` into `store` (no reconciler), e.g. a store that also keeps an index.
-    pub fn watch_in<K: Object>(
+    /// Watches kind `K` into `store` (no reconciler), e.g. a store that also keeps an index; readers get it
+    /// back as its own type with [`Kinds::store_as`].
+    pub fn watch_in<K: Object, S: ObjectStore<K>>(
         &mut self,
-        store: Arc<dyn ObjectStore<K>>,
+        store: Arc<S>,
         writer: impl StoreWriter<K>,
     ) {
         if self.slots.contains_key(&TypeId::of::<K>()) {
             return;
         }
-        self.add_slot::<K>(None, store, writer, Watch::default());
+        self.add_slot::<K, S>(None, store, writer, Watch::default());
     }
 
-    /// Registers reconciler `R` (its kind watched into kube-runtime's store).
-    pub fn reconcile<R: Reconciler<C>>(&mut self) {
+    /// Registers the reconciler `r` (its kind watched into kube-runtime's store).
+    pub fn reconcile<R: Reconciler<C>>(&mut self, r: R) {
         let (store, writer) = reflector::store::<R::Object>();
-        self.reconcile_in::<R>(Arc::new(store), writer);
+        self.reconcile_in(r, Arc::new(store), writer);
     }
 
-    /// Registers reconciler `R` with its own store (a compact one, such as the pod store).
-    pub fn reconcile_in<R: Reconciler<C>>(
+    /// Registers the reconciler `r` with its own store (a compact one, such as the pod store).
+    pub fn reconcile_in<R: Reconciler<C>, S: ObjectStore<R::Object>>(
         &mut self,
-        store: Arc<dyn ObjectStore<R::Object>>,
+        r: R,
+        store: Arc<S>,
         writer: impl StoreWriter<R::Object>,
     ) {
+        let r = Arc::new(r);
         let queue = WorkQueue::<Key<R::Object>>::new(R::NAME);
-        self.add_slot::<R::Object>(Some((R::NAME, queue.clone())), store, writer, R::watch());
+        self.add_slot::<R::Object, S>(Some((R::NAME, queue.clone())), store, writer, r.watch());
         let mut watches = Vec::new();
-        R::relations(&mut Relations {
-            hooks: &mut self.hooks,
-            watch: &mut watches,
-            to: PhantomData,
-        });
+        R::relations(
+            &r,
+            &mut Relations {
+                hooks: &mut self.hooks,
+                signals: &mut self.signals,
+                watch: &mut watches,
+                to: PhantomData,
+            },
+        );
         self.relation_watches.extend(watches);
-        self.workers.push(Box::new(move |ctx: Arc<C>| {
-            Box::pin(run_workers::<C, R>(ctx, queue))
+        self.instances
+            .insert(TypeId::of::<R>(), Box::new(r.clone()));
+        let rs = r.clone();
+        self.starts.push(Box::new(move |ctx: Arc<C>| {
+            Box::pin(async move {
+                rs.at_start(&ctx).await.map_err(|e| StartError {
+                    kind: R::NAME,
+                    message: e.to_string(),
+                })
+            })
         }));
+        self.workers.push((
+            TypeId::of::<R>(),
+            Box::new(move |ctx: Arc<C>| Box::pin(run_workers::<C, R>(ctx, r, queue))),
+        ));
     }
 
-    fn add_slot<K: Object>(
+    /// Registers the background task `t`: it runs when the workers start, then as its runs and relations
+    /// ask.
+    pub fn task<T: Task<C>>(&mut self, t: T) {
+        let t = Arc::new(t);
+        let queue = WorkQueue::<Key<T>>::new(T::NAME);
+        let (a, b) = (queue.clone(), queue.clone());
+        self.queues.push(QueueView {
+            name: T::NAME,
+            len: Box::new(move || a.len()),
+            idle: Box::new(move || b.is_idle()),
+        });
+        let store: Arc<NoStore> = Arc::new(NoStore);
+        self.slots.insert(
+            TypeId::of::<T>(),
+            Box::new(Slot::<T> {
+                store: store.clone(),
+                typed: store,
+                queue: Some(queue.clone()),
+                tombs: Mutex::default(),
+                hooks: Vec::new(),
+            }),
+        );
+        let mut watches = Vec::new();
+        T::relations(
+            &t,
+            &mut Relations {
+                hooks: &mut self.hooks,
+                signals: &mut self.signals,
+                watch: &mut watches,
+                to: PhantomData,
+            },
+        );
+        self.relation_watches.extend(watches);
+        self.instances
+            .insert(TypeId::of::<T>(), Box::new(t.clone()));
+        let ts = t.clone();
+        self.starts.push(Box::new(move |ctx: Arc<C>| {
+            Box::pin(async move {
+                ts.at_start(&ctx).await.map_err(|e| StartError {
+                    kind: T::NAME,
+                    message: e.to_string(),
+                })
+            })
+        }));
+        self.workers.push((
+            TypeId::of::<T>(),
+            Box::new(move |ctx: Arc<C>| Box::pin(run_task::<C, T>(ctx, t, queue))),
+        ));
+    }
+
+    fn add_slot<K: Object, S: ObjectStore<K>>(
         &mut self,
         queue: Option<(&'static str, Arc<WorkQueue<Key<K>>>)>,
-        store: Arc<dyn ObjectStore<K>>,
-        mut writer: impl StoreWriter<K>,
+        store: Arc<S>,
+        writer: impl StoreWriter<K>,
         watch: Watch<K>,
     ) {
         let name = queue
@@ -699,7 +963,8 @@ impl<C: Context> Builder<C> {
         self.slots.insert(
             TypeId::of::<K>(),
             Box::new(Slot::<K> {
-                store,
+                store: store.clone(),
+                typed: store,
                 queue,
                 tombs: Mutex::default(),
                 hooks: Vec::new(),
@@ -717,35 +982,44 @@ impl<C: Context> Builder<C> {
             }
         }));
         let api = Api::<K>::all(self.client.clone());
-        self.informers.push(Box::new(move |kinds: Arc<Kinds>| {
-            Box::pin(async move {
-                let mut cfg = watcher::Config::default().any_semantic();
-                if let Some(l) = &watch.labels {
-                    cfg = cfg.labels(l);
+        self.informer_makers
+            .push(Box::new(move |kinds: Arc<Kinds>, fed: bool| {
+                if fed {
+                    let w: FedWriter<K> = FedWriter {
+                        writer: Box::new(writer),
+                        relist: Relist::default(),
+                        listed: false,
+                    };
+                    return Informer::Fed(TypeId::of::<K>(), Box::new(Mutex::new(w)));
                 }
-                let trim = watch.trim;
-                let stream =
-                    watcher::watcher(api, cfg)
-                        .default_backoff()
-                        .modify(move |o: &mut K| {
-                            // managedFields are never read; dropping them keeps the store small.
-                            o.meta_mut().managed_fields = None;
-                            trim(o);
-                        });
-                futures::pin_mut!(stream);
-                let mut relist = Relist::default();
-                while let Some(ev) = stream.next().await {
-                    match ev {
-                        Ok(ev) => observe(&kinds, &mut writer, &mut relist, ev),
-                        Err(e) => tracing::warn!(kind = name, error = %e, "watch"),
+                let mut writer = writer;
+                Informer::Watch(Box::pin(async move {
+                    let mut cfg = watcher::Config::default().any_semantic();
+                    if let Some(l) = &watch.labels {
+                        cfg = cfg.labels(l);
                     }
-                }
-            })
-        }));
+                    let trim = watch.trim;
+                    let stream =
+                        watcher::watcher(api, cfg)
+                            .default_backoff()
+                            .modify(move |o: &mut K| {
+                                // managedFields are never read; dropping them keeps the store small.
+                                o.meta_mut().managed_fields = None;
+                                trim(o);
+                            });
+                    futures::pin_mut!(stream);
+                    let mut relist = Relist::default();
+                    while let Some(ev) = stream.next().await {
+                        match ev {
+                            Ok(ev) => observe(&kinds, &mut writer, &mut relist, ev),
+                            Err(e) => tracing::warn!(kind = name, error = %e, "watch"),
+                        }
+                    }
+                }))
+            }));
     }
 
-    /// The kinds, and what to start.
-    pub fn build(mut self) -> (Arc<Kinds>, Start<C>) {
+    fn finish(mut self, fed: bool) -> (Arc<Kinds>, Start<C>, Feed) {
         // Kinds only related to are watched too.
         for w in std::mem::take(&mut self.relation_watches) {
             w(&mut self);
@@ -757,15 +1031,137 @@ impl<C: Context> Builder<C> {
             slots: self.slots,
             queues: self.queues,
             ready: self.ready,
-            provided: self.provided,
+            signals: self.signals,
+            instances: self.instances,
         });
-        let informers = self
-            .informers
-            .into_iter()
-            .map(|i| i(kinds.clone()))
-            .collect();
-        let workers = Workers { run: self.workers };
-        (kinds, Start { informers, workers })
+        let mut informers = Vec::new();
+        let mut feed = Feed {
+            kinds: kinds.clone(),
+            writers: HashMap::new(),
+        };
+        for m in self.informer_makers {
+            match m(kinds.clone(), fed) {
+                Informer::Watch(f) => informers.push(f),
+                Informer::Fed(t, w) => {
+                    feed.writers.insert(t, w);
+                }
+            }
+        }
+        let workers = Workers {
+            run: self.workers,
+            starts: self.starts,
+        };
+        (kinds, Start { informers, workers }, feed)
+    }
+
+    /// The kinds, and what to start.
+    pub fn build(self) -> (Arc<Kinds>, Start<C>) {
+        let (kinds, start, _) = self.finish(false);
+        (kinds, start)
+    }
+
+    /// The kinds with no watch: the stores are filled through the [`Feed`] (tests that put objects in
+    /// directly, with no API server). `Start::informers` is empty.
+    pub fn build_fed(self) -> (Arc<Kinds>, Start<C>, Feed) {
+        self.finish(true)
+    }
+}
+
+/// A fed kind's store writer and re-list state.
+struct FedWriter<K> {
+    writer: Box<dyn StoreWriter<K>>,
+    relist: Relist<K>,
+    listed: bool,
+}
+
+/// Puts objects straight into the stores of kinds built with [`Builder::build_fed`], as their watches
+/// would: the store, the tombstones, the queue and the relations, in the caller's task.
+pub struct Feed {
+    kinds: Arc<Kinds>,
+    writers: HashMap<TypeId, Box<dyn FedSlot>>,
+}
+
+/// A fed kind's writer, its type erased.
+trait FedSlot: Send + Sync {
+    fn any(&self) -> &dyn Any;
+    /// The first list, empty, unless listed already.
+    fn list_empty(&self, kinds: &Kinds);
+}
+
+impl<K: Object> FedSlot for Mutex<FedWriter<K>> {
+    fn any(&self) -> &dyn Any {
+        self
+    }
+    fn list_empty(&self, kinds: &Kinds) {
+        let mut w = self.lock().unwrap_or_else(|e| e.into_inner());
+        if w.listed {
+            return;
+        }
+        let w = &mut *w;
+        for ev in [WatchEvent::<K>::Init, WatchEvent::InitDone] {
+            observe(kinds, &mut w.writer, &mut w.relist, ev);
+        }
+        w.listed = true;
+    }
+}
+
+impl fmt::Debug for Feed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Feed")
+            .field("kinds", &self.writers.len())
+            .finish()
+    }
+}
+
+impl Feed {
+    /// Applies one watch event of kind `K` (false: `K` is not fed).
+    pub fn event<K: Object>(&self, ev: WatchEvent<K>) -> bool {
+        let Some(w) = self
+            .writers
+            .get(&TypeId::of::<K>())
+            .and_then(|w| w.any().downcast_ref::<Mutex<FedWriter<K>>>())
+        else {
+            return false;
+        };
+        let mut w = w.lock().unwrap_or_else(|e| e.into_inner());
+        let w = &mut *w;
+        if matches!(ev, WatchEvent::InitDone) {
+            w.listed = true;
+        }
+        observe(&self.kinds, &mut w.writer, &mut w.relist, ev);
+        true
+    }
+
+    /// The first list of kind `K`: `objects`, then the store is ready.
+    pub fn list<K: Object>(&self, objects: impl IntoIterator<Item = K>) {
+        self.event(WatchEvent::<K>::Init);
+        for o in objects {
+            self.event(WatchEvent::InitApply(o));
+        }
+        self.event(WatchEvent::<K>::InitDone);
+    }
+
+    /// The first list, empty, of every fed kind not listed yet: every store is then ready.
+    pub fn list_rest(&self) {
+        for w in self.writers.values() {
+            w.list_empty(&self.kinds);
+        }
+    }
+
+    /// `obj` created or changed.
+    pub fn apply<K: Object>(&self, obj: K) {
+        self.event(WatchEvent::Apply(obj));
+    }
+
+    /// `obj` deleted.
+    pub fn delete<K: Object>(&self, obj: K) {
+        self.event(WatchEvent::Delete(obj));
+    }
+}
+
+impl<K, W: StoreWriter<K> + ?Sized> StoreWriter<K> for Box<W> {
+    fn apply(&mut self, ev: &watcher::Event<K>) {
+        (**self).apply(ev);
     }
 }
 
@@ -852,35 +1248,78 @@ fn observe<K: Object>(
 /// Runs `R`'s workers on its queue until the queue shuts down.
 async fn run_workers<C: Context, R: Reconciler<C>>(
     ctx: Arc<C>,
+    r: Arc<R>,
     queue: Arc<WorkQueue<Key<R::Object>>>,
 ) {
-    let workers = R::workers(&ctx);
+    let workers = r.workers(&ctx);
     let metrics = ctx.metrics().cloned();
     let observe = Arc::new(metrics.as_ref().map(|m| m.reconcile_metrics(R::NAME)));
     let q = queue.clone();
     queue
         .run(workers, metrics, move |key: Key<R::Object>| {
             let ctx = ctx.clone();
+            let r = r.clone();
             let q = q.clone();
             let observe = observe.clone();
-            async move { run_one::<C, R>(&ctx, &q, key, observe.as_ref().as_ref()).await }
+            async move {
+                let result = run_observed::<C, R>(&r, &ctx, &key, observe.as_ref().as_ref()).await;
+                after_run::<R::Error, R::Object>(R::NAME, &q, key, result)
+            }
+        })
+        .await;
+}
+
+/// Runs task `T` on its one-key queue until the queue shuts down: first when started, then as asked.
+async fn run_task<C: Context, T: Task<C>>(ctx: Arc<C>, t: Arc<T>, queue: Arc<WorkQueue<Key<T>>>) {
+    let metrics = ctx.metrics().cloned();
+    let observe = Arc::new(metrics.as_ref().map(|m| m.reconcile_metrics(T::NAME)));
+    queue.add(T::key());
+    let q = queue.clone();
+    queue
+        .run(1, metrics, move |key: Key<T>| {
+            let ctx = ctx.clone();
+            let t = t.clone();
+            let q = q.clone();
+            let observe = observe.clone();
+            async move {
+                let started = Instant::now();
+                let result = t.run(&ctx).await;
+                if let Some(m) = observe.as_ref() {
+                    m.observe(started.elapsed(), result.is_ok());
+                }
+                after_run::<T::Error, T>(T::NAME, &q, key, result)
+            }
         })
         .await;
 }
 
 /// Runs `key` once as a worker would: [`Reconciler::reconcile`] if its object is stored, else
 /// [`Reconciler::cleanup`] with its tombstone (dropped once the cleanup succeeds). Tests drive reconcilers
-/// with it.
+/// with it. `R` must be registered.
 pub async fn run_once<C: Context, R: Reconciler<C>>(
     ctx: &Arc<C>,
     key: &Key<R::Object>,
 ) -> Result<Action, R::Error> {
+    let r = ctx.kinds().reconciler::<R>().unwrap_or_else(|| {
+        // A test's mistake, not input: said plainly.
+        panic!("{} is not registered", std::any::type_name::<R>())
+    });
     let observe = ctx.metrics().map(|m| m.reconcile_metrics(R::NAME));
-    run_observed::<C, R>(ctx, key, observe.as_ref()).await
+    run_observed::<C, R>(&r, ctx, key, observe.as_ref()).await
+}
+
+/// Runs task `T` once, as its worker would (tests). `T` must be registered.
+pub async fn run_task_once<C: Context, T: Task<C>>(ctx: &Arc<C>) -> Result<Action, T::Error> {
+    let t = ctx
+        .kinds()
+        .reconciler::<T>()
+        .unwrap_or_else(|| panic!("{} is not registered", std::any::type_name::<T>()));
+    t.run(ctx).await
 }
 
 /// [`run_once`], its run time recorded in `observe`.
 async fn run_observed<C: Context, R: Reconciler<C>>(
+    r: &R,
     ctx: &Arc<C>,
     key: &Key<R::Object>,
     observe: Option<&ReconcileMetrics>,
@@ -889,10 +1328,10 @@ async fn run_observed<C: Context, R: Reconciler<C>>(
     let store = kinds.store::<R::Object>().cloned();
     let started = Instant::now();
     let result = match store.as_ref().and_then(|s| s.get(key)) {
-        Some(obj) => R::reconcile(ctx, obj).await,
+        Some(obj) => r.reconcile(ctx, obj).await,
         None => {
             let last = kinds.tombstone(key);
-            let r = R::cleanup(ctx, key, last.clone()).await;
+            let r = r.cleanup(ctx, key, last.clone()).await;
             if let (Ok(_), Some(last), Some(slot)) = (&r, last, kinds.slot::<R::Object>()) {
                 // Only the state this cleanup saw: a newer delete of the same key keeps its own.
                 let mut t = slot.tombs();
@@ -909,14 +1348,14 @@ async fn run_observed<C: Context, R: Reconciler<C>>(
     result
 }
 
-/// One run of `key` by a worker, then what the result asks for. `Err(true)`: retry with backoff.
-async fn run_one<C: Context, R: Reconciler<C>>(
-    ctx: &Arc<C>,
-    queue: &Arc<WorkQueue<Key<R::Object>>>,
-    key: Key<R::Object>,
-    observe: Option<&ReconcileMetrics>,
+/// What a run's result asks of the queue. `Err(true)`: retry with backoff.
+fn after_run<E: ReconcileError, K: Send + 'static>(
+    name: &'static str,
+    queue: &Arc<WorkQueue<Key<K>>>,
+    key: Key<K>,
+    result: Result<Action, E>,
 ) -> Result<(), bool> {
-    match run_observed::<C, R>(ctx, &key, observe).await {
+    match result {
         Ok(action) => {
             if let Action::Requeue(d) = action {
                 queue.add_after(key, d);
@@ -925,16 +1364,16 @@ async fn run_one<C: Context, R: Reconciler<C>>(
         }
         Err(e) => match e.failure() {
             Failure::Transient => {
-                tracing::warn!(kind = R::NAME, %key, error = %e, retry = true, "handler failed");
+                tracing::warn!(kind = name, %key, error = %e, retry = true, "handler failed");
                 Err(true)
             }
             Failure::RetryAfter(d) => {
-                tracing::warn!(kind = R::NAME, %key, error = %e, retry_ms = d.as_millis() as u64, "handler failed");
+                tracing::warn!(kind = name, %key, error = %e, retry_ms = d.as_millis() as u64, "handler failed");
                 queue.add_after(key, d);
                 Err(false)
             }
             Failure::Permanent => {
-                tracing::warn!(kind = R::NAME, %key, error = %e, retry = false, "handler failed");
+                tracing::warn!(kind = name, %key, error = %e, retry = false, "handler failed");
                 Err(false)
             }
         },
@@ -1057,20 +1496,11 @@ impl<T: Clone + Eq + Hash> SelectorIndex<T> {
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-    use kube::api::{DeleteParams, PostParams};
     use proptest::prelude::*;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
-    /// What the test reconciler saw, and what it answers.
-    #[derive(Default)]
-    struct Seen {
-        runs: Mutex<Vec<String>>,
-        failures_left: AtomicUsize,
-    }
-
     struct TestCtx {
         kinds: Arc<Kinds>,
-        seen: Seen,
     }
 
     impl Context for TestCtx {
@@ -1100,8 +1530,29 @@ mod tests {
         }
     }
 
-    /// ConfigMaps, run again when a Secret naming them in its `owner` label changes.
-    struct Maps;
+    /// A signal: the ConfigMap of that name must run again.
+    struct Poke(String);
+
+    /// ConfigMaps, run again when a Secret naming them in its `owner` label changes, or when poked. What it
+    /// saw is its own state.
+    #[derive(Default)]
+    struct Maps {
+        runs: Mutex<Vec<String>>,
+        failures_left: AtomicUsize,
+        started: AtomicUsize,
+    }
+
+    impl Maps {
+        fn log(&self, s: String) {
+            self.runs.lock().unwrap_or_else(|e| e.into_inner()).push(s);
+        }
+        fn runs(&self) -> Vec<String> {
+            self.runs.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        }
+        fn count(&self, what: &str) -> usize {
+            self.runs().iter().filter(|r| *r == what).count()
+        }
+    }
 
     #[async_trait::async_trait]
     impl Reconciler<TestCtx> for Maps {
@@ -1109,30 +1560,33 @@ mod tests {
         type Error = TestError;
         const NAME: &'static str = "configmap";
 
-        async fn reconcile(ctx: &Arc<TestCtx>, cm: Arc<ConfigMap>) -> Result<Action, TestError> {
+        async fn reconcile(
+            &self,
+            _ctx: &Arc<TestCtx>,
+            cm: Arc<ConfigMap>,
+        ) -> Result<Action, TestError> {
             let name = cm.metadata.name.clone().unwrap_or_default();
-            ctx.seen
-                .runs
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push(format!("reconcile {name}"));
+            self.log(format!("reconcile {name}"));
             if name == "bad" {
                 return Err(TestError::Permanent);
             }
             if name == "flaky"
-                && ctx
-                    .seen
+                && self
                     .failures_left
                     .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
                     .is_ok()
             {
                 return Err(TestError::Transient);
             }
+            if name == "poll" {
+                return Ok(Action::Requeue(Duration::from_secs(30)));
+            }
             Ok(Action::Done)
         }
 
         async fn cleanup(
-            ctx: &Arc<TestCtx>,
+            &self,
+            _ctx: &Arc<TestCtx>,
             key: &Key<ConfigMap>,
             last: Option<Arc<ConfigMap>>,
         ) -> Result<Action, TestError> {
@@ -1140,15 +1594,11 @@ mod tests {
                 .and_then(|c| c.data.clone())
                 .and_then(|d| d.get("v").cloned())
                 .unwrap_or_default();
-            ctx.seen
-                .runs
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push(format!("cleanup {key} last={data}"));
+            self.log(format!("cleanup {key} last={data}"));
             Ok(Action::Done)
         }
 
-        fn relations(r: &mut Relations<'_, TestCtx, ConfigMap>) {
+        fn relations(_this: &Arc<Self>, r: &mut Relations<'_, TestCtx, ConfigMap>) {
             r.on::<Secret>(|_, old, new| {
                 [old, new]
                     .into_iter()
@@ -1157,124 +1607,177 @@ mod tests {
                     .map(|o| Key::namespaced("default", &o))
                     .collect()
             });
+            r.on_signal::<Poke>(|_, p| vec![Key::namespaced("default", &p.0)]);
+        }
+
+        async fn at_start(&self, _ctx: &Arc<TestCtx>) -> Result<(), TestError> {
+            self.started.fetch_add(1, Ordering::SeqCst);
+            Ok(())
         }
     }
 
-    fn runs(ctx: &TestCtx) -> Vec<String> {
-        ctx.seen
-            .runs
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+    /// A periodic task that counts its passes and fails its second.
+    #[derive(Default)]
+    struct Tick {
+        passes: AtomicUsize,
     }
 
-    async fn wait_for(ctx: &TestCtx, what: &str) {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !runs(ctx).iter().any(|r| r == what) {
-            assert!(Instant::now() < deadline, "no {what:?} in {:?}", runs(ctx));
-            tokio::time::sleep(Duration::from_millis(5)).await;
+    #[async_trait::async_trait]
+    impl Task<TestCtx> for Tick {
+        type Error = TestError;
+        const NAME: &'static str = "tick";
+
+        async fn run(&self, _ctx: &Arc<TestCtx>) -> Result<Action, TestError> {
+            if self.passes.fetch_add(1, Ordering::SeqCst) == 1 {
+                return Err(TestError::Transient);
+            }
+            Ok(Action::Requeue(Duration::from_secs(10)))
+        }
+
+        fn relations(_this: &Arc<Self>, r: &mut Relations<'_, TestCtx, Self>) {
+            r.on_signal::<Poke>(|_, _| vec![Tick::key()]);
         }
     }
 
     fn cm(name: &str, v: &str) -> ConfigMap {
         let mut c = ConfigMap::default();
         c.metadata.name = Some(name.to_owned());
+        c.metadata.namespace = Some("default".to_owned());
         c.data = Some(BTreeMap::from([("v".to_owned(), v.to_owned())]));
         c
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn reconciles_cleans_up_with_the_last_state_retries_and_follows_relations() {
-        let server = kubeovn_testapi::TestApiServer::start(kubeovn_testapi::Config::default())
-            .await
-            .expect("test api server");
-        let config = kube::Config::new(server.url().parse().expect("url"));
-        let client = kube::Client::try_from(config).expect("client");
-        let maps: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
-        let secrets: Api<Secret> = Api::namespaced(client.clone(), "default");
-        let pp = PostParams::default();
-        maps.create(&pp, &cm("a", "1")).await.expect("create a");
+    /// Lets every runnable task run (time is paused: nothing else moves).
+    async fn settle() {
+        for _ in 0..50 {
+            tokio::task::yield_now().await;
+        }
+    }
 
-        let mut b = Kinds::builder::<TestCtx>(client.clone());
-        b.reconcile::<Maps>();
-        let (kinds, start) = b.build();
-        let tasks: Vec<_> = start.informers.into_iter().map(tokio::spawn).collect();
-        kinds.ready().await.expect("ready");
-        assert_eq!(kinds.list::<ConfigMap>().len(), 1);
+    #[tokio::test(start_paused = true)]
+    async fn reconciles_cleans_up_with_the_last_state_retries_and_follows_relations() {
+        // No API server: the stores are fed as their watches would fill them; the client is never used.
+        let client = kube::Client::try_from(kube::Config::new(
+            "http://127.0.0.1:9".parse().expect("url"),
+        ))
+        .expect("client");
+        let mut b = Kinds::builder::<TestCtx>(client);
+        b.reconcile(Maps {
+            failures_left: AtomicUsize::new(2),
+            ..Maps::default()
+        });
+        b.task(Tick::default());
+        let (kinds, start, feed) = b.build_fed();
+        assert!(start.informers.is_empty(), "fed: no watch");
         assert!(
             kinds.store::<Secret>().is_some(),
-            "a related kind is watched"
+            "a related kind is stored"
         );
+        feed.list([cm("a", "1")]);
+        feed.list_rest();
+        kinds.ready().await.expect("ready");
         let ctx = Arc::new(TestCtx {
             kinds: kinds.clone(),
-            seen: Seen::default(),
         });
-        ctx.seen.failures_left.store(2, Ordering::SeqCst);
-        let tasks: Vec<_> = tasks
-            .into_iter()
-            .chain(start.workers.run(ctx.clone()).into_iter().map(tokio::spawn))
-            .collect();
-        wait_for(&ctx, "reconcile a").await;
-
-        // A transient error is retried until it passes; a permanent one waits for a change.
-        maps.create(&pp, &cm("flaky", "1")).await.expect("create");
-        maps.create(&pp, &cm("bad", "1")).await.expect("create");
-        wait_for(&ctx, "reconcile bad").await;
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while runs(&ctx)
-            .iter()
-            .filter(|r| *r == "reconcile flaky")
-            .count()
-            < 3
-        {
-            assert!(
-                Instant::now() < deadline,
-                "flaky not retried: {:?}",
-                runs(&ctx)
-            );
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        let count = |w: &str| runs(&ctx).iter().filter(|r| *r == w).count();
-        assert_eq!(count("reconcile flaky"), 3, "passes at the third run");
+        let maps = kinds.reconciler::<Maps>().expect("registered");
+        let tick = kinds.reconciler::<Tick>().expect("registered");
+        let workers = start.workers.start(ctx.clone()).await.expect("start");
+        assert_eq!(maps.started.load(Ordering::SeqCst), 1, "start hook ran");
+        let tasks: Vec<_> = workers.into_iter().map(tokio::spawn).collect();
+        settle().await;
+        assert_eq!(maps.runs(), ["reconcile a"]);
         assert_eq!(
-            count("reconcile bad"),
+            tick.passes.load(Ordering::SeqCst),
+            1,
+            "a task runs at start"
+        );
+
+        // A transient error is retried with backoff until it passes; a permanent one waits for a change.
+        feed.apply(cm("flaky", "1"));
+        feed.apply(cm("bad", "1"));
+        settle().await;
+        assert_eq!(maps.count("reconcile flaky"), 1);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        settle().await;
+        assert_eq!(maps.count("reconcile flaky"), 2, "first retry after 5 ms");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        settle().await;
+        assert_eq!(maps.count("reconcile flaky"), 3, "second after 10 more");
+        // Long after: no further run of either.
+        tokio::time::sleep(Duration::from_secs(600)).await;
+        settle().await;
+        assert_eq!(maps.count("reconcile flaky"), 3, "passes at the third run");
+        assert_eq!(
+            maps.count("reconcile bad"),
             1,
             "a permanent error is not retried"
         );
+        // The task: its second pass failed and was retried; it runs every 10 s.
+        assert!(tick.passes.load(Ordering::SeqCst) > 50);
 
-        // A related object's change runs the objects its old and new states name.
+        // A related object's change runs the objects its old and new states name; so does a signal.
         let mut s = Secret::default();
         s.metadata.name = Some("s".to_owned());
+        s.metadata.namespace = Some("default".to_owned());
         s.metadata.labels = Some(BTreeMap::from([("owner".to_owned(), "bad".to_owned())]));
-        secrets.create(&pp, &s).await.expect("secret");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while count("reconcile bad") < 2 {
-            assert!(
-                Instant::now() < deadline,
-                "relation not run: {:?}",
-                runs(&ctx)
-            );
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        feed.apply(s);
+        settle().await;
+        assert_eq!(maps.count("reconcile bad"), 2, "relation ran");
+        let passes = tick.passes.load(Ordering::SeqCst);
+        kinds.emit(&Poke("a".to_owned()));
+        settle().await;
+        assert_eq!(maps.count("reconcile a"), 2, "signal ran the kind");
+        assert_eq!(
+            tick.passes.load(Ordering::SeqCst),
+            passes + 1,
+            "and the task"
+        );
+
+        // A requeue comes back after its delay, once.
+        feed.apply(cm("poll", "1"));
+        settle().await;
+        assert_eq!(maps.count("reconcile poll"), 1);
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        settle().await;
+        assert_eq!(maps.count("reconcile poll"), 2);
 
         // A delete runs the cleanup with the last state, and drops the tombstone once it succeeded.
-        maps.delete("a", &DeleteParams::default())
-            .await
-            .expect("delete");
-        wait_for(&ctx, "cleanup default/a last=1").await;
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while kinds
+        feed.delete(cm("a", "1"));
+        settle().await;
+        assert!(maps.runs().iter().any(|r| r == "cleanup default/a last=1"));
+        assert!(kinds
             .tombstone(&Key::<ConfigMap>::namespaced("default", "a"))
-            .is_some()
-        {
-            assert!(Instant::now() < deadline, "tombstone kept");
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+            .is_none());
+        assert!(kinds.all_idle());
         for t in tasks {
             t.abort();
         }
-        server.shutdown().await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failing_start_hook_fails_the_start() {
+        struct Refuses;
+        #[async_trait::async_trait]
+        impl Task<TestCtx> for Refuses {
+            type Error = TestError;
+            const NAME: &'static str = "refuses";
+            async fn run(&self, _: &Arc<TestCtx>) -> Result<Action, TestError> {
+                Ok(Action::Done)
+            }
+            async fn at_start(&self, _: &Arc<TestCtx>) -> Result<(), TestError> {
+                Err(TestError::Permanent)
+            }
+        }
+        let client = kube::Client::try_from(kube::Config::new(
+            "http://127.0.0.1:9".parse().expect("url"),
+        ))
+        .expect("client");
+        let mut b = Kinds::builder::<TestCtx>(client);
+        b.task(Refuses);
+        let (kinds, start, _feed) = b.build_fed();
+        let ctx = Arc::new(TestCtx { kinds });
+        let e = start.workers.start(ctx).await.err().expect("refused");
+        assert_eq!(e.kind, "refuses");
     }
 
     /// A slot and its writer, as the builder makes them, without a watch.
@@ -1301,8 +1804,10 @@ mod tests {
                 name(new)
             ));
         });
+        let store = Arc::new(store);
         let slot = Slot::<ConfigMap> {
-            store: Arc::new(store),
+            store: store.clone(),
+            typed: store,
             queue: Some(queue.clone()),
             tombs: Mutex::default(),
             hooks: vec![hook],
@@ -1313,7 +1818,8 @@ mod tests {
             slots,
             queues: Vec::new(),
             ready: Vec::new(),
-            provided: HashMap::new(),
+            signals: HashMap::new(),
+            instances: HashMap::new(),
         };
         (kinds, writer, queue, related)
     }

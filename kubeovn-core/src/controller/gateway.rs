@@ -4,26 +4,24 @@
 //! `ip4.src == <cidr>` reroutes it to the active node's join address; with `enableEcmp` to every healthy
 //! gateway node at once. `status.activateGateway` names the active ones.
 //!
-//! A gateway node is healthy while its Node is Ready and its join address answers ICMP echo from the
-//! controller ([`check_loop`], every [`super::Config::gateway_check_interval`]): the echo crosses the
-//! node's ovn-controller and ovs-vswitchd, so a node whose datapath stopped fails it within a few intervals
-//! even while the Node still reads Ready. The subnets it serves are then reconciled to the next node.
+//! A gateway node is healthy while its Node is Ready and its join address answers the controller's checks
+//! (the gateway check task, `gateway_check.rs`, every [`super::Config::gateway_check_interval`]): the
+//! echo crosses the node's ovn-controller and ovs-vswitchd, so a node whose datapath stopped fails it within
+//! a few intervals even while the Node still reads Ready. The subnets it serves are then reconciled to the
+//! next node.
+//!
+//! This module is pure: the choice of gateways and their policies from what is known.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 use kubeovn_ovn::models::nb::LogicalRouterPolicyAction;
 use kubeovn_ovn::northbound::RouterPolicy;
 
-use super::framework::Key;
 use super::plan::SubnetInfo;
-use super::Ctx;
-use crate::crd::Decoded;
-use crate::crd::Subnet;
 use crate::naming::{self, external_ids as ext, priority};
 
 /// Consecutive failed checks after which a gateway node counts as down.
@@ -55,7 +53,7 @@ impl GatewayHealth {
     }
 
     /// Forgets nodes no longer checked.
-    fn retain(&self, names: &[String]) {
+    pub fn retain(&self, names: &[String]) {
         self.failures
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -141,71 +139,6 @@ pub fn policies(info: &SubnetInfo, active: &[(String, Vec<IpAddr>)]) -> Vec<Rout
         );
     }
     out
-}
-
-/// Checks every gateway node of every centralized subnet each interval until the controller stops, and
-/// reconciles the subnets of a node that went down or came back.
-pub(crate) async fn check_loop(ctx: Arc<Ctx>) {
-    let interval = ctx.config.gateway_check_interval;
-    let mut tick = tokio::time::interval(interval);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tick.tick().await;
-        let nodes = ctx.nodes();
-        let subnets: Vec<Arc<SubnetInfo>> = ctx
-            .subnet_list()
-            .into_iter()
-            .filter(|s| centralized(s, &ctx.config.default_vpc))
-            .collect();
-        let mut names: Vec<String> = subnets.iter().flat_map(|s| candidates(s, &nodes)).collect();
-        names.sort();
-        names.dedup();
-        ctx.gateways.retain(&names);
-        if names.is_empty() {
-            continue;
-        }
-        let join_ips = super::subnet::node_join_ips(&ctx);
-        let checks: Vec<_> = names
-            .iter()
-            .filter_map(|n| {
-                let ip = join_ips.iter().find(|(m, _)| m == n)?.1.first().copied()?;
-                Some((n.clone(), ip))
-            })
-            .map(|(n, ip)| {
-                // Answered within most of the interval, or it counts as a miss.
-                let wait = interval.mul_f32(0.8).max(Duration::from_millis(100));
-                tokio::task::spawn_blocking(move || {
-                    let r = crate::icmp::ping(ip, wait, Duration::from_millis(100));
-                    (n, r)
-                })
-            })
-            .collect();
-        for c in checks {
-            let Ok((name, r)) = c.await else { continue };
-            let ok = match r {
-                Ok(_) => true,
-                Err(crate::icmp::PingError::NoReply(_)) => false,
-                // This controller cannot check (no raw socket): the node is judged by its Ready alone.
-                Err(e @ crate::icmp::PingError::Socket(_)) => {
-                    tracing::debug!(node = %name, error = %e, "gateway node not checked");
-                    continue;
-                }
-            };
-            if ctx.gateways.record(&name, ok) {
-                if ok {
-                    tracing::info!(node = %name, "gateway node answers again");
-                } else {
-                    tracing::warn!(node = %name, "gateway node stopped answering");
-                }
-                for s in subnets
-                    .iter()
-                    .filter(|s| candidates(s, &nodes).contains(&name))
-                {
-                    ctx.enqueue(Key::<Decoded<Subnet>>::cluster(&s.name));
-                }
-            }
-        }
-    }
 }
 
 #[cfg(test)]

@@ -2,7 +2,7 @@
 //! and the controller's IP records whose pod or node is gone. A user's reservation (an IP record the
 //! controller did not write) is never collected.
 //!
-//! At start ([`at_start`]), before any handler runs, the orphans the rebuild found (from the pod list, the
+//! A task on the framework ([`Gc`]). At start (its start hook), before any handler runs, the orphans the rebuild found (from the pod list, the
 //! node list, the IP record list and the northbound replica, nothing else read) are removed at once: the
 //! controller was down when their pods went away, so no delete event will come, and nothing can be created
 //! for them meanwhile. Afterwards a pass runs every `gc_interval` for leaks from other sources, two-phase:
@@ -10,14 +10,16 @@
 //! list and a check are never removed.
 
 use std::collections::HashSet;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use futures::{StreamExt, TryStreamExt};
 use kubeovn_ovn::models::nb::LogicalSwitchPort;
 use kubeovn_ovn::northbound::Batch;
 
-use super::error::Result;
-use super::{ip, pod, split_key, Ctx};
+use super::api::{self, Listed};
+use super::error::{ControllerError, Result};
+use super::framework::{Action, Task};
+use super::{split_key, Ctx};
 use crate::naming::{self, external_ids as ext};
 
 /// IP record deletions in flight at once.
@@ -47,7 +49,7 @@ pub(crate) fn port_owner(ctx: &Ctx, lsp: &LogicalSwitchPort) -> Option<(String, 
     ) {
         (Some(p), _) => {
             let (ns, name) = split_key(p);
-            Some((p.clone(), ctx.pods.contains(ns, name)))
+            Some((p.clone(), ctx.pods().contains(ns, name)))
         }
         (None, Some(n)) => Some((lsp.name.clone(), ctx.node(n).is_some())),
         (None, None) => None,
@@ -55,11 +57,11 @@ pub(crate) fn port_owner(ctx: &Ctx, lsp: &LogicalSwitchPort) -> Option<(String, 
 }
 
 /// Whether the pod or node a record of the controller was written for still exists.
-pub(crate) fn record_alive(ctx: &Ctx, r: &ip::Listed) -> bool {
+pub(crate) fn record_alive(ctx: &Ctx, r: &Listed) -> bool {
     if r.namespace.is_empty() {
         ctx.node(&r.pod).is_some()
     } else {
-        ctx.pods.contains(&r.namespace, &r.pod)
+        ctx.pods().contains(&r.namespace, &r.pod)
     }
 }
 
@@ -75,7 +77,7 @@ pub(crate) async fn scan(ctx: &Ctx) -> Result<Orphans> {
             o.ports.insert((lsp.name.clone(), owner, ls));
         }
     }
-    for r in ip::list_records(&ctx.client).await? {
+    for r in api::list_records(&ctx.client).await? {
         if r.ours && !record_alive(ctx, &r) {
             o.ips.insert((r.name.clone(), r.owner(), r.subnet.clone()));
         }
@@ -97,7 +99,7 @@ async fn remove(ctx: &Ctx, o: &Orphans) -> Result<()> {
     // Owned names: a stream of borrowed ones is not `Send` for every lifetime the spawned task needs.
     let names: Vec<String> = o.ips.iter().map(|(name, _, _)| name.clone()).collect();
     futures::stream::iter(names)
-        .map(|name| async move { ip::delete(ctx, &name).await })
+        .map(|name| async move { api::delete(&ctx.client, &name).await })
         .buffer_unordered(DELETES_IN_FLIGHT)
         .try_collect::<()>()
         .await?;
@@ -116,7 +118,7 @@ async fn remove(ctx: &Ctx, o: &Orphans) -> Result<()> {
         }
     }
     for s in released {
-        pod::wake(ctx, s);
+        ctx.views.freed(s);
     }
     Ok(())
 }
@@ -135,7 +137,7 @@ pub(crate) async fn sweep(ctx: &Ctx, marked: &Orphans, now: Orphans) -> Result<O
 }
 
 /// Removes the orphans the start found (see the module docs); their addresses were never restored.
-pub(crate) async fn at_start(ctx: &Ctx, o: Orphans) -> Result<()> {
+async fn remove_at_start(ctx: &Ctx, o: Orphans) -> Result<()> {
     if o.is_empty() {
         return Ok(());
     }
@@ -150,26 +152,65 @@ pub(crate) async fn at_start(ctx: &Ctx, o: Orphans) -> Result<()> {
     Ok(())
 }
 
-/// Runs a pass every `gc_interval`, the first one interval after start (not competing with the start's
-/// work queue).
-pub(crate) async fn run(ctx: Arc<Ctx>) {
-    let mut marked = Orphans::default();
-    loop {
-        tokio::time::sleep(ctx.config.gc_interval).await;
-        match scan(&ctx).await {
-            Ok(now) => match sweep(&ctx, &marked, now).await {
-                Ok(next) => marked = next,
-                Err(e) => tracing::warn!(error = %e, "gc sweep"),
-            },
-            Err(e) => tracing::warn!(error = %e, "gc scan"),
+/// The garbage collection task: the orphans the start found removed by its start hook, then a pass every
+/// `gc_interval`, the first one interval after start (not competing with the start's work queue).
+#[derive(Debug, Default)]
+pub(crate) struct Gc {
+    /// The orphans the rebuild found, removed at start.
+    at_start: Mutex<Option<Orphans>>,
+    /// What the last pass found: removed by the next if still orphaned. None before the first pass.
+    marked: Mutex<Option<Orphans>>,
+}
+
+impl Gc {
+    /// Hands the start hook the orphans the rebuild found.
+    pub fn at_start_remove(&self, o: Orphans) {
+        *self.at_start.lock().unwrap_or_else(|e| e.into_inner()) = Some(o);
+    }
+}
+
+#[async_trait::async_trait]
+impl Task<Ctx> for Gc {
+    type Error = ControllerError;
+    const NAME: &'static str = "gc";
+
+    async fn at_start(&self, ctx: &Arc<Ctx>) -> Result<()> {
+        let o = self
+            .at_start
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        match o {
+            Some(o) => remove_at_start(ctx, o).await,
+            None => Ok(()),
         }
+    }
+
+    async fn run(&self, ctx: &Arc<Ctx>) -> Result<Action> {
+        let every = Action::Requeue(ctx.config.gc_interval);
+        let marked = self.marked.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let Some(marked) = marked else {
+            // The first run, at start: the first pass comes one interval later.
+            *self.marked.lock().unwrap_or_else(|e| e.into_inner()) = Some(Orphans::default());
+            return Ok(every);
+        };
+        let next = match scan(ctx).await {
+            Ok(now) => sweep(ctx, &marked, now).await,
+            Err(e) => Err(e),
+        };
+        let (keep, result) = match next {
+            Ok(n) => (n, Ok(every)),
+            Err(e) => (marked, Err(e)),
+        };
+        *self.marked.lock().unwrap_or_else(|e| e.into_inner()) = Some(keep);
+        result
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::ip::IpRecord;
+    use crate::controller::api::{self as ipapi, IpRecord};
     use crate::controller::plan::{self, PodPort};
     use crate::controller::testing::{pod, Harness};
     use crate::crd::{IPSpec, IP};
@@ -210,7 +251,7 @@ mod tests {
             addrs,
             pod_type: String::new(),
         };
-        ip::ensure(&h.ctx, &rec).await.expect("record");
+        ipapi::ensure(&h.ctx.client, &rec).await.expect("record");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -229,7 +270,7 @@ mod tests {
                 ..IPSpec::default()
             },
         );
-        r.metadata.labels = Some([(ip::RESERVED_LABEL.to_owned(), "true".to_owned())].into());
+        r.metadata.labels = Some([(ipapi::RESERVED_LABEL.to_owned(), "true".to_owned())].into());
         Api::<IP>::all(h.client.clone())
             .create(&PostParams::default(), &r)
             .await

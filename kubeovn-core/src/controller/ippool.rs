@@ -4,62 +4,15 @@ use std::sync::Arc;
 
 use kube::runtime::events::EventType;
 use kube::ResourceExt;
-use kubeovn_ipam::PoolSpec;
 
 use super::error::{ControllerError, Result};
-use super::framework::{Action, Key, Reconciler};
-use super::{Ctx, SubnetInfo};
+use super::framework::{Action, Key, Reconciler, Relations};
+use super::views::SubnetChanged;
+use super::Ctx;
 use crate::crd::{Decoded, IPPool};
 
-/// Loads an IPPool into the allocator.
-pub(crate) fn install_pool(ctx: &Ctx, p: &Decoded<IPPool>) -> Result<()> {
-    let subnet = ctx.subnet(&p.object.spec.subnet);
-    install_pool_in(ctx, p, subnet.as_deref())
-}
-
-/// Loads an IPPool into the allocator; `subnet` is its subnet when loaded (its addresses must lie inside).
-pub(crate) fn install_pool_in(
-    ctx: &Ctx,
-    p: &Decoded<IPPool>,
-    subnet: Option<&SubnetInfo>,
-) -> Result<()> {
-    let name = p.name_any();
-    if let Some(e) = &p.spec_error {
-        return Err(ControllerError::invalid(
-            format!("ippool {name}"),
-            e.clone(),
-        ));
-    }
-    let ips = p.object.spec.ips.clone();
-    if let Some(s) = subnet {
-        // The allocator would clip them away in silence: a typo'd pool would reserve nothing.
-        super::subnet::check_inside(&format!("ippool {name}"), "ips", &ips, &s.cidr_block())?;
-    }
-    let subnet = p.object.spec.subnet.clone();
-    ctx.ipam
-        .add_or_update_pool(&subnet, &PoolSpec::new(&name, ips.iter().cloned()))?;
-    ctx.pools
-        .write()
-        .unwrap_or_else(|e| e.into_inner())
-        .insert(name, (subnet, ips));
-    Ok(())
-}
-
-/// Loads the pools of the subnet `info`, just loaded into the allocator (new, or back after a delete), before
-/// pods can find it; a pool refused here is reported by its own reconciler.
-pub(crate) fn install_pools_of(ctx: &Ctx, info: &SubnetInfo) {
-    for p in ctx.kinds.list::<Decoded<IPPool>>() {
-        if p.object.spec.subnet != info.name {
-            continue;
-        }
-        if let Err(e) = install_pool_in(ctx, &p, Some(info)) {
-            tracing::debug!(pool = %p.name_any(), error = %e, "ippool not loaded with its subnet");
-            ctx.enqueue(Key::<Decoded<IPPool>>::cluster(&p.name_any()));
-        }
-    }
-}
-
 /// The IPPool kind: each pool's addresses reserved in its subnet for the pods and namespaces naming it.
+#[derive(Debug, Default)]
 pub(crate) struct Pools;
 
 #[async_trait::async_trait]
@@ -68,8 +21,24 @@ impl Reconciler<Ctx> for Pools {
     type Error = ControllerError;
     const NAME: &'static str = "ippool";
 
-    async fn reconcile(ctx: &Arc<Ctx>, p: Arc<Decoded<IPPool>>) -> Result<Action> {
-        if let Err(e) = install_pool(ctx, &p) {
+    fn relations(_this: &Arc<Self>, r: &mut Relations<'_, Ctx, Decoded<IPPool>>) {
+        // A subnet loaded (new, or back after a delete): its pools were loaded with it, or refused; each is
+        // run again to say which.
+        r.on_signal::<SubnetChanged>(|kinds, c| {
+            if c.old.is_some() || c.new.is_none() {
+                return Vec::new();
+            }
+            kinds
+                .list::<Decoded<IPPool>>()
+                .iter()
+                .filter(|p| p.object.spec.subnet == c.name())
+                .map(|p| Key::cluster(&p.name_any()))
+                .collect()
+        });
+    }
+
+    async fn reconcile(&self, ctx: &Arc<Ctx>, p: Arc<Decoded<IPPool>>) -> Result<Action> {
+        if let Err(e) = ctx.views.install_pool(&p) {
             ctx.event(
                 p.as_ref(),
                 EventType::Warning,
@@ -83,24 +52,12 @@ impl Reconciler<Ctx> for Pools {
     }
 
     async fn cleanup(
+        &self,
         ctx: &Arc<Ctx>,
         key: &Key<Decoded<IPPool>>,
         _: Option<Arc<Decoded<IPPool>>>,
     ) -> Result<Action> {
-        let name = key.name();
-        let gone = ctx
-            .pools
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(name);
-        if let Some((subnet, _)) = gone {
-            match ctx.ipam.delete_pool(&subnet, name) {
-                Ok(())
-                | Err(kubeovn_ipam::IpamError::NoSuchSubnet { .. })
-                | Err(kubeovn_ipam::IpamError::NoSuchPool { .. }) => {}
-                Err(e) => return Err(e.into()),
-            }
-        }
+        ctx.views.remove_pool(key.name())?;
         Ok(Action::Done)
     }
 }
@@ -202,7 +159,7 @@ mod tests {
         let key = Key::<Decoded<IPPool>>::cluster("p1");
         h.gone(&key).await;
         assert_eq!(h.run::<Pools>(key).await.expect("cleanup"), Action::Done);
-        assert!(!h.ctx.pools.read().expect("pools").contains_key("p1"));
+        assert!(!h.ctx.views.has_pool("p1"));
         let b = h
             .ctx
             .ipam
@@ -266,7 +223,7 @@ mod tests {
             let e = pool(&h, name, spec).await.expect_err("refused");
             assert!(e.to_string().contains(words), "{name}: {e}");
             assert_eq!(e.failure(), Failure::Permanent, "{name}: {e}");
-            assert!(!h.ctx.pools.read().expect("pools").contains_key(name));
+            assert!(!h.ctx.views.has_pool(name));
             let events = h.events("InvalidIPPool").await;
             assert!(
                 events

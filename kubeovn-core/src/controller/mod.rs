@@ -27,52 +27,65 @@
 //! # Ok(()) }
 //! ```
 
+// The framework and what every kind shares (see ARCHITECTURE.md for the map).
 pub mod error;
 pub mod framework;
 pub mod leader;
 pub mod metrics;
-pub mod plan;
 pub mod queue;
 pub mod writer;
-
+// Below the kinds: pure translations, views, seams.
+mod api;
 mod gateway;
-mod gc;
+pub mod plan;
+pub mod podinfo;
+mod podstore;
+mod reservations;
+pub mod sb;
+mod subnet_spec;
+mod views;
+// The start sequence.
+mod rebuild;
+// The kinds: one module each; none imports another.
 mod ip;
 mod ippool;
 mod namespace;
 pub mod netpol;
 mod node;
 mod pod;
-pub mod podinfo;
-mod podstore;
-mod rebuild;
-mod sb;
 pub mod service;
 mod subnet;
+mod vpc;
+// Tasks on the framework.
+pub mod gateway_check;
+mod gc;
+mod status;
 #[cfg(test)]
 mod testing;
-mod vpc;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::future::Future;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Namespace, Node};
+use k8s_openapi::api::core::v1::Node;
 use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
 use kube::Resource;
 use kubeovn_ipam::SharedIpam;
 use kubeovn_ovn::northbound::{NbGlobal, Northbound};
 pub use podinfo::PodInfo;
 
+use crate::events::EventSink;
 use crate::naming;
 
 pub use error::{ControllerError, Result};
 use framework::{Context, Key, Kinds, Workers};
+pub use gateway_check::{GatewayProbe, IcmpProbe, ProbeResult};
 pub use leader::{LeaderElector, LeaseConfig};
 pub use metrics::Metrics;
 pub use plan::SubnetInfo;
 pub use queue::WorkQueue;
+pub use sb::{SbRemote, Southbound};
 pub use writer::{NbWriter, WriterConfig};
 
 /// One of the subnets the controller creates at start.
@@ -187,6 +200,9 @@ pub struct Controller {
     config: Config,
     metrics: Metrics,
     ipam: Arc<SharedIpam>,
+    probe: Arc<dyn GatewayProbe>,
+    events: Option<Arc<dyn EventSink>>,
+    sb: Option<Arc<dyn Southbound>>,
 }
 
 impl std::fmt::Debug for Controller {
@@ -197,7 +213,9 @@ impl std::fmt::Debug for Controller {
     }
 }
 
-/// What every handler shares.
+/// What every kind shares: the northbound and its writer, the API client, the allocator, the event sink,
+/// the kinds' stores and queues, and the read-only views. What one kind keeps for itself lives in that
+/// kind's reconciler, not here.
 pub(crate) struct Ctx {
     pub client: kube::Client,
     pub nb: Arc<dyn Northbound>,
@@ -205,27 +223,13 @@ pub(crate) struct Ctx {
     pub ipam: Arc<SharedIpam>,
     pub config: Config,
     pub metrics: Metrics,
-    pub recorder: Recorder,
-    /// Parsed subnets by name.
-    pub subnets: RwLock<HashMap<String, Arc<SubnetInfo>>>,
-    /// IPPools by name: (subnet, addresses).
-    pub pools: RwLock<HashMap<String, (String, Vec<String>)>>,
+    pub events: Arc<dyn EventSink>,
+    /// The southbound, where a deleted node's chassis goes (None: left to whoever runs OVN).
+    pub sb: Option<Arc<dyn Southbound>>,
     /// The kinds: stores, queues, tombstones.
     pub kinds: Arc<Kinds>,
-    /// The compact pod store (also the pod kind's store in `kinds`).
-    pub pods: podstore::PodStore,
-    /// Pods waiting for an address in a full subnet.
-    pub waiting: pod::Waiting,
-    /// Users' reservations (IP records) the allocator holds or that wait for their subnet.
-    pub reservations: Mutex<ip::Reservations>,
-    /// EndpointSlices, indexed by Service.
-    pub slices: service::SliceStore,
-    /// What each Service has in OVN.
-    pub services: service::ServiceState,
-    /// The sets network policies name, and their members.
-    pub netpol: Arc<netpol::NetpolState>,
-    /// What the checks of gateway nodes found.
-    pub gateways: gateway::GatewayHealth,
+    /// What several kinds read.
+    pub views: Arc<views::Views>,
 }
 
 impl Context for Ctx {
@@ -241,50 +245,37 @@ impl Context for Ctx {
 }
 
 impl Ctx {
+    /// The admitted subnet `name`.
     pub fn subnet(&self, name: &str) -> Option<Arc<SubnetInfo>> {
-        self.subnets
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(name)
-            .cloned()
+        self.views.subnet(name)
     }
 
-    /// The reservations, locked.
-    pub fn reservations(&self) -> std::sync::MutexGuard<'_, ip::Reservations> {
-        self.reservations.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
+    /// Every admitted subnet, by name.
     pub fn subnet_list(&self) -> Vec<Arc<SubnetInfo>> {
-        let mut v: Vec<_> = self
-            .subnets
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .values()
-            .cloned()
-            .collect();
-        v.sort_by(|a, b| a.name.cmp(&b.name));
-        v
+        self.views.subnet_list()
     }
 
+    /// The join subnet, once loaded.
     pub fn join_subnet(&self) -> Option<Arc<SubnetInfo>> {
-        self.subnet(&self.config.join_subnet.name)
+        self.views.join_subnet()
     }
 
+    /// The Node `name`, as stored.
     pub fn node(&self, name: &str) -> Option<Arc<Node>> {
         self.kinds.get(&Key::cluster(name))
     }
 
+    /// Every Node stored.
     pub fn nodes(&self) -> Vec<Arc<Node>> {
         self.kinds.list::<Node>()
     }
 
-    pub fn namespaces(&self) -> Vec<Arc<Namespace>> {
-        self.kinds.list::<Namespace>()
-    }
-
-    /// Queues `key` for its kind's reconciler.
-    pub fn enqueue<K: 'static>(&self, key: Key<K>) {
-        self.kinds.enqueue(key);
+    /// The compact pod store (the pod kind's store, read by other kinds and tasks).
+    pub fn pods(&self) -> &podstore::PodStore {
+        static EMPTY: std::sync::OnceLock<podstore::PodStore> = std::sync::OnceLock::new();
+        self.kinds
+            .store_as::<PodInfo, podstore::PodStore>()
+            .unwrap_or_else(|| EMPTY.get_or_init(|| podstore::PodStore::new().0))
     }
 
     /// Publishes an Event on `obj`; failures are only logged (events are best effort).
@@ -317,7 +308,7 @@ impl Ctx {
             action: reason.to_owned(),
             secondary: None,
         };
-        if let Err(e) = self.recorder.publish(&ev, r).await {
+        if let Err(e) = self.events.publish(&ev, r).await {
             tracing::debug!(error = %e, "publishing an event");
         }
     }
@@ -342,7 +333,28 @@ impl Controller {
             config,
             metrics: Metrics::new(),
             ipam: Arc::new(SharedIpam::new()),
+            probe: Arc::new(IcmpProbe),
+            events: None,
+            sb: None,
         }
+    }
+
+    /// Checks gateway nodes with `probe` instead of ICMP echo.
+    pub fn with_gateway_probe(mut self, probe: Arc<dyn GatewayProbe>) -> Self {
+        self.probe = probe;
+        self
+    }
+
+    /// Publishes events through `events` instead of the API server's events API.
+    pub fn with_events(mut self, events: Arc<dyn EventSink>) -> Self {
+        self.events = Some(events);
+        self
+    }
+
+    /// Removes deleted nodes' chassis through `sb` (instead of a connection to `Config::sb_remote`).
+    pub fn with_southbound(mut self, sb: Arc<dyn Southbound>) -> Self {
+        self.sb = Some(sb);
+        self
     }
 
     /// The metrics (serve [`Metrics::encode`] on `/metrics`).
@@ -414,15 +426,15 @@ impl Controller {
                 .unwrap_or_else(|e| e.into_inner())
                 .push(tokio::spawn(f));
         };
-        for w in workers.run(ctx.clone()) {
+        // The start hooks (what went away while the controller was down is released), then every kind's and
+        // task's workers.
+        let workers = workers
+            .start(ctx.clone())
+            .await
+            .map_err(|e| ControllerError::NotReady(e.to_string()))?;
+        for w in workers {
             spawn(w);
         }
-        spawn(Box::pin(ip::watch_reservations(ctx.clone())));
-        spawn(Box::pin(gc::run(ctx.clone())));
-        spawn(Box::pin(subnet::status_loop(ctx.clone())));
-        spawn(Box::pin(gateway::check_loop(ctx.clone())));
-        spawn(Box::pin(queue_metrics(ctx.clone())));
-        spawn(Box::pin(log_initial_pods(ctx.clone(), started)));
         tracing::info!(
             elapsed_ms = started.elapsed().as_millis() as u64,
             "controller started"
@@ -445,35 +457,49 @@ impl Controller {
                 .push(tokio::spawn(f));
         };
         let c = &self.config;
-        let default = subnet::info_from_config(&c.default_subnet, &c.default_vpc, false)?;
-        let join = subnet::info_from_config(&c.join_subnet, &c.default_vpc, true)?;
-        subnet::service_cidrs(c)?;
+        let default = subnet_spec::info_from_config(&c.default_subnet, &c.default_vpc, false)?;
+        let join = subnet_spec::info_from_config(&c.join_subnet, &c.default_vpc, true)?;
+        subnet_spec::service_cidrs(c)?;
         let client = &self.client;
 
         // Informers and the IP record list first: they run while the northbound replica fills and the
         // default network is written. Stores fill now, keys are queued; workers start after the rebuild.
-        // Each kind: one line (its module holds the reconciler).
+        // Each kind and task: one line (its module holds the reconciler and its state).
+        let views = views::Views::new(self.ipam.clone(), c.clone());
         let mut kinds = Kinds::builder::<Ctx>(client.clone());
         let (pods, pods_w) = podstore::PodStore::new();
-        kinds.reconcile_in::<pod::Pods>(Arc::new(pods.clone()), pods_w);
-        kinds.reconcile::<node::Nodes>();
-        kinds.reconcile::<namespace::Namespaces>();
-        kinds.reconcile::<vpc::Vpcs>();
-        kinds.reconcile::<subnet::Subnets>();
-        kinds.reconcile::<ippool::Pools>();
+        kinds.reconcile_in(
+            pod::Pods::new(c.pod_workers),
+            Arc::new(pods.clone()),
+            pods_w,
+        );
+        kinds.reconcile(node::Nodes);
+        kinds.reconcile(namespace::Namespaces::new(c));
+        kinds.reconcile(vpc::Vpcs);
+        kinds.reconcile(subnet::Subnets::new(views.clone()));
+        kinds.reconcile(ippool::Pools);
+        kinds.reconcile(ip::IpReservations);
         let (slices, slices_w) = service::SliceStore::new();
-        kinds.watch_in(Arc::new(slices.clone()), slices_w);
-        kinds.reconcile::<service::Services>();
-        let np_state = Arc::new(netpol::NetpolState::new(
+        kinds.watch_in(Arc::new(slices), slices_w);
+        kinds.reconcile(service::Services::default());
+        let np = Arc::new(netpol::NetpolState::new(
             netpol::families(&c.default_subnet.cidr),
             c.join_subnet.cidr.split(',').map(str::to_owned).collect(),
         ));
         kinds.watch_with::<netpol::PolicyPod>(netpol::pod_watch());
-        kinds.provide(np_state.clone());
-        kinds.reconcile::<netpol::NetworkPolicies>();
-        kinds.reconcile::<netpol::AdminPolicies<crate::crd::AdminNetworkPolicy>>();
-        kinds.reconcile::<netpol::AdminPolicies<crate::crd::BaselineAdminNetworkPolicy>>();
+        kinds.reconcile(netpol::NetworkPolicies::new(np.clone()));
+        kinds.reconcile(netpol::AdminPolicies::<crate::crd::AdminNetworkPolicy>::new(np.clone()));
+        kinds.reconcile(netpol::AdminPolicies::<
+            crate::crd::BaselineAdminNetworkPolicy,
+        >::new(np.clone()));
+        kinds.task(netpol::Flusher::new(np));
+        kinds.task(gc::Gc::default());
+        kinds.task(status::SubnetStatus::default());
+        kinds.task(gateway_check::GatewayCheck::new(self.probe.clone()));
+        kinds.task(status::QueueDepths);
+        kinds.task(status::InitialPods::new(started));
         let (kinds, kinds_start) = kinds.build();
+        views.attach(kinds.clone());
         for i in kinds_start.informers {
             spawn(i);
         }
@@ -482,7 +508,7 @@ impl Controller {
         spawn(Box::pin({
             let client = client.clone();
             async move {
-                let _ = ip_tx.send(ip::list_records(&client).await);
+                let _ = ip_tx.send(api::list_records(&client).await);
             }
         }));
 
@@ -531,10 +557,18 @@ impl Controller {
         let (nb, (records, ips)) = tokio::try_join!(connected, listed)?;
 
         let writer = NbWriter::spawn(nb.clone(), c.writer.clone(), Some(self.metrics.clone()));
-        let reporter = Reporter {
-            controller: c.reporter.clone(),
-            instance: c.lease.as_ref().map(|l| l.identity.clone()),
-        };
+        let events = self.events.clone().unwrap_or_else(|| {
+            let reporter = Reporter {
+                controller: c.reporter.clone(),
+                instance: c.lease.as_ref().map(|l| l.identity.clone()),
+            };
+            Arc::new(Recorder::new(self.client.clone(), reporter))
+        });
+        let sb = self.sb.clone().or_else(|| {
+            c.sb_remote
+                .clone()
+                .map(|r| Arc::new(SbRemote(r)) as Arc<dyn Southbound>)
+        });
         let ctx = Arc::new(Ctx {
             client: self.client.clone(),
             nb,
@@ -542,19 +576,11 @@ impl Controller {
             ipam: self.ipam.clone(),
             config: c.clone(),
             metrics: self.metrics.clone(),
-            recorder: Recorder::new(self.client.clone(), reporter),
-            subnets: RwLock::new(HashMap::new()),
-            pools: RwLock::new(HashMap::new()),
+            events,
+            sb,
             kinds: kinds.clone(),
-            pods,
-            waiting: pod::Waiting::default(),
-            reservations: Mutex::default(),
-            slices,
-            services: service::ServiceState::default(),
-            netpol: np_state,
-            gateways: gateway::GatewayHealth::default(),
+            views,
         });
-        spawn(Box::pin(netpol::run_flusher(ctx.clone())));
         let (report, orphans) =
             rebuild::rebuild(&ctx, &[join.clone(), default.clone()], records, ips)?;
         for c in &report.conflicts {
@@ -563,9 +589,11 @@ impl Controller {
         // The join and default subnets exist in NB before any pod or node is handled.
         subnet::reconcile_info(&ctx, &join).await?;
         subnet::reconcile_info(&ctx, &default).await?;
-        // What went away while the controller was down is released before it reports started.
-        gc::at_start(&ctx, orphans).await?;
-        service::remove_stale(&ctx).await?;
+        // What went away while the controller was down is released by the GC's start hook, before the
+        // controller reports started.
+        if let Some(gc) = kinds.reconciler::<gc::Gc>() {
+            gc.at_start_remove(orphans);
+        }
         Ok((ctx, kinds_start.workers))
     }
 }
@@ -579,25 +607,6 @@ impl Drop for AbortOnDrop {
         for t in self.0.lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
             t.abort();
         }
-    }
-}
-
-/// Logs when the pods queued at start have all been handled (the first time the pod queue is idle).
-async fn log_initial_pods(ctx: Arc<Ctx>, started: std::time::Instant) {
-    while !ctx.kinds.is_idle::<PodInfo>() {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    tracing::info!(
-        pods = ctx.pods.len(),
-        elapsed_ms = started.elapsed().as_millis() as u64,
-        "initial pods handled"
-    );
-}
-
-async fn queue_metrics(ctx: Arc<Ctx>) {
-    loop {
-        ctx.kinds.publish_depths(&ctx.metrics);
-        tokio::time::sleep(Duration::from_secs(1)).await;
     }
 }
 

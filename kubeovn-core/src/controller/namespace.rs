@@ -7,8 +7,9 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::ResourceExt;
 
 use super::error::{ControllerError, Result};
-use super::framework::{Action, Key, Reconciler};
-use super::Ctx;
+use super::framework::{Action, Key, Kinds, Reconciler, Relations};
+use super::views::SubnetChanged;
+use super::{Config, Ctx};
 use crate::annotations::{merge_patch, NamespaceAnnotations};
 
 /// The annotations a namespace should carry: the subnets naming it, else the default subnet.
@@ -32,7 +33,20 @@ pub(crate) fn binding(ctx: &Ctx, ns: &str) -> NamespaceAnnotations {
 }
 
 /// The namespace kind: each namespace's subnet binding annotations.
-pub(crate) struct Namespaces;
+#[derive(Debug)]
+pub(crate) struct Namespaces {
+    /// The default subnet: the binding of namespaces no subnet names.
+    default_subnet: String,
+}
+
+impl Namespaces {
+    /// The kind for the controller's configuration.
+    pub fn new(config: &Config) -> Self {
+        Namespaces {
+            default_subnet: config.default_subnet.name.clone(),
+        }
+    }
+}
 
 #[async_trait::async_trait]
 impl Reconciler<Ctx> for Namespaces {
@@ -40,17 +54,37 @@ impl Reconciler<Ctx> for Namespaces {
     type Error = ControllerError;
     const NAME: &'static str = "namespace";
 
-    async fn reconcile(ctx: &Arc<Ctx>, ns: Arc<Namespace>) -> Result<Action> {
+    async fn reconcile(&self, ctx: &Arc<Ctx>, ns: Arc<Namespace>) -> Result<Action> {
         reconcile(ctx, &ns).await.map(|()| Action::Done)
     }
 
     async fn cleanup(
+        &self,
         _: &Arc<Ctx>,
         _: &Key<Namespace>,
         _: Option<Arc<Namespace>>,
     ) -> Result<Action> {
         // Nothing of a namespace lives outside it.
         Ok(Action::Done)
+    }
+
+    fn relations(this: &Arc<Self>, r: &mut Relations<'_, Ctx, Namespace>) {
+        // A subnet's change may change the binding of the namespaces its old or new state names, and of
+        // every namespace when it is the default subnet (the binding of namespaces no subnet names).
+        let default = this.default_subnet.clone();
+        r.on_signal::<SubnetChanged>(move |kinds: &Kinds, c| {
+            if c.states().any(|s| s.name == default) {
+                return kinds
+                    .list::<Namespace>()
+                    .iter()
+                    .map(|n| Key::cluster(&n.name_any()))
+                    .collect();
+            }
+            let mut names: Vec<&String> = c.states().flat_map(|s| s.namespaces.iter()).collect();
+            names.sort();
+            names.dedup();
+            names.into_iter().map(|n| Key::cluster(n)).collect()
+        });
     }
 }
 

@@ -3,7 +3,7 @@
 //!
 //! The sets' members are kept by [`NetpolState`] from the watches of pods, namespaces and nodes as they
 //! happen: a pod's label or address change marks the few sets it enters or leaves, and one writer task
-//! ([`run_flusher`]) writes each marked set's exact members (the planner sends the difference as
+//! ([`Flusher`], a task on the framework) writes each marked set's exact members (the planner sends the difference as
 //! mutations). No policy is translated again for it, except one whose named ports resolve differently.
 //! A policy's run holds the sets it names, waits until the writer has created them, writes its ACLs, then
 //! lets go of the sets it no longer names (deleted once nobody holds them).
@@ -19,20 +19,19 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::core::NamespaceResourceScope;
 use kube::runtime::events::EventType;
 use kubeovn_ovn::northbound::{
-    Acl, AclAction, AclDirection, AclParent, AclSet, AclSeverity, AddressSet, Batch, Meter,
-    MeterUnit, Op, PortGroup,
+    AclDirection, AclParent, AclSet, AddressSet, Batch, Meter, MeterUnit, Op, PortGroup,
 };
 use serde::{Deserialize, Serialize};
 use tokio::sync::{watch, Notify};
 
 use super::error::ControllerError;
-use super::framework::{Action, Key, Kinds, Reconciler, Relations, SelectorIndex, Watch};
+use super::framework::{Action, Key, Kinds, Reconciler, Relations, SelectorIndex, Task, Watch};
 use super::Ctx;
 use crate::annotations::{self, DEFAULT_PROVIDER};
 use crate::naming;
 use crate::netpol::{
-    self, namespace_acls, namespace_group, AclSpec, Direction, Families, Form, Logging, Members,
-    Pods, Protocol, SetKey, Translation, Verdict, OWNER_KEY, SELECTOR_KEY,
+    self, namespace_acls, namespace_group, Direction, Families, Form, Logging, Members, Pods,
+    Protocol, SetKey, Translation, OWNER_KEY, SELECTOR_KEY,
 };
 
 /// How long a policy's run waits for its sets to be written before it is retried.
@@ -215,6 +214,9 @@ pub struct NetpolState {
     flushed: watch::Sender<u64>,
     families: Families,
     pub(crate) node_cidrs: Vec<String>,
+    /// The admin policies a pod's or namespace's change concerns, found by the NetworkPolicy kind's
+    /// relation (it feeds the membership) and taken by the admin kinds' relations, which run after it.
+    admin_touched: Mutex<Vec<String>>,
 }
 
 impl std::fmt::Debug for NetpolState {
@@ -566,7 +568,36 @@ impl NetpolState {
             flushed: watch::channel(0).0,
             families,
             node_cidrs,
+            admin_touched: Mutex::default(),
         }
+    }
+
+    /// The owners among `owners` that are admin policies, kept for the admin kinds' relations; the
+    /// NetworkPolicy keys among them.
+    fn split_owners(&self, owners: Vec<String>) -> Vec<Key<NetworkPolicy>> {
+        let admin: Vec<String> = owners
+            .iter()
+            .filter(|o| {
+                o.starts_with("AdminNetworkPolicy/") || o.starts_with("BaselineAdminNetworkPolicy/")
+            })
+            .cloned()
+            .collect();
+        if !admin.is_empty() {
+            self.admin_touched
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .extend(admin);
+        }
+        owners.iter().filter_map(|o| np_key(o)).collect()
+    }
+
+    /// Takes the admin owners of kind `prefix` (`AdminNetworkPolicy/`) the last changes concerned.
+    fn take_admin(&self, prefix: &str) -> Vec<String> {
+        let mut t = self.admin_touched.lock().unwrap_or_else(|e| e.into_inner());
+        let (mine, rest): (Vec<String>, Vec<String>) =
+            t.drain(..).partition(|o| o.starts_with(prefix));
+        *t = rest;
+        mine
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
@@ -903,7 +934,7 @@ impl NetpolState {
             } else {
                 namespace_acls(ns, *dir, &self.node_cidrs, logging.drop)
                     .iter()
-                    .map(|a| ovn_acl(a, &name, &owner, meter.as_deref()))
+                    .map(|a| super::plan::ovn_acl(a, &name, &owner, meter.as_deref()))
                     .collect()
             };
             b.add(AclSet::new(
@@ -949,45 +980,26 @@ fn meter_name(owner: &str) -> String {
     )
 }
 
-/// An ACL of the translation as OVN's, on the port group `parent`, owned by `owner`.
-pub(crate) fn ovn_acl(a: &AclSpec, parent: &str, owner: &str, meter: Option<&str>) -> Acl {
-    let (direction, after_lb) = match a.direction {
-        Direction::Ingress => (AclDirection::ToLport, false),
-        Direction::Egress => (AclDirection::FromLport, true),
-    };
-    let action = match a.verdict {
-        Verdict::Allow => AclAction::AllowRelated,
-        Verdict::Deny => AclAction::Drop,
-    };
-    let mut acl = Acl::new(
-        AclParent::PortGroup(parent.to_owned()),
-        direction,
-        a.priority,
-        a.match_.as_str(),
-        action,
-    )
-    .external_id("vendor", "kube-ovn")
-    .external_id(OWNER_KEY, owner);
-    if after_lb {
-        // Egress is judged on the Service backend a connection is balanced to.
-        acl = acl.option("apply-after-lb", "true");
-    }
-    if a.log {
-        // OVN's ACL name holds at most 63 characters.
-        let name: String = owner.chars().take(63).collect();
-        let severity = match a.verdict {
-            Verdict::Allow => AclSeverity::Info,
-            Verdict::Deny => AclSeverity::Warning,
-        };
-        acl = acl.log(name, severity, meter);
-    }
-    acl
+/// Writes the marked sets and namespace groups, one batch at a time: a task on the framework, each run
+/// waiting for the next mark.
+pub(crate) struct Flusher {
+    st: Arc<NetpolState>,
 }
 
-/// Writes the marked sets and namespace groups, one batch at a time, until the controller stops.
-pub(crate) async fn run_flusher(ctx: Arc<Ctx>) {
-    let st = ctx.netpol.clone();
-    loop {
+impl Flusher {
+    /// The flusher of `st`.
+    pub fn new(st: Arc<NetpolState>) -> Self {
+        Flusher { st }
+    }
+}
+
+#[async_trait::async_trait]
+impl Task<Ctx> for Flusher {
+    type Error = ControllerError;
+    const NAME: &'static str = "netpol-flusher";
+
+    async fn run(&self, ctx: &Arc<Ctx>) -> Result<Action, ControllerError> {
+        let st = &self.st;
         st.wake.notified().await;
         let policies = || {
             ctx.kinds
@@ -1000,24 +1012,35 @@ pub(crate) async fn run_flusher(ctx: Arc<Ctx>) {
         let (b, generation, sets, groups) = st.take(&policies, &exists);
         if b.is_empty() {
             st.flushed.send_replace(generation);
-            continue;
+            return Ok(Action::Requeue(Duration::ZERO));
         }
         match ctx.writer.commit(b).await {
             Ok(()) => {
                 st.flushed.send_replace(generation);
+                Ok(Action::Requeue(Duration::ZERO))
             }
             Err(e) => {
-                tracing::warn!(error = %e, "network policy sets");
+                // Marked again and retried (the queue's backoff) with whatever came meanwhile.
                 st.retake(sets, groups);
-                tokio::time::sleep(Duration::from_millis(200)).await;
                 st.wake.notify_one();
+                Err(e)
             }
         }
     }
 }
 
-/// The NetworkPolicy kind.
-pub(crate) struct NetworkPolicies;
+/// The NetworkPolicy kind. Its state, the sets policies name and their members, is shared with the admin
+/// kinds and the flusher (one feature, one state).
+pub(crate) struct NetworkPolicies {
+    st: Arc<NetpolState>,
+}
+
+impl NetworkPolicies {
+    /// The kind over `st`.
+    pub fn new(st: Arc<NetpolState>) -> Self {
+        NetworkPolicies { st }
+    }
+}
 
 /// The families of the cluster's pods, from the default subnet's CIDR.
 pub(crate) fn families(cidr: &str) -> Families {
@@ -1055,7 +1078,7 @@ async fn write_acls(
                 t.acls
                     .iter()
                     .filter(|a| a.direction == dir)
-                    .map(|a| ovn_acl(a, &group, owner, meter.as_deref()))
+                    .map(|a| super::plan::ovn_acl(a, &group, owner, meter.as_deref()))
                     .collect()
             })
             .unwrap_or_default();
@@ -1083,7 +1106,7 @@ fn acls_written(ctx: &Ctx, owner: &str, ns: &str, t: &Translation) -> bool {
                 .acls
                 .iter()
                 .filter(|a| a.direction == dir)
-                .map(|a| ovn_acl(a, &group, owner, None))
+                .map(|a| super::plan::ovn_acl(a, &group, owner, None))
                 .map(|a| key(&a.direction, a.priority, &a.match_))
                 .collect();
             let mut have: Vec<_> = ctx
@@ -1101,8 +1124,13 @@ fn acls_written(ctx: &Ctx, owner: &str, ns: &str, t: &Translation) -> bool {
 
 /// Removes `owner`'s ACLs: its isolation first, so that its pods are never left dropped without its allows.
 /// `refused`: the policy stays, refused (else it was deleted).
-async fn remove(ctx: &Ctx, owner: &str, ns: &str, refused: bool) -> Result<(), ControllerError> {
-    let st = &ctx.netpol;
+async fn remove(
+    ctx: &Ctx,
+    st: &NetpolState,
+    owner: &str,
+    ns: &str,
+    refused: bool,
+) -> Result<(), ControllerError> {
     st.flushed(st.withdraw(owner)).await?;
     write_acls(ctx, owner, ns, None).await?;
     st.forget(owner);
@@ -1126,15 +1154,19 @@ impl Reconciler<Ctx> for NetworkPolicies {
     type Error = ControllerError;
     const NAME: &'static str = "networkpolicy";
 
-    fn workers(ctx: &Ctx) -> usize {
+    fn workers(&self, ctx: &Ctx) -> usize {
         ctx.config.pod_workers
     }
 
-    async fn reconcile(ctx: &Arc<Ctx>, np: Arc<NetworkPolicy>) -> Result<Action, ControllerError> {
+    async fn reconcile(
+        &self,
+        ctx: &Arc<Ctx>,
+        np: Arc<NetworkPolicy>,
+    ) -> Result<Action, ControllerError> {
         let key = Key::of(np.as_ref());
         let owner = owner_of(&key);
         let ns = key.namespace().unwrap_or_default().to_owned();
-        let st = &ctx.netpol;
+        let st = &*self.st;
         let t = match netpol::network_policy(&np, st.families, &|p: &Pods, pr, n: &str| {
             st.numbers(p, pr, n)
         }) {
@@ -1148,7 +1180,7 @@ impl Reconciler<Ctx> for NetworkPolicies {
                 )
                 .await;
                 // Not enforced at all is what Kubernetes would do with a policy it refused.
-                remove(ctx, &owner, &ns, true).await?;
+                remove(ctx, st, &owner, &ns, true).await?;
                 return Ok(Action::Done);
             }
         };
@@ -1173,12 +1205,14 @@ impl Reconciler<Ctx> for NetworkPolicies {
     }
 
     async fn cleanup(
+        &self,
         ctx: &Arc<Ctx>,
         key: &Key<NetworkPolicy>,
         _last: Option<Arc<NetworkPolicy>>,
     ) -> Result<Action, ControllerError> {
         remove(
             ctx,
+            &self.st,
             &owner_of(key),
             key.namespace().unwrap_or_default(),
             false,
@@ -1187,38 +1221,17 @@ impl Reconciler<Ctx> for NetworkPolicies {
         Ok(Action::Done)
     }
 
-    fn relations(r: &mut Relations<'_, Ctx, NetworkPolicy>) {
-        /// The NetworkPolicies among `owners`; an admin policy among them runs the admin kind.
-        fn rerun(kinds: &Kinds, owners: Vec<String>) -> Vec<Key<NetworkPolicy>> {
-            if let Some(a) = owners
-                .iter()
-                .find_map(|o| o.strip_prefix("AdminNetworkPolicy/"))
-            {
-                kinds.enqueue(Key::<crate::crd::AdminNetworkPolicy>::cluster(a));
-            } else if let Some(b) = owners
-                .iter()
-                .find_map(|o| o.strip_prefix("BaselineAdminNetworkPolicy/"))
-            {
-                kinds.enqueue(Key::<crate::crd::BaselineAdminNetworkPolicy>::cluster(b));
-            }
-            owners.iter().filter_map(|o| np_key(o)).collect()
-        }
-        r.on::<PolicyPod>(|kinds: &Kinds, old, new| {
-            kinds
-                .provided::<NetpolState>()
-                .map(|st| rerun(kinds, st.pod_event(old, new)))
-                .unwrap_or_default()
-        });
-        r.on::<Namespace>(|kinds: &Kinds, old, new| {
-            kinds
-                .provided::<NetpolState>()
-                .map(|st| rerun(kinds, st.namespace_event(old, new)))
-                .unwrap_or_default()
-        });
-        r.on::<Node>(|kinds: &Kinds, old, new| {
-            if let Some(st) = kinds.provided::<NetpolState>() {
-                st.node_event(old, new);
-            }
+    fn relations(this: &Arc<Self>, r: &mut Relations<'_, Ctx, NetworkPolicy>) {
+        // These relations feed the membership (the sets' members follow pods, namespaces and nodes) and
+        // run the policies a change concerns; the admin policies among them are left for the admin kinds'
+        // relations, which run after these (registered later).
+        let st = this.st.clone();
+        r.on::<PolicyPod>(move |_: &Kinds, old, new| st.split_owners(st.pod_event(old, new)));
+        let st = this.st.clone();
+        r.on::<Namespace>(move |_: &Kinds, old, new| st.split_owners(st.namespace_event(old, new)));
+        let st = this.st.clone();
+        r.on::<Node>(move |_: &Kinds, old, new| {
+            st.node_event(old, new);
             Vec::new()
         });
     }
@@ -1226,9 +1239,8 @@ impl Reconciler<Ctx> for NetworkPolicies {
 
 /// Translates every admin policy and writes each one's ACLs on its subject's port group (Passes make
 /// them depend on each other: they are translated together, one run at a time).
-async fn sync_admin(ctx: &Arc<Ctx>) -> Result<Action, ControllerError> {
+async fn sync_admin(ctx: &Arc<Ctx>, st: &NetpolState) -> Result<Action, ControllerError> {
     use crate::crd::{AdminNetworkPolicy, BaselineAdminNetworkPolicy, BASELINE_NAME};
-    let st = &ctx.netpol;
     let _one = st.admin.lock().await;
     let anps = ctx.kinds.list::<AdminNetworkPolicy>();
     let banp = ctx
@@ -1279,7 +1291,7 @@ async fn sync_admin(ctx: &Arc<Ctx>) -> Result<Action, ControllerError> {
             let acls = t
                 .acls
                 .iter()
-                .map(|a| ovn_acl(a, &parent, &t.owner, None))
+                .map(|a| super::plan::ovn_acl(a, &parent, &t.owner, None))
                 .collect();
             b.add(AclSet::new(
                 AclParent::PortGroup(parent),
@@ -1339,19 +1351,36 @@ async fn sync_admin(ctx: &Arc<Ctx>) -> Result<Action, ControllerError> {
 pub(crate) trait AdminKind: super::framework::Object {
     /// The kind's name in logs and metrics.
     const NAME: &'static str;
+    /// The prefix of its owners (`AdminNetworkPolicy/`).
+    const OWNER_PREFIX: &'static str;
 }
 
 impl AdminKind for crate::crd::AdminNetworkPolicy {
     const NAME: &'static str = "adminnetworkpolicy";
+    const OWNER_PREFIX: &'static str = "AdminNetworkPolicy/";
 }
 
 impl AdminKind for crate::crd::BaselineAdminNetworkPolicy {
     const NAME: &'static str = "baselineadminnetworkpolicy";
+    const OWNER_PREFIX: &'static str = "BaselineAdminNetworkPolicy/";
 }
 
 /// The AdminNetworkPolicy and BaselineAdminNetworkPolicy kinds (every run translates all admin policies, see
 /// [`sync_admin`]).
-pub(crate) struct AdminPolicies<K>(std::marker::PhantomData<fn() -> K>);
+pub(crate) struct AdminPolicies<K> {
+    st: Arc<NetpolState>,
+    kind: std::marker::PhantomData<fn() -> K>,
+}
+
+impl<K> AdminPolicies<K> {
+    /// The kind over `st`.
+    pub fn new(st: Arc<NetpolState>) -> Self {
+        AdminPolicies {
+            st,
+            kind: std::marker::PhantomData,
+        }
+    }
+}
 
 #[async_trait::async_trait]
 impl<K: AdminKind> Reconciler<Ctx> for AdminPolicies<K> {
@@ -1359,20 +1388,36 @@ impl<K: AdminKind> Reconciler<Ctx> for AdminPolicies<K> {
     type Error = ControllerError;
     const NAME: &'static str = K::NAME;
 
-    fn workers(_: &Ctx) -> usize {
+    fn workers(&self, _: &Ctx) -> usize {
         1
     }
 
-    async fn reconcile(ctx: &Arc<Ctx>, _: Arc<K>) -> Result<Action, ControllerError> {
-        sync_admin(ctx).await
+    async fn reconcile(&self, ctx: &Arc<Ctx>, _: Arc<K>) -> Result<Action, ControllerError> {
+        sync_admin(ctx, &self.st).await
     }
 
     async fn cleanup(
+        &self,
         ctx: &Arc<Ctx>,
         _: &Key<K>,
         _: Option<Arc<K>>,
     ) -> Result<Action, ControllerError> {
-        sync_admin(ctx).await
+        sync_admin(ctx, &self.st).await
+    }
+
+    fn relations(this: &Arc<Self>, r: &mut Relations<'_, Ctx, K>) {
+        // The admin policies the NetworkPolicy kind's relations found concerned (see there).
+        fn keys<K>(st: &NetpolState, prefix: &str) -> Vec<Key<K>> {
+            st.take_admin(prefix)
+                .iter()
+                .filter_map(|o| o.strip_prefix(prefix))
+                .map(Key::cluster)
+                .collect()
+        }
+        let st = this.st.clone();
+        r.on::<PolicyPod>(move |_: &Kinds, _, _| keys(&st, K::OWNER_PREFIX));
+        let st = this.st.clone();
+        r.on::<Namespace>(move |_: &Kinds, _, _| keys(&st, K::OWNER_PREFIX));
     }
 }
 
@@ -1445,7 +1490,7 @@ mod tests {
                 _ => None,
             })
             .flat_map(|s| &s.acls)
-            .filter(|a| a.action == AclAction::Drop)
+            .filter(|a| a.action == kubeovn_ovn::northbound::AclAction::Drop)
             .count();
         Some((ports, drops))
     }

@@ -10,15 +10,18 @@ use kube::ResourceExt;
 use kubeovn_ipam::AllocRequest;
 use kubeovn_ovn::northbound::Op;
 
+use super::api::{self, IpRecord};
 use super::error::{ControllerError, Result};
 use super::framework::{Action, Key, Reconciler};
-use super::ip::{self, IpRecord};
-use super::{plan, sb, Ctx};
+use super::views::{chassis_of, internal_ips};
+use super::{plan, Ctx};
 use crate::annotations::{merge_patch, NodeAnnotations};
-use crate::crd::{Decoded, Subnet};
 use crate::naming;
 
-/// The node kind: join address, port, port group and policies of each node; removed when it is gone.
+/// The node kind: join address, port, port group and policies of each node; removed when it is gone. The
+/// subnets' gateway policies for a new node come from the subnet kind's relation on Nodes (the join
+/// address annotation this kind writes).
+#[derive(Debug, Default)]
 pub(crate) struct Nodes;
 
 #[async_trait::async_trait]
@@ -27,38 +30,20 @@ impl Reconciler<Ctx> for Nodes {
     type Error = ControllerError;
     const NAME: &'static str = "node";
 
-    async fn reconcile(ctx: &Arc<Ctx>, n: Arc<Node>) -> Result<Action> {
+    async fn reconcile(&self, ctx: &Arc<Ctx>, n: Arc<Node>) -> Result<Action> {
         add(ctx, &n).await.map(|()| Action::Done)
     }
 
-    async fn cleanup(ctx: &Arc<Ctx>, key: &Key<Node>, last: Option<Arc<Node>>) -> Result<Action> {
+    async fn cleanup(
+        &self,
+        ctx: &Arc<Ctx>,
+        key: &Key<Node>,
+        last: Option<Arc<Node>>,
+    ) -> Result<Action> {
         delete(ctx, key.name(), last.as_deref())
             .await
             .map(|()| Action::Done)
     }
-}
-
-/// A node's OVN chassis name: its `ovn.kubernetes.io/chassis` annotation, else its name (the daemon's
-/// `system-id`).
-pub(crate) fn chassis_of(n: &Node) -> String {
-    n.annotations()
-        .get(crate::annotations::CHASSIS)
-        .cloned()
-        .unwrap_or_else(|| n.name_any())
-}
-
-/// A node's InternalIP addresses.
-pub(crate) fn internal_ips(n: &Node) -> Vec<IpAddr> {
-    n.status
-        .as_ref()
-        .and_then(|s| s.addresses.as_ref())
-        .map(|a| {
-            a.iter()
-                .filter(|x| x.type_ == "InternalIP")
-                .filter_map(|x| x.address.parse().ok())
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 async fn add(ctx: &Ctx, n: &Node) -> Result<()> {
@@ -93,7 +78,6 @@ async fn add(ctx: &Ctx, n: &Node) -> Result<()> {
             .allocate(&join.name, &AllocRequest::new(&port, &port))?,
         Err(e) => return Err(e.into()),
     };
-    let had = ctx.nb.switch_port(&port).is_some();
     let node_ips = internal_ips(n);
     let mut b = plan::node_batch(&name, &join, &addrs, &node_ips, &ctx.config.default_vpc);
     // The policies of addresses the node no longer has (its InternalIP changed).
@@ -103,8 +87,8 @@ async fn add(ctx: &Ctx, n: &Node) -> Result<()> {
         .collect();
     b.ops.extend(node_policy_deletes(ctx, &name, &keep));
     ctx.writer.commit(b).await?;
-    ip::ensure(
-        ctx,
+    api::ensure(
+        &ctx.client,
         &IpRecord {
             name: port.clone(),
             subnet: join.name.clone(),
@@ -141,12 +125,6 @@ async fn add(ctx: &Ctx, n: &Node) -> Result<()> {
         )
         .await
         .map_err(|e| ControllerError::kube(format!("patch node {name}"), e))?;
-    }
-    if !had {
-        // Distributed subnets get this node's gateway policy.
-        for s in ctx.subnet_list() {
-            ctx.enqueue(Key::<Decoded<Subnet>>::cluster(&s.name));
-        }
     }
     Ok(())
 }
@@ -200,21 +178,15 @@ async fn delete(ctx: &Ctx, name: &str, last: Option<&Node>) -> Result<()> {
         b.delete_chassis_template_vars(chassis);
     }
     ctx.writer.commit(b).await?;
-    if let Some(sb) = &ctx.config.sb_remote {
+    if let Some(sb) = &ctx.sb {
         let chassis = last.map_or_else(|| name.to_owned(), chassis_of);
-        sb::delete_chassis(sb, &chassis).await?;
+        sb.delete_chassis(&chassis).await?;
         tracing::info!(node = name, %chassis, "chassis removed from the southbound");
     }
-    ip::delete(ctx, &port).await?;
-    let join = ctx.config.join_subnet.name.clone();
-    match ctx.ipam.release(&join, &port, &port) {
-        Ok(Some(_)) => {
-            super::pod::wake(ctx, &join);
-            Ok(())
-        }
-        Ok(None) | Err(kubeovn_ipam::IpamError::NoSuchSubnet { .. }) => Ok(()),
-        Err(e) => Err(e.into()),
-    }
+    api::delete(&ctx.client, &port).await?;
+    ctx.views
+        .release(&ctx.config.join_subnet.name, &port, &port)
+        .map(|_| ())
 }
 
 #[cfg(test)]
@@ -224,6 +196,7 @@ mod tests {
     use crate::controller::subnet::Subnets;
     use crate::controller::testing::Harness;
     use crate::crd::IP;
+    use crate::crd::{Decoded, Subnet};
     use k8s_openapi::api::core::v1::{NodeAddress, NodeStatus};
     use kube::api::DeleteParams;
     use kubeovn_ovn::models::nb::LogicalRouterPolicyAction;
@@ -326,7 +299,10 @@ mod tests {
         assert_eq!(rec.spec.ip_address, ip.to_string());
         assert_eq!(rec.spec.subnet, "join");
         assert_eq!(rec.spec.node_name, "n1");
-        // A new node queues the subnets (their gateway policies for it).
+        // A new node's join address queues the subnets (their gateway policies for it), through the
+        // subnet kind's relation on Nodes once the watch shows the annotation.
+        let n: Node = h.get("n1").await.expect("node");
+        h.stored(&n).await;
         let queued = h.queued::<Decoded<Subnet>>().await;
         assert!(
             queued.iter().any(|k| k.name() == "ovn-default"),

@@ -412,6 +412,50 @@ pub fn node_delete_batch(node: &str, node_ips: &[IpAddr], vpc: &str) -> Batch {
     b
 }
 
+/// An ACL of the translation as OVN's, on the port group `parent`, owned by `owner`.
+pub(crate) fn ovn_acl(
+    a: &crate::netpol::AclSpec,
+    parent: &str,
+    owner: &str,
+    meter: Option<&str>,
+) -> kubeovn_ovn::northbound::Acl {
+    let (direction, after_lb) = match a.direction {
+        crate::netpol::Direction::Ingress => {
+            (kubeovn_ovn::northbound::AclDirection::ToLport, false)
+        }
+        crate::netpol::Direction::Egress => {
+            (kubeovn_ovn::northbound::AclDirection::FromLport, true)
+        }
+    };
+    let action = match a.verdict {
+        crate::netpol::Verdict::Allow => kubeovn_ovn::northbound::AclAction::AllowRelated,
+        crate::netpol::Verdict::Deny => kubeovn_ovn::northbound::AclAction::Drop,
+    };
+    let mut acl = kubeovn_ovn::northbound::Acl::new(
+        kubeovn_ovn::northbound::AclParent::PortGroup(parent.to_owned()),
+        direction,
+        a.priority,
+        a.match_.as_str(),
+        action,
+    )
+    .external_id("vendor", "kube-ovn")
+    .external_id(crate::netpol::OWNER_KEY, owner);
+    if after_lb {
+        // Egress is judged on the Service backend a connection is balanced to.
+        acl = acl.option("apply-after-lb", "true");
+    }
+    if a.log {
+        // OVN's ACL name holds at most 63 characters.
+        let name: String = owner.chars().take(63).collect();
+        let severity = match a.verdict {
+            crate::netpol::Verdict::Allow => kubeovn_ovn::northbound::AclSeverity::Info,
+            crate::netpol::Verdict::Deny => kubeovn_ovn::northbound::AclSeverity::Warning,
+        };
+        acl = acl.log(name, severity, meter);
+    }
+    acl
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

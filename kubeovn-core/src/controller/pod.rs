@@ -1,7 +1,8 @@
 //! Pods: addresses, the logical switch port, the IP record and one annotation patch; release on delete.
 //!
-//! A pod whose subnet is full waits in [`Waiting`] and is queued again as soon as an address is released in
-//! that subnet (the queue's backoff retries it too, should a release go unnoticed).
+//! A pod whose subnet is full, missing or refused waits in the kind's own [`Waiting`] and is queued again by
+//! its relations as soon as an address is released in that subnet ([`AddressesFreed`]) or the subnet is
+//! loaded or changed ([`SubnetChanged`]); the queue's backoff retries it too, should a signal go unnoticed.
 
 use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
@@ -13,11 +14,12 @@ use kube::runtime::events::EventType;
 use kube::ResourceExt;
 use kubeovn_ipam::{Addresses, AllocRequest, IpamError};
 
+use super::api::{self, IpRecord};
 use super::error::{ControllerError, Result};
-use super::framework::{Action, Key, Reconciler, Watch};
-use super::ip::{self, IpRecord};
+use super::framework::{Action, Key, Kinds, Reconciler, Relations, Watch};
 use super::plan::{self, PodPort};
-use super::{split_key, subnet, Ctx, PodInfo as Pod};
+use super::views::{AddressesFreed, SubnetChanged};
+use super::{split_key, Ctx, PodInfo as Pod};
 use crate::annotations::{
     self, merge_patch, IpPoolRequest, PodNetworkAnnotations, DEFAULT_PROVIDER,
 };
@@ -60,21 +62,40 @@ impl Waiting {
     }
 }
 
-/// An address was released in `subnet`, or the subnet was loaded or changed: the pods waiting for one there
-/// are queued again.
-pub(crate) fn wake(ctx: &Ctx, subnet: &str) {
-    let keys = ctx.waiting.of(subnet);
-    if !keys.is_empty() {
-        tracing::debug!(subnet, pods = keys.len(), "waiting pods queued");
-    }
-    for k in keys {
-        let (ns, name) = split_key(&k);
-        ctx.enqueue(Key::<Pod>::namespaced(ns, name));
+impl Waiting {
+    /// The keys of the pods waiting in `subnet`.
+    fn keys(&self, subnet: &str) -> Vec<Key<Pod>> {
+        let keys = self.of(subnet);
+        if !keys.is_empty() {
+            tracing::debug!(subnet, pods = keys.len(), "waiting pods queued");
+        }
+        keys.iter()
+            .map(|k| {
+                let (ns, name) = split_key(k);
+                Key::namespaced(ns, name)
+            })
+            .collect()
     }
 }
 
-/// The pod kind: addresses, port and annotation for each pod; release when it is gone.
-pub(crate) struct Pods;
+/// The pod kind: addresses, port and annotation for each pod; release when it is gone. Its state: the pods
+/// waiting for an address.
+#[derive(Debug)]
+pub(crate) struct Pods {
+    workers: usize,
+    /// Pods waiting for an address (a full subnet, one not loaded, a static address held by another).
+    pub(crate) waiting: Arc<Waiting>,
+}
+
+impl Pods {
+    /// The kind, with `workers` handlers at once.
+    pub fn new(workers: usize) -> Self {
+        Pods {
+            workers,
+            waiting: Arc::default(),
+        }
+    }
+}
 
 #[async_trait::async_trait]
 impl Reconciler<Ctx> for Pods {
@@ -82,30 +103,47 @@ impl Reconciler<Ctx> for Pods {
     type Error = ControllerError;
     const NAME: &'static str = "pod";
 
-    fn workers(ctx: &Ctx) -> usize {
-        ctx.config.pod_workers
+    fn workers(&self, _: &Ctx) -> usize {
+        self.workers
     }
 
-    fn watch() -> Watch<Pod> {
+    fn watch(&self) -> Watch<Pod> {
         Watch {
             labels: None,
             trim: super::podinfo::trim,
         }
     }
 
-    async fn reconcile(ctx: &Arc<Ctx>, pod: Arc<Pod>) -> Result<Action> {
+    async fn reconcile(&self, ctx: &Arc<Ctx>, pod: Arc<Pod>) -> Result<Action> {
         if pod.metadata.deletion_timestamp.is_some() {
             // Kept until the pod object is gone: the sandbox may still use the address.
             return Ok(Action::Done);
         }
-        add(ctx, &pod).await.map(|()| Action::Done)
+        add(ctx, &self.waiting, &pod).await.map(|()| Action::Done)
     }
 
-    async fn cleanup(ctx: &Arc<Ctx>, key: &Key<Pod>, last: Option<Arc<Pod>>) -> Result<Action> {
+    async fn cleanup(
+        &self,
+        ctx: &Arc<Ctx>,
+        key: &Key<Pod>,
+        last: Option<Arc<Pod>>,
+    ) -> Result<Action> {
         let ns = key.namespace().unwrap_or_default();
-        delete(ctx, ns, key.name(), last.as_deref())
+        delete(ctx, &self.waiting, ns, key.name(), last.as_deref())
             .await
             .map(|()| Action::Done)
+    }
+
+    fn relations(this: &Arc<Self>, r: &mut Relations<'_, Ctx, Pod>) {
+        // Waiters are served when an address is released in their subnet, or the subnet is loaded or
+        // changed (validated, fixed, widened).
+        let w = this.waiting.clone();
+        r.on_signal::<AddressesFreed>(move |_: &Kinds, f| w.keys(&f.0));
+        let w = this.waiting.clone();
+        r.on_signal::<SubnetChanged>(move |_: &Kinds, c| match &c.new {
+            Some(_) => w.keys(c.name()),
+            None => Vec::new(),
+        });
     }
 }
 
@@ -121,11 +159,10 @@ pub(crate) fn choose_subnet(ctx: &Ctx, ns: &str, a: &PodNetworkAnnotations) -> R
     }
     match &a.ip_pool {
         Some(IpPoolRequest::Pool(p)) => {
-            let pools = ctx.pools.read().unwrap_or_else(|e| e.into_inner());
-            return match pools.get(p) {
-                Some((subnet, _)) => Ok(subnet.clone()),
-                None => Err(ControllerError::NotReady(format!("ippool {p}"))),
-            };
+            return ctx
+                .views
+                .pool_subnet(p)
+                .ok_or_else(|| ControllerError::NotReady(format!("ippool {p}")));
         }
         Some(IpPoolRequest::Addresses(entries)) => {
             if let Some(ip) = entries.first().and_then(|e| e.first()) {
@@ -140,7 +177,7 @@ pub(crate) fn choose_subnet(ctx: &Ctx, ns: &str, a: &PodNetworkAnnotations) -> R
         }
         None => {}
     }
-    if let Some(s) = subnet::namespace_subnet(ctx, ns) {
+    if let Some(s) = ctx.views.namespace_subnet(ns) {
         return Ok(s);
     }
     Ok(ctx.config.default_subnet.name.clone())
@@ -177,7 +214,7 @@ async fn warn(ctx: &Ctx, pod: &Pod, reason: &str, e: &ControllerError) {
         .await;
 }
 
-async fn add(ctx: &Ctx, pod: &Pod) -> Result<()> {
+async fn add(ctx: &Ctx, waiting: &Waiting, pod: &Pod) -> Result<()> {
     if host_network(pod) {
         return Ok(());
     }
@@ -206,14 +243,14 @@ async fn add(ctx: &Ctx, pod: &Pod) -> Result<()> {
         None => {
             // Served as soon as the subnet is loaded (validated, or its spec fixed): registered first,
             // then looked up again, so a load in between is not missed.
-            let first = ctx.waiting.add(&subnet_name, &owner);
+            let first = waiting.add(&subnet_name, &owner);
             match ctx.subnet(&subnet_name) {
                 Some(s) => {
-                    ctx.waiting.remove(Some(&subnet_name), &owner);
+                    waiting.remove(Some(&subnet_name), &owner);
                     s
                 }
                 None => {
-                    let (reason, e) = subnet::unusable(ctx, &subnet_name);
+                    let (reason, e) = ctx.views.unusable(&subnet_name);
                     if first {
                         warn(ctx, pod, reason, &e).await;
                     }
@@ -244,7 +281,7 @@ async fn add(ctx: &Ctx, pod: &Pod) -> Result<()> {
                 (None, None) => {
                     // Waits for an entry's release (a rolling update: the old pods hold them yet), warned
                     // once; registered first, then looked again, so a release in between is not missed.
-                    let first = ctx.waiting.add(&subnet.name, &owner);
+                    let first = waiting.add(&subnet.name, &owner);
                     match free() {
                         Some(e) => statics = e.clone(),
                         None => {
@@ -275,7 +312,7 @@ async fn add(ctx: &Ctx, pod: &Pod) -> Result<()> {
         // Wait for a release in this subnet: a full subnet, or the address (or MAC) asked for held by
         // another pod or a reservation (a fixed address moving to a replacement pod). One that came between
         // the failure and the registration woke nobody, hence the second try.
-        let first = ctx.waiting.add(&subnet.name, &owner);
+        let first = waiting.add(&subnet.name, &owner);
         allocated = ctx.ipam.allocate(&subnet.name, &req);
         match &allocated {
             Ok(_) => {}
@@ -293,7 +330,7 @@ async fn add(ctx: &Ctx, pod: &Pod) -> Result<()> {
     let addrs = match allocated {
         Ok(x) => {
             // Served: no longer waiting (a woken waiter stays registered until now).
-            ctx.waiting.remove(Some(&subnet.name), &owner);
+            waiting.remove(Some(&subnet.name), &owner);
             x
         }
         Err(e) => {
@@ -370,14 +407,20 @@ async fn add(ctx: &Ctx, pod: &Pod) -> Result<()> {
     };
     // The port is in NB: the record and the annotations are independent writes, both idempotent (a
     // failure of either retries both).
-    let (r, a) = tokio::join!(ip::ensure(ctx, &record), annotate);
+    let (r, a) = tokio::join!(api::ensure(&ctx.client, &record), annotate);
     r?;
     a?;
     ctx.metrics.pod_added(t.elapsed());
     Ok(())
 }
 
-async fn delete(ctx: &Ctx, ns: &str, name: &str, last: Option<&Pod>) -> Result<()> {
+async fn delete(
+    ctx: &Ctx,
+    waiting: &Waiting,
+    ns: &str,
+    name: &str,
+    last: Option<&Pod>,
+) -> Result<()> {
     if last.is_some_and(host_network) {
         return Ok(());
     }
@@ -385,17 +428,17 @@ async fn delete(ctx: &Ctx, ns: &str, name: &str, last: Option<&Pod>) -> Result<(
     let mut b = kubeovn_ovn::northbound::Batch::new();
     b.delete_switch_port(&port);
     ctx.writer.commit(b).await?;
-    ip::delete(ctx, &port).await?;
+    api::delete(&ctx.client, &port).await?;
     let key = naming::pod_key(ns, name);
-    ctx.waiting.remove(None, &key);
+    waiting.remove(None, &key);
     // Only the port's own addresses: a reservation naming the pod (a record of another name, owner
     // `ns/pod` too) stays reserved until its record goes.
     for a in ctx.ipam.pod_allocations(&key) {
         if a.nic != port {
             continue;
         }
-        if let Ok(Some(_)) = ctx.ipam.release(&a.subnet, &a.pod, &a.nic) {
-            wake(ctx, &a.subnet);
+        if let Err(e) = ctx.views.release(&a.subnet, &a.pod, &a.nic) {
+            tracing::debug!(subnet = %a.subnet, pod = %a.pod, error = %e, "release");
         }
     }
     Ok(())
@@ -518,7 +561,7 @@ mod tests {
         assert_eq!(rec.spec.node_name, "n1");
         let labels = rec.metadata.labels.clone().unwrap_or_default();
         assert_eq!(
-            labels.get(ip::RESERVED_LABEL).map(String::as_str),
+            labels.get(api::RESERVED_LABEL).map(String::as_str),
             Some("false")
         );
         assert_eq!(h.holder(&ip).as_deref(), Some("a.default"));
@@ -708,7 +751,7 @@ mod tests {
             h.warnings("default", "b").await,
             vec!["AcquireAddressFailed"]
         );
-        assert_eq!(h.ctx.waiting.of("small"), vec!["default/b".to_owned()]);
+        assert_eq!(h.waiting("small"), vec!["default/b".to_owned()]);
         assert!(h.nb.switch_port("b.default").is_none());
 
         // A waiter deleted is no longer served.
@@ -723,10 +766,10 @@ mod tests {
         h.run::<Pods>(key("default", "a")).await.expect("cleanup a");
         assert_eq!(h.holder("10.71.0.2"), None);
         // Woken (queued again), still registered until served.
-        assert_eq!(h.ctx.waiting.of("small"), vec!["default/b".to_owned()]);
+        assert_eq!(h.waiting("small"), vec!["default/b".to_owned()]);
         h.run::<Pods>(key("default", "b")).await.expect("served");
         assert_eq!(h.holder("10.71.0.2").as_deref(), Some("b.default"));
-        assert!(h.ctx.waiting.of("small").is_empty());
+        assert!(h.waiting("small").is_empty());
         let p = h.api_pod("default", "b").await;
         assert_eq!(ann(&p, IP_ADDRESS).as_deref(), Some("10.71.0.2"));
     }
@@ -743,7 +786,7 @@ mod tests {
         h.create_pod(&pod("default", "new", &asks, None)).await;
         // Registered as waiting (so it ran), and its run over (its event sent).
         h.until("new handled", || {
-            h.ctx.waiting.of("ovn-default") == vec!["default/new".to_owned()]
+            h.waiting("ovn-default") == vec!["default/new".to_owned()]
                 && h.ctx.kinds.is_idle::<Pod>()
         })
         .await;
@@ -756,7 +799,7 @@ mod tests {
         delete_pod(&h, "default", "old").await;
         h.until("new served", || {
             h.ctx
-                .pods
+                .pods()
                 .get("default", "new")
                 .is_some_and(|p| ann(&p, ALLOCATED).as_deref() == Some("true"))
         })
@@ -787,8 +830,7 @@ mod tests {
         h.create_pod(&pod("default", "c", &pool, None)).await;
         // Registered as waiting (so it ran), and its run over (its event sent).
         h.until("c handled", || {
-            h.ctx.waiting.of("ovn-default") == vec!["default/c".to_owned()]
-                && h.ctx.kinds.is_idle::<Pod>()
+            h.waiting("ovn-default") == vec!["default/c".to_owned()] && h.ctx.kinds.is_idle::<Pod>()
         })
         .await;
         assert_eq!(
@@ -801,7 +843,7 @@ mod tests {
         delete_pod(&h, "default", "a").await;
         h.until("c served", || {
             h.ctx
-                .pods
+                .pods()
                 .get("default", "c")
                 .is_some_and(|p| ann(&p, ALLOCATED).as_deref() == Some("true"))
         })
@@ -824,14 +866,14 @@ mod tests {
         }
         assert_eq!(h.warnings("default", "a").await, vec!["SubnetNotFound"]);
         assert!(h.nb.switch_port("a.default").is_none());
-        assert_eq!(h.ctx.waiting.of("later"), vec!["default/a".to_owned()]);
+        assert_eq!(h.waiting("later"), vec!["default/a".to_owned()]);
 
         subnet(&h, "later", "10.73.0.0/24", &[], &[]).await;
         h.run::<Pods>(key("default", "a")).await.expect("served");
         let p = h.api_pod("default", "a").await;
         assert_eq!(ann(&p, LOGICAL_SWITCH).as_deref(), Some("later"));
         assert!(ann(&p, IP_ADDRESS).is_some_and(|ip| ip.starts_with("10.73.0.")));
-        assert!(h.ctx.waiting.of("later").is_empty());
+        assert!(h.waiting("later").is_empty());
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

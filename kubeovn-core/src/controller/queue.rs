@@ -2,8 +2,12 @@
 //! and a key is never processed by two workers at once (an add during processing runs it again after).
 //! Failed keys are retried with exponential backoff; so are keys whose handler panicked (the panic is caught,
 //! the worker carries on).
+//!
+//! Delayed adds ([`WorkQueue::add_after`]) wait in one scheduler per queue, one pending entry per key (the
+//! earliest wins), served by a single timer task on tokio's clock: tests pause and advance it
+//! (`#[tokio::test(start_paused = true)]`) instead of sleeping.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::future::Future;
 use std::hash::Hash;
 use std::panic::AssertUnwindSafe;
@@ -13,6 +17,7 @@ use std::time::Duration;
 
 use futures::FutureExt;
 use tokio::sync::Notify;
+use tokio::time::Instant;
 
 use super::metrics::Metrics;
 
@@ -22,6 +27,13 @@ struct State<K> {
     processing: HashSet<K>,
     failures: HashMap<K, u32>,
     stopped: bool,
+    /// Keys added with a delay, by due time (a sequence number keeps equal times apart).
+    due: BTreeMap<(Instant, u64), K>,
+    /// Each delayed key's entry in `due`: one per key.
+    delayed: HashMap<K, (Instant, u64)>,
+    seq: u64,
+    /// Whether the timer task runs.
+    timer: bool,
 }
 
 /// The queue; share it with `Arc`.
@@ -29,6 +41,8 @@ pub struct WorkQueue<K> {
     name: &'static str,
     state: Mutex<State<K>>,
     notify: Notify,
+    /// Wakes the timer task when an earlier due time comes in, or at shutdown.
+    timer_notify: Notify,
     /// Workers running.
     workers: AtomicUsize,
 }
@@ -52,8 +66,13 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
                 processing: HashSet::new(),
                 failures: HashMap::new(),
                 stopped: false,
+                due: BTreeMap::new(),
+                delayed: HashMap::new(),
+                seq: 0,
+                timer: false,
             }),
             notify: Notify::new(),
+            timer_notify: Notify::new(),
             workers: AtomicUsize::new(0),
         })
     }
@@ -81,13 +100,85 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
         }
     }
 
-    /// Queues `key` after `delay`.
+    /// Queues `key` after `delay`. A key already waiting for a delay keeps the earlier of the two times.
     pub fn add_after(self: &Arc<Self>, key: K, delay: Duration) {
-        let q = self.clone();
-        tokio::spawn(async move {
-            tokio::time::sleep(delay).await;
-            q.add(key);
-        });
+        if delay.is_zero() {
+            return self.add(key);
+        }
+        let at = Instant::now() + delay;
+        let mut s = self.lock();
+        if s.stopped {
+            return;
+        }
+        if let Some(&(t, n)) = s.delayed.get(&key) {
+            if t <= at {
+                return;
+            }
+            s.due.remove(&(t, n));
+        }
+        let earliest = s.due.keys().next().is_none_or(|(t, _)| at < *t);
+        s.seq += 1;
+        let slot = (at, s.seq);
+        s.due.insert(slot, key.clone());
+        s.delayed.insert(key, slot);
+        let start = !std::mem::replace(&mut s.timer, true);
+        drop(s);
+        if start {
+            tokio::spawn(self.clone().timer());
+        } else if earliest {
+            self.timer_notify.notify_one();
+        }
+    }
+
+    /// Keys waiting for a delay.
+    pub fn delayed(&self) -> usize {
+        self.lock().delayed.len()
+    }
+
+    /// When the next delayed key is due.
+    pub fn next_due(&self) -> Option<Instant> {
+        self.lock().due.keys().next().map(|(t, _)| *t)
+    }
+
+    /// The timer task: queues delayed keys when due, until the queue shuts down.
+    async fn timer(self: Arc<Self>) {
+        loop {
+            let notified = self.timer_notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let next = {
+                let mut s = self.lock();
+                if s.stopped {
+                    s.timer = false;
+                    return;
+                }
+                let now = Instant::now();
+                let mut ready = Vec::new();
+                while let Some(entry) = s.due.first_entry() {
+                    if entry.key().0 > now {
+                        break;
+                    }
+                    let k = entry.remove();
+                    s.delayed.remove(&k);
+                    ready.push(k);
+                }
+                let next = s.due.keys().next().map(|(t, _)| *t);
+                drop(s);
+                for k in ready {
+                    self.add(k);
+                }
+                next
+            };
+            match next {
+                Some(t) => {
+                    tokio::select! {
+                        _ = tokio::time::sleep_until(t) => {}
+                        _ = &mut notified => {}
+                    }
+                }
+                None => notified.await,
+            }
+        }
     }
 
     /// Keys waiting (not counting those being processed).
@@ -113,8 +204,13 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
 
     /// Stops handing out keys; workers end.
     pub fn shutdown(&self) {
-        self.lock().stopped = true;
+        let mut s = self.lock();
+        s.stopped = true;
+        s.due.clear();
+        s.delayed.clear();
+        drop(s);
         self.notify.notify_waiters();
+        self.timer_notify.notify_one();
     }
 
     /// The next key to process, None once shut down.
@@ -251,6 +347,37 @@ mod tests {
     use super::*;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
+    #[tokio::test(start_paused = true)]
+    async fn a_delayed_key_waits_once_with_the_earliest_time() {
+        let q: Arc<WorkQueue<&str>> = WorkQueue::new("t");
+        q.add_after("a", Duration::from_secs(10));
+        q.add_after("a", Duration::from_secs(20));
+        q.add_after("a", Duration::from_secs(5));
+        q.add_after("b", Duration::from_secs(7));
+        assert_eq!(q.delayed(), 2, "one pending entry per key");
+        let start = Instant::now();
+        assert_eq!(q.next_due(), Some(start + Duration::from_secs(5)));
+        tokio::time::sleep(Duration::from_millis(4_999)).await;
+        assert!(q.is_empty(), "not due yet");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        assert_eq!(q.get().await, Some("a"), "the earliest time won");
+        q.done(&"a");
+        assert_eq!(q.delayed(), 1);
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert_eq!(q.get().await, Some("b"));
+        q.done(&"b");
+        // The later times of "a" were dropped with its entry: nothing more comes.
+        assert_eq!((q.delayed(), q.next_due()), (0, None));
+        assert!(q.is_idle());
+        // An earlier time given after a later one wakes the timer for it.
+        q.add_after("c", Duration::from_secs(60));
+        q.add_after("d", Duration::from_secs(1));
+        tokio::time::sleep(Duration::from_millis(1_001)).await;
+        assert_eq!(q.get().await, Some("d"));
+        q.shutdown();
+        assert_eq!(q.delayed(), 0, "shutdown drops what waits");
+    }
+
     #[tokio::test]
     async fn dedups_waiting_keys() {
         let q = WorkQueue::new("t");
@@ -282,7 +409,7 @@ mod tests {
         assert_eq!(q.fail(&1), Duration::from_millis(5));
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn workers_retry_failures_and_never_overlap_a_key() {
         let q: Arc<WorkQueue<u32>> = WorkQueue::new("t");
         let seen = Arc::new(AtomicUsize::new(0));
@@ -301,18 +428,24 @@ mod tests {
                     o.fetch_add(1, Ordering::SeqCst);
                 }
                 tokio::task::yield_now().await;
-                q2.add(k % 5); // re-adds while processing
+                let n = s.fetch_add(1, Ordering::SeqCst);
+                if n < 200 {
+                    q2.add(k % 5); // re-adds while processing (bounded, so the queue drains)
+                }
                 tokio::task::yield_now().await;
                 b.lock().expect("lock").remove(&k);
                 // Every key fails once, then succeeds.
-                if s.fetch_add(1, Ordering::SeqCst) < 50 {
+                if n < 50 {
                     Err(true)
                 } else {
                     Ok(())
                 }
             }
         }));
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        // Until every retry (backoff on paused time) and re-add has run.
+        while !(q.is_idle() && q.delayed() == 0) {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
         q.shutdown();
         run.await.expect("join");
         assert_eq!(
@@ -320,10 +453,10 @@ mod tests {
             0,
             "a key was processed by two workers at once"
         );
-        assert!(seen.load(Ordering::SeqCst) >= 100);
+        assert!(seen.load(Ordering::SeqCst) >= 200);
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn a_panicking_handler_is_caught_counted_and_retried() {
         let q: Arc<WorkQueue<u32>> = WorkQueue::new("t");
         let metrics = Metrics::new();

@@ -10,10 +10,12 @@ use kube::ResourceExt;
 use kubeovn_ipam::{Allocation, Mac, RestoreReport};
 use std::sync::Arc;
 
+use super::api::Listed;
 use super::error::Result;
 use super::gc::{self, Orphans};
 use super::podstore::PodStore;
-use super::{ip, plan, subnet, Ctx, SubnetInfo};
+use super::subnet_spec::{conditions_of, info_from_crd};
+use super::{plan, Ctx, SubnetInfo};
 use crate::annotations::{NodeAnnotations, PodNetworkAnnotations, DEFAULT_PROVIDER};
 use crate::crd::{Decoded, IPPool, Subnet};
 use crate::naming::{self, external_ids as ext};
@@ -67,6 +69,23 @@ pub(crate) fn object_records(pods: &PodStore, nodes: &[Arc<Node>]) -> Vec<Alloca
     recs
 }
 
+/// Subnet objects in the order their claims on addresses count at a rebuild: the built-in subnets, then those
+/// with a logical switch already, then those validated before, then the oldest.
+fn by_precedence(ctx: &Ctx, mut objs: Vec<Arc<Decoded<Subnet>>>) -> Vec<Arc<Decoded<Subnet>>> {
+    let c = &ctx.config;
+    objs.sort_by_cached_key(|o| {
+        let name = o.name_any();
+        (
+            name != c.join_subnet.name && name != c.default_subnet.name,
+            ctx.nb.switch(&name).is_none(),
+            !conditions_of(o).is_validated(),
+            o.creation_timestamp().map(|t| t.0),
+            name,
+        )
+    });
+    objs
+}
+
 /// Loads subnets and pools into the allocator and restores every allocation found: `recs` (from
 /// [`object_records`]), the IP records `ips` (both gathered while the northbound replica filled) and the
 /// northbound ports; returns what pods and nodes that no longer exist left behind, not restored.
@@ -74,15 +93,15 @@ pub(crate) fn rebuild(
     ctx: &Ctx,
     builtin: &[SubnetInfo],
     mut recs: Vec<Allocation>,
-    ips: Vec<ip::Listed>,
+    ips: Vec<Listed>,
 ) -> Result<(RestoreReport, Orphans)> {
     for s in builtin {
-        subnet::install(ctx, s.clone())?;
+        ctx.views.install(s.clone())?;
     }
-    for obj in subnet::by_precedence(ctx, ctx.kinds.list::<Decoded<Subnet>>()) {
-        match subnet::info_from_crd(ctx, &obj) {
+    for obj in by_precedence(ctx, ctx.kinds.list::<Decoded<Subnet>>()) {
+        match info_from_crd(&ctx.config, &obj) {
             Ok(info) => {
-                if let Err(e) = subnet::admit(ctx, info) {
+                if let Err(e) = ctx.views.admit(info) {
                     tracing::warn!(subnet = %obj.name_any(), error = %e, "subnet not loaded at rebuild");
                 }
             }
@@ -92,7 +111,7 @@ pub(crate) fn rebuild(
         }
     }
     for p in ctx.kinds.list::<Decoded<IPPool>>() {
-        if let Err(e) = super::ippool::install_pool(ctx, &p) {
+        if let Err(e) = ctx.views.install_pool(&p) {
             tracing::warn!(pool = %p.name_any(), error = %e, "ippool not loaded at rebuild");
         }
     }
@@ -106,7 +125,7 @@ pub(crate) fn rebuild(
                 .insert((r.name.clone(), r.owner(), r.subnet.clone()));
         } else if let Some(a) = r.allocation() {
             if !r.ours {
-                ctx.reservations().restored(&r.name, a.clone());
+                ctx.views.reservations().restored(&r.name, a.clone());
             }
             recs.push(a);
         }
@@ -199,7 +218,7 @@ mod tests {
         // Down meanwhile: `c` was deleted (port and record left behind); `b`'s annotations were lost (only
         // its port says its address, Kube-OVN #4304); a user reserved `a`'s address.
         let clashing = ip_a.clone();
-        let h = h
+        let mut h = h
             .restart_with(|client| async move {
                 let pods: Api<PodInfo> = Api::namespaced(client.clone(), "default");
                 let ips: Api<IP> = Api::all(client);
@@ -237,7 +256,7 @@ mod tests {
         // The reservation stays a user's record; deleting it frees nothing of `a`'s (a later record, seen
         // by the same watch, shows the delete was handled).
         assert!(h.get::<IP>("clash").await.is_some());
-        h.spawn(crate::controller::ip::watch_reservations(h.ctx.clone()));
+        h.serve_kind::<crate::controller::ip::IpReservations>();
         let ips: Api<IP> = Api::all(h.client.clone());
         ips.delete("clash", &Default::default())
             .await

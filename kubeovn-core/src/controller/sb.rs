@@ -30,3 +30,21 @@ pub(crate) async fn delete_chassis(remotes: &str, name: &str) -> Result<()> {
     client.transact(&txn).await.map_err(err)?;
     Ok(())
 }
+
+/// The southbound as the controller uses it: injected, so node deletion is tested without a database.
+#[async_trait::async_trait]
+pub trait Southbound: Send + Sync + 'static {
+    /// Removes chassis `name` (absent: nothing to do).
+    async fn delete_chassis(&self, name: &str) -> Result<()>;
+}
+
+/// The real southbound at comma-separated `remotes`, connected for each deletion.
+#[derive(Debug, Clone)]
+pub struct SbRemote(pub String);
+
+#[async_trait::async_trait]
+impl Southbound for SbRemote {
+    async fn delete_chassis(&self, name: &str) -> Result<()> {
+        delete_chassis(&self.0, name).await
+    }
+}

@@ -42,9 +42,9 @@ use kubeovn_ovn::northbound::{
 
 use super::error::{ControllerError, Result};
 use super::framework::{Action, Key, Kinds, ObjectStore, Reconciler, Relations, StoreWriter};
-use super::node::chassis_of;
+use super::views::chassis_of;
 use super::{Ctx, SessionAffinity};
-use crate::crd::{Decoded, Subnet, Vpc};
+use crate::crd::{Decoded, Subnet};
 use crate::naming::{self, external_ids as ext};
 pub use crate::services::{desired, endpoint, is_balanced, Desired, DesiredLb, SERVICE_NAME_LABEL};
 
@@ -246,19 +246,6 @@ impl ServiceState {
         m.backends = m.backends + added - old.map_or(0, |o| o.backends);
     }
 
-    /// The load balancers of VPC `vpc`'s Services, sorted.
-    pub(crate) fn lbs_of(&self, vpc: &str) -> Vec<String> {
-        let m = self.0.read().unwrap_or_else(|e| e.into_inner());
-        let mut v: Vec<String> = m
-            .by_key
-            .values()
-            .filter(|p| p.vpc == vpc)
-            .flat_map(|p| p.lbs.iter().cloned())
-            .collect();
-        v.sort();
-        v
-    }
-
     /// (Services with load balancers, backends).
     fn totals(&self) -> (usize, usize) {
         let m = self.0.read().unwrap_or_else(|e| e.into_inner());
@@ -289,8 +276,11 @@ fn vpc_of_backends(ctx: &Ctx, ips: &BTreeSet<IpAddr>) -> (Option<String>, BTreeS
     (best, all, unknown)
 }
 
-/// The Service kind: its load balancers.
-pub(crate) struct Services;
+/// The Service kind: its load balancers. Its state: what it programmed for each Service.
+#[derive(Default)]
+pub(crate) struct Services {
+    state: ServiceState,
+}
 
 #[async_trait::async_trait]
 impl Reconciler<Ctx> for Services {
@@ -298,25 +288,31 @@ impl Reconciler<Ctx> for Services {
     type Error = ControllerError;
     const NAME: &'static str = "service";
 
-    fn workers(ctx: &Ctx) -> usize {
+    fn workers(&self, ctx: &Ctx) -> usize {
         // Like pods: many, each run mostly waiting for the writer's next round, so as many at once as pods
         // (with 4, a cold start of 10,000 Services took 2,500 rounds of about 4 Services each).
         ctx.config.pod_workers
     }
 
-    async fn reconcile(ctx: &Arc<Ctx>, svc: Arc<Service>) -> Result<Action> {
-        reconcile(ctx, &svc).await
+    async fn reconcile(&self, ctx: &Arc<Ctx>, svc: Arc<Service>) -> Result<Action> {
+        reconcile(ctx, &self.state, &svc).await
     }
 
     async fn cleanup(
+        &self,
         ctx: &Arc<Ctx>,
         key: &Key<Service>,
         _: Option<Arc<Service>>,
     ) -> Result<Action> {
-        remove(ctx, key).await.map(|()| Action::Done)
+        remove(ctx, &self.state, key).await.map(|()| Action::Done)
     }
 
-    fn relations(r: &mut Relations<'_, Ctx, Service>) {
+    /// Removes the load balancers of Services deleted while the controller was down.
+    async fn at_start(&self, ctx: &Arc<Ctx>) -> Result<()> {
+        remove_stale(ctx).await.map(|_| ())
+    }
+
+    fn relations(_this: &Arc<Self>, r: &mut Relations<'_, Ctx, Service>) {
         // A node coming, going or changing chassis: the Local Services write their variables for it.
         r.on::<k8s_openapi::api::core::v1::Node>(|kinds: &Kinds, old, new| {
             if old.is_some() && old.map(chassis_of) == new.map(chassis_of) {
@@ -348,15 +344,19 @@ impl Reconciler<Ctx> for Services {
     }
 }
 
-async fn reconcile(ctx: &Ctx, svc: &Service) -> Result<Action> {
+async fn reconcile(ctx: &Ctx, st: &ServiceState, svc: &Service) -> Result<Action> {
     let key = Key::of(svc);
     let (ns, name) = (key.namespace().unwrap_or_default(), key.name());
     if svc.metadata.deletion_timestamp.is_some() || !is_balanced(svc) {
-        remove(ctx, &key).await?;
+        remove(ctx, st, &key).await?;
         return Ok(Action::Done);
     }
     let started = Instant::now();
-    let slices = ctx.slices.of(ns, name);
+    let slices = ctx
+        .kinds
+        .store_as::<EndpointSlice, SliceStore>()
+        .map(|s| s.of(ns, name))
+        .unwrap_or_default();
     let mut d = desired(svc, &slices);
     if d.affinity_timeout.is_some() && ctx.config.session_affinity == SessionAffinity::SourceHash {
         d.warnings.push((
@@ -367,7 +367,7 @@ async fn reconcile(ctx: &Ctx, svc: &Service) -> Result<Action> {
                 .into(),
         ));
     }
-    let prev = ctx.services.get(&key);
+    let prev = st.get(&key);
 
     // The VPC: the endpoints' subnets, else the annotation, else where the load balancers are, else default.
     let (from_backends, vpcs, unknown) = vpc_of_backends(ctx, &d.backend_ips);
@@ -539,28 +539,19 @@ async fn reconcile(ctx: &Ctx, svc: &Service) -> Result<Action> {
                 .await;
         }
     }
-    let moved = prev.as_ref().map(|p| (&p.vpc, &p.lbs)) != Some((&new.vpc, &new.lbs));
-    if moved {
-        if let Some(p) = &prev {
-            if p.vpc != new.vpc {
-                ctx.kinds
-                    .enqueue_after(Key::<Vpc>::cluster(&p.vpc), VPC_STATUS_DELAY);
-            }
-        }
-        ctx.kinds
-            .enqueue_after(Key::<Vpc>::cluster(&new.vpc), VPC_STATUS_DELAY);
-    }
     let empty = new.lbs.is_empty();
-    ctx.services.set(&key, (!empty).then_some(new));
-    publish(ctx);
+    // The Vpc status lists them (the views say so to the Vpc kind when they change).
+    ctx.views.set_service_lbs(
+        key.as_str(),
+        (!empty).then(|| (new.vpc.clone(), new.lbs.clone())),
+    );
+    st.set(&key, (!empty).then_some(new));
+    publish(ctx, st);
     Ok(Action::Done)
 }
 
-/// How long a Vpc's status waits for more Service changes before it is written (one write for a burst).
-const VPC_STATUS_DELAY: Duration = Duration::from_secs(1);
-
 /// Deletes a Service's load balancers (the groups drop them: their references are weak).
-async fn remove(ctx: &Ctx, key: &Key<Service>) -> Result<()> {
+async fn remove(ctx: &Ctx, st: &ServiceState, key: &Key<Service>) -> Result<()> {
     let (ns, name) = (key.namespace().unwrap_or_default(), key.name());
     let mut b = Batch::new();
     for proto in PROTOCOLS {
@@ -570,7 +561,7 @@ async fn remove(ctx: &Ctx, key: &Key<Service>) -> Result<()> {
             }
         }
     }
-    if let Some(p) = ctx.services.get(key).filter(|p| !p.vars.is_empty()) {
+    if let Some(p) = st.get(key).filter(|p| !p.vars.is_empty()) {
         for node in ctx.nodes() {
             let chassis = chassis_of(&node);
             if ctx.nb.chassis_template_var(&chassis).is_some() {
@@ -581,23 +572,20 @@ async fn remove(ctx: &Ctx, key: &Key<Service>) -> Result<()> {
     if !b.is_empty() {
         ctx.writer.commit(b).await?;
     }
-    if let Some(p) = ctx.services.get(key) {
-        ctx.kinds
-            .enqueue_after(Key::<Vpc>::cluster(&p.vpc), VPC_STATUS_DELAY);
-    }
-    ctx.services.set(key, None);
-    publish(ctx);
+    ctx.views.set_service_lbs(key.as_str(), None);
+    st.set(key, None);
+    publish(ctx, st);
     Ok(())
 }
 
-fn publish(ctx: &Ctx) {
-    let (services, backends) = ctx.services.totals();
+fn publish(ctx: &Ctx, st: &ServiceState) {
+    let (services, backends) = st.totals();
     ctx.metrics.services(services, backends);
 }
 
 /// Removes the load balancers of Services deleted while the controller was down (the informers have
 /// listed; the rest is the reconcilers' work).
-pub(crate) async fn remove_stale(ctx: &Ctx) -> Result<usize> {
+async fn remove_stale(ctx: &Ctx) -> Result<usize> {
     let mut b = Batch::new();
     let mut n = 0;
     for lb in ctx
@@ -703,7 +691,7 @@ mod tests {
         let tcp = lb(&h, "svc.default.web.tcp").await.expect("tcp lb");
         assert_eq!(tcp.vips["10.96.0.10:80"], "10.16.0.5:8080,10.16.0.6:8080");
         assert_eq!(
-            h.ctx.services.lbs_of("ovn-cluster"),
+            h.ctx.views.lbs_of("ovn-cluster"),
             ["svc.default.web.tcp", "svc.default.web.udp"]
         );
 
@@ -737,7 +725,7 @@ mod tests {
         h.gone(&key).await;
         h.run::<Services>(key.clone()).await.expect("run");
         assert!(lb(&h, "svc.default.web.tcp").await.is_none());
-        assert!(h.ctx.services.lbs_of("ovn-cluster").is_empty());
+        assert!(h.ctx.views.lbs_of("ovn-cluster").is_empty());
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

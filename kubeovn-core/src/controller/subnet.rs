@@ -1,418 +1,39 @@
-//! Subnets and IPPools: the allocator's subnets, the logical switch with its patch to the VPC router and
-//! policies, Subnet status; IPPools as allocator pools.
+//! The subnet kind: the allocator's subnet (through the views' subnet table), the logical switch with its
+//! patch to the VPC router and policies, the switch's ACLs and the Subnet's conditions. (Its address
+//! counters are published by the status task, `status.rs`; parsing and validation are pure, in
+//! `subnet_spec.rs`.)
 //!
 //! A Subnet is validated before anything is written: its spec on its own (blocks, gateway and `excludeIps`
-//! inside them), then against what is taken ([`check_conflicts`]: the accepted subnets of its VPC, and in the
-//! default VPC the service CIDR and the nodes' InternalIPs). The subnet accepted first keeps its addresses; a
-//! refused one gets `Validated` = False (`ValidateLogicalSwitchFailed`) and a Warning event, and no northbound
-//! row or allocator subnet. It is handled again when its spec changes, a subnet is deleted or moves, or a
-//! node is deleted.
+//! inside them), then against what is taken (`subnet_spec::check_conflicts`: the accepted subnets of its VPC,
+//! and in the default VPC the service CIDR and the nodes' InternalIPs). The subnet accepted first keeps its
+//! addresses; a refused one gets `Validated` = False (`ValidateLogicalSwitchFailed`) and a Warning event,
+//! and no northbound row or allocator subnet. It is handled again when its spec changes, a subnet is deleted
+//! or moves, or a node's addresses change (its relations).
 
-use std::collections::HashMap;
-use std::net::IpAddr;
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use ipnetwork::IpNetwork;
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, PostParams};
 use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
-use kubeovn_ipam::IpRangeList;
-use serde::Serialize;
 
+use super::api::patch_subnet_status;
 use super::error::{ControllerError, Result};
-use super::framework::{Action, Key, Reconciler, Relations};
-use super::{gateway, node, plan, Config, Ctx, SubnetConfig, SubnetInfo};
+use super::framework::{Action, Key, Kinds, Reconciler, Relations};
+use super::gateway;
+use super::subnet_spec::{conditions_of, info_from_crd, refusal};
+use super::views::{internal_ips, GatewayHealthChanged, SubnetChanged, Views};
+use super::{plan, Ctx, SubnetInfo};
 use crate::annotations::DEFAULT_PROVIDER;
 use crate::crd::{
-    condition_types, reasons, Conditions, Decoded, GatewayType, IpCount, Protocol, StatusPatch,
-    Subnet, SubnetSpec, SubnetStatus, SubnetUsage, Vpc,
+    condition_types, reasons, Conditions, Decoded, GatewayType, Protocol, StatusPatch, Subnet,
+    SubnetSpec, SubnetStatus,
 };
 use crate::naming;
-use k8s_openapi::api::core::v1::{Namespace, Node};
-use std::collections::HashSet;
-
-fn parse_cidrs(what: &str, s: &str) -> Result<Vec<IpNetwork>> {
-    let mut out: Vec<IpNetwork> = Vec::new();
-    for item in s.split(',').map(str::trim).filter(|x| !x.is_empty()) {
-        let n: IpNetwork = item
-            .parse()
-            .map_err(|e| ControllerError::invalid(what, format!("cidrBlock {item:?}: {e}")))?;
-        if n.network() != n.ip() {
-            return Err(ControllerError::invalid(
-                what,
-                format!("cidrBlock {item:?} is not a network address"),
-            ));
-        }
-        if out.iter().any(|o| o.is_ipv4() == n.is_ipv4()) {
-            return Err(ControllerError::invalid(
-                what,
-                "cidrBlock has two blocks of one family",
-            ));
-        }
-        out.push(n);
-    }
-    if out.is_empty() {
-        return Err(ControllerError::invalid(what, "cidrBlock is empty"));
-    }
-    Ok(out)
-}
-
-fn first_host(n: &IpNetwork) -> Option<IpAddr> {
-    match n {
-        IpNetwork::V4(v) => v.nth(1).map(IpAddr::V4),
-        IpNetwork::V6(v) => {
-            let base = u128::from(v.network());
-            Some(IpAddr::V6((base + 1).into()))
-        }
-    }
-}
-
-fn parse_gateways(what: &str, cidrs: &[IpNetwork], gw: &str) -> Result<Vec<IpAddr>> {
-    let given: Vec<IpAddr> = gw
-        .split(',')
-        .map(str::trim)
-        .filter(|x| !x.is_empty())
-        .map(|x| {
-            x.parse()
-                .map_err(|_| ControllerError::invalid(what, format!("gateway {x:?} is not an IP")))
-        })
-        .collect::<Result<_>>()?;
-    cidrs
-        .iter()
-        .map(
-            |c| match given.iter().find(|g| g.is_ipv4() == c.is_ipv4()) {
-                Some(g) if c.contains(*g) => Ok(*g),
-                Some(g) => Err(ControllerError::invalid(
-                    what,
-                    format!("gateway {g} is outside {c}"),
-                )),
-                None => first_host(c)
-                    .ok_or_else(|| ControllerError::invalid(what, format!("{c} has no gateway"))),
-            },
-        )
-        .collect()
-}
-
-/// A subnet from the controller's configuration (join or default).
-pub(crate) fn info_from_config(c: &SubnetConfig, vpc: &str, join: bool) -> Result<SubnetInfo> {
-    let what = format!("subnet {}", c.name);
-    let cidrs = parse_cidrs(&what, &c.cidr)?;
-    let gateways = parse_gateways(&what, &cidrs, &c.gateway)?;
-    Ok(SubnetInfo {
-        name: c.name.clone(),
-        cidrs,
-        gateways,
-        exclude_ips: c.exclude_ips.clone(),
-        vpc: vpc.to_owned(),
-        provider: DEFAULT_PROVIDER.to_owned(),
-        gateway_type: "distributed".to_owned(),
-        default: !join,
-        join,
-        enable_lb: true,
-        ..SubnetInfo::default()
-    })
-}
-
-/// A Subnet object: refused if its spec did not decode, else [`info_from_spec`].
-pub(crate) fn info_from_crd(ctx: &Ctx, s: &Decoded<Subnet>) -> Result<SubnetInfo> {
-    let name = s.name_any();
-    if let Some(e) = &s.spec_error {
-        return Err(ControllerError::invalid(
-            format!("subnet {name}"),
-            e.clone(),
-        ));
-    }
-    info_from_spec(&name, &s.object.spec, &ctx.config)
-}
-
-/// A Subnet's spec, parsed and checked on its own: CIDR blocks, gateways inside them, `excludeIps` that parse
-/// (kubeovn-ipam's syntax) and lie inside them.
-fn info_from_spec(name: &str, spec: &SubnetSpec, config: &Config) -> Result<SubnetInfo> {
-    let what = format!("subnet {name}");
-    let cidrs = parse_cidrs(&what, &spec.cidr_block)?;
-    let gateways = parse_gateways(&what, &cidrs, &spec.gateway)?;
-    let or = |v: &str, d: &str| {
-        if v.is_empty() {
-            d.to_owned()
-        } else {
-            v.to_owned()
-        }
-    };
-    let block = cidrs
-        .iter()
-        .map(ToString::to_string)
-        .collect::<Vec<_>>()
-        .join(",");
-    let vpc = or(&spec.vpc, &config.default_vpc);
-    if vpc == name {
-        // The patch's switch port `<switch>-<router>` and router port `<router>-<switch>` would share one name,
-        // and OVN binds one port per name: the subnet's gateway would never answer.
-        return Err(ControllerError::invalid(
-            what,
-            format!("the subnet has the name of its VPC {vpc:?}; rename the subnet"),
-        ));
-    }
-    let mut exclude_ips = spec.exclude_ips.clone();
-    check_inside(&what, "excludeIps", &exclude_ips, &block)?;
-    exclude_ips.retain(|e| !gateways.iter().any(|g| g.to_string() == *e));
-    let allow_subnets = spec
-        .allow_subnets
-        .iter()
-        .map(|c| {
-            c.trim()
-                .parse::<IpNetwork>()
-                .map(|n| n.to_string())
-                .map_err(|_| {
-                    ControllerError::invalid(&what, format!("allowSubnets: {c:?} is not a CIDR"))
-                })
-        })
-        .collect::<Result<Vec<_>>>()?;
-    let acls = spec
-        .acls
-        .iter()
-        .enumerate()
-        .map(|(i, a)| parse_acl(&what, i, a))
-        .collect::<Result<Vec<_>>>()?;
-    let gateway_selectors = spec
-        .gateway_node_selectors
-        .iter()
-        .map(|s| {
-            crate::selector::Selector::from_label_selector(s).map_err(|e| {
-                ControllerError::invalid(&what, format!("gatewayNodeSelectors: {}", e.0))
-            })
-        })
-        .collect::<Result<Vec<_>>>()?;
-    Ok(SubnetInfo {
-        cidrs,
-        gateways,
-        exclude_ips,
-        vpc,
-        provider: or(&spec.provider, DEFAULT_PROVIDER),
-        gateway_type: gateway_type_name(spec.gateway_type.unwrap_or(GatewayType::Distributed))
-            .to_owned(),
-        namespaces: spec.namespaces.clone(),
-        default: spec.default,
-        join: name == config.join_subnet.name,
-        enable_lb: spec.enable_lb.unwrap_or(true),
-        private: spec.private,
-        allow_subnets,
-        allow_ew_traffic: spec.allow_ew_traffic,
-        acls,
-        gateway_nodes: spec.gateway_node_names(),
-        gateway_selectors,
-        enable_ecmp: spec.enable_ecmp,
-        name: name.to_owned(),
-    })
-}
-
-/// A Subnet ACL in OVN's values; refused (naming the entry) where OVN would not take it: a direction,
-/// priority, action or match out of its range.
-fn parse_acl(what: &str, i: usize, a: &crate::crd::Acl) -> Result<plan::SwitchAcl> {
-    let bad = |why: String| ControllerError::invalid(what, format!("acls[{i}]: {why}"));
-    let direction = a
-        .direction
-        .parse()
-        .map_err(|e| bad(format!("direction {:?}: {e}", a.direction)))?;
-    let action = a
-        .action
-        .parse()
-        .map_err(|e| bad(format!("action {:?}: {e}", a.action)))?;
-    if !(0..=32767).contains(&a.priority) {
-        return Err(bad(format!("priority {} is outside 0..32767", a.priority)));
-    }
-    if a.match_.trim().is_empty() {
-        return Err(bad("the match is empty".into()));
-    }
-    Ok(plan::SwitchAcl {
-        direction,
-        priority: i64::from(a.priority),
-        match_: a.match_.clone(),
-        action,
-    })
-}
-
-/// Refuses an entry of `entries` (the list `field` of `what`) that does not parse (kubeovn-ipam's syntax:
-/// an address, a CIDR or an `a..b` range) or does not lie inside `block` (`10.16.0.0/16,fd00::/64`).
-pub(crate) fn check_inside(what: &str, field: &str, entries: &[String], block: &str) -> Result<()> {
-    for e in entries {
-        let bad = || {
-            ControllerError::invalid(
-                what,
-                format!("{field} entry {e:?} is not an address or a..b range"),
-            )
-        };
-        let list = IpRangeList::parse(std::slice::from_ref(e)).map_err(|_| bad())?;
-        if list.is_empty() {
-            return Err(bad());
-        }
-        if list.clip_to_cidr(block)? != list {
-            return Err(ControllerError::invalid(
-                what,
-                format!("{field} entry {e:?} is outside cidrBlock {block}"),
-            ));
-        }
-    }
-    Ok(())
-}
-
-/// Kube-OVN's name of a gateway type (`distributed`, `centralized`).
-fn gateway_type_name(t: GatewayType) -> &'static str {
-    match t {
-        GatewayType::Distributed => "distributed",
-        GatewayType::Centralized => "centralized",
-    }
-}
-
-/// The service CIDRs of `--service-cluster-ip-range` (none when empty).
-pub(crate) fn service_cidrs(config: &Config) -> Result<Vec<IpNetwork>> {
-    if config.service_cidr.trim().is_empty() {
-        return Ok(Vec::new());
-    }
-    parse_cidrs("--service-cluster-ip-range", &config.service_cidr)
-}
-
-/// What a new subnet's blocks must stay clear of: Kube-OVN's conflict checks.
-pub(crate) struct Occupied<'a> {
-    /// The default VPC: its subnets also stay clear of the service CIDRs and the nodes' addresses.
-    pub default_vpc: &'a str,
-    /// The subnets already accepted (the join subnet among them).
-    pub subnets: &'a [Arc<SubnetInfo>],
-    /// The service CIDRs.
-    pub service_cidrs: &'a [IpNetwork],
-    /// Each node's InternalIP addresses.
-    pub node_ips: &'a [(String, IpAddr)],
-}
-
-fn overlap(a: &IpNetwork, b: &IpNetwork) -> bool {
-    a.is_ipv4() == b.is_ipv4() && (a.contains(b.network()) || b.contains(a.network()))
-}
-
-/// Refuses `info` when a block overlaps an accepted subnet of its VPC (the join subnet included) or, in the
-/// default VPC, the service CIDR or contains a node's InternalIP. The accepted subnet keeps working: the first
-/// one accepted wins.
-pub(crate) fn check_conflicts(info: &SubnetInfo, o: &Occupied<'_>) -> Result<()> {
-    let what = format!("subnet {}", info.name);
-    for other in o
-        .subnets
-        .iter()
-        .filter(|s| s.name != info.name && s.vpc == info.vpc)
-    {
-        for c in &info.cidrs {
-            if let Some(oc) = other.cidrs.iter().find(|oc| overlap(c, oc)) {
-                let kind = if other.join {
-                    "the join subnet"
-                } else {
-                    "subnet"
-                };
-                return Err(ControllerError::invalid(
-                    &what,
-                    format!(
-                        "cidr {c} overlaps {kind} {} cidr {oc} in vpc {}",
-                        other.name, info.vpc
-                    ),
-                ));
-            }
-        }
-    }
-    if info.vpc != o.default_vpc {
-        return Ok(());
-    }
-    for c in &info.cidrs {
-        if let Some(sc) = o.service_cidrs.iter().find(|sc| overlap(c, sc)) {
-            return Err(ControllerError::invalid(
-                &what,
-                format!("cidr {c} overlaps the service cidr {sc}"),
-            ));
-        }
-        if let Some((node, ip)) = o.node_ips.iter().find(|(_, ip)| c.contains(*ip)) {
-            return Err(ControllerError::invalid(
-                &what,
-                format!("cidr {c} contains the address {ip} of node {node}"),
-            ));
-        }
-    }
-    Ok(())
-}
-
-/// Every node's InternalIP addresses.
-fn node_ips(ctx: &Ctx) -> Vec<(String, IpAddr)> {
-    let mut out = Vec::new();
-    for n in ctx.nodes() {
-        let name = n.name_any();
-        out.extend(
-            node::internal_ips(&n)
-                .into_iter()
-                .map(|ip| (name.clone(), ip)),
-        );
-    }
-    out
-}
-
-/// Loads a subnet into the allocator and the controller's table.
-pub(crate) fn install(ctx: &Ctx, info: SubnetInfo) -> Result<()> {
-    install_checked(ctx, info, false)
-}
-
-/// Loads a subnet unless it conflicts with one already loaded ([`check_conflicts`]): a refused subnet never
-/// reaches the allocator. The check and the load happen under the table's lock, so of two overlapping
-/// subnets handled at once only one gets in.
-pub(crate) fn admit(ctx: &Ctx, info: SubnetInfo) -> Result<()> {
-    install_checked(ctx, info, true)
-}
-
-fn install_checked(ctx: &Ctx, info: SubnetInfo, check: bool) -> Result<()> {
-    let mut subnets = ctx.subnets.write().unwrap_or_else(|e| e.into_inner());
-    if check {
-        let accepted: Vec<Arc<SubnetInfo>> = subnets.values().cloned().collect();
-        check_conflicts(
-            &info,
-            &Occupied {
-                default_vpc: &ctx.config.default_vpc,
-                subnets: &accepted,
-                service_cidrs: &service_cidrs(&ctx.config)?,
-                node_ips: &node_ips(ctx),
-            },
-        )?;
-    }
-    let dropped = ctx.ipam.add_or_update_subnet(&info.ipam_spec())?;
-    for d in dropped {
-        tracing::warn!(subnet = %info.name, pod = %d.pod, "allocation outside the updated subnet dropped");
-    }
-    if !subnets.contains_key(&info.name) {
-        // Its pools: those handled while it was missing were not loaded (or went with its delete).
-        super::ippool::install_pools_of(ctx, &info);
-    }
-    let name = info.name.clone();
-    // Its reservations first: pods find the subnet only once it is in the table.
-    ctx.reservations().subnet_loaded(&ctx.ipam, &name);
-    subnets.insert(name.clone(), Arc::new(info));
-    drop(subnets);
-    // A new, fixed or wider subnet may serve pods that were waiting for it.
-    super::pod::wake(ctx, &name);
-    Ok(())
-}
-
-/// Subnet objects in the order their claims on addresses count at a rebuild: the built-in subnets, then those
-/// with a logical switch already, then those validated before, then the oldest.
-pub(crate) fn by_precedence(
-    ctx: &Ctx,
-    mut objs: Vec<Arc<Decoded<Subnet>>>,
-) -> Vec<Arc<Decoded<Subnet>>> {
-    let c = &ctx.config;
-    objs.sort_by_cached_key(|o| {
-        let name = o.name_any();
-        (
-            name != c.join_subnet.name && name != c.default_subnet.name,
-            ctx.nb.switch(&name).is_none(),
-            !conditions_of(o).is_validated(),
-            o.creation_timestamp().map(|t| t.0),
-            name,
-        )
-    });
-    objs
-}
 
 /// Creates the Subnet object of a built-in subnet if it is missing.
 pub(crate) async fn ensure_subnet_object(
@@ -457,23 +78,6 @@ pub(crate) async fn ensure_subnet_object(
     }
 }
 
-/// The join addresses of every node that has one.
-pub(crate) fn node_join_ips(ctx: &Ctx) -> Vec<(String, Vec<IpAddr>)> {
-    let join = ctx.config.join_subnet.name.clone();
-    let mut out: Vec<(String, Vec<IpAddr>)> = ctx
-        .nodes()
-        .iter()
-        .filter_map(|n| {
-            let name = n.name_any();
-            let port = naming::node_port(&name);
-            let a = ctx.ipam.get(&join, &port, &port).ok().flatten()?;
-            Some((name, a.ips().collect()))
-        })
-        .collect();
-    out.sort();
-    out
-}
-
 /// Writes a subnet's northbound state; returns the active gateway nodes of a centralized subnet.
 pub(crate) async fn reconcile_info(ctx: &Ctx, info: &SubnetInfo) -> Result<Vec<String>> {
     let lrp = naming::router_port(&info.vpc, &info.name);
@@ -486,9 +90,14 @@ pub(crate) async fn reconcile_info(ctx: &Ctx, info: &SubnetInfo) -> Result<Vec<S
     let mut active = Vec::new();
     if info.distributed(&ctx.config.default_vpc) {
         b.ops
-            .extend(plan::gateway_batch(info, &node_join_ips(ctx)).ops);
+            .extend(plan::gateway_batch(info, &ctx.views.node_join_ips()).ops);
     } else if gateway::centralized(info, &ctx.config.default_vpc) {
-        active = gateway::active(info, &ctx.nodes(), &node_join_ips(ctx), &ctx.gateways);
+        active = gateway::active(
+            info,
+            &ctx.nodes(),
+            &ctx.views.node_join_ips(),
+            &ctx.views.gateways,
+        );
         for p in gateway::policies(info, &active) {
             b.add(p);
         }
@@ -537,16 +146,24 @@ fn acl_set(ctx: &Ctx, info: &SubnetInfo) -> kubeovn_ovn::northbound::AclSet {
     let cidrs: Vec<String> = info.cidrs.iter().map(ToString::to_string).collect();
     // The CIDRs were checked when parsed; a problem here would be a fault of ours, not the user's.
     let mut problems = Vec::new();
+    // The nodes reach pods through the join subnet.
+    let node_cidrs: Vec<String> = ctx
+        .config
+        .join_subnet
+        .cidr
+        .split(',')
+        .map(str::to_owned)
+        .collect();
     let mut acls: Vec<Acl> = crate::netpol::subnet_acls(
         &cidrs,
         info.private,
         &info.allow_subnets,
         info.allow_ew_traffic,
-        &ctx.netpol.node_cidrs,
+        &node_cidrs,
         &mut problems,
     )
     .iter()
-    .map(|a| super::netpol::ovn_acl(a, &info.name, &owner, None))
+    .map(|a| plan::ovn_acl(a, &info.name, &owner, None))
     .collect();
     for p in problems {
         tracing::warn!(subnet = %info.name, problem = %p, "subnet ACL left out");
@@ -571,53 +188,12 @@ fn acl_set(ctx: &Ctx, info: &SubnetInfo) -> kubeovn_ovn::northbound::AclSet {
     )
 }
 
-/// The conditions recorded on a Subnet object (the rest of its status left out).
-fn conditions_of(o: &Decoded<Subnet>) -> SubnetStatus {
-    SubnetStatus {
-        conditions: o
-            .object
-            .status
-            .as_ref()
-            .map(|s| s.conditions.clone())
-            .unwrap_or_default(),
-        ..SubnetStatus::default()
-    }
-}
-
-/// The message of a refused Subnet object (`Validated` = False), if it is refused.
-fn refusal(o: &Decoded<Subnet>) -> Option<String> {
-    let st = conditions_of(o);
-    let c = st.condition(condition_types::VALIDATED)?;
-    (c.status == "False").then(|| c.message.clone())
-}
-
-/// Merge-patches the fields of `status` (a [`StatusPatch`] body) into the Subnet's status.
-async fn patch_status<T: Serialize + std::fmt::Debug>(
-    ctx: &Ctx,
-    name: &str,
-    status: &StatusPatch<T>,
-) -> Result<()> {
-    // The reply is read as a Decoded: a Subnet whose spec does not decode gets its refusal written too.
-    let api: Api<Decoded<Subnet>> = Api::all(ctx.client.clone());
-    match api
-        .patch_status(name, &PatchParams::default(), &Patch::Merge(status))
-        .await
-    {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-        Err(e) => Err(ControllerError::kube(
-            format!("patch subnet {name} status"),
-            e,
-        )),
-    }
-}
-
 /// Writes the conditions of `st` when `changed`.
 async fn patch_conditions(ctx: &Ctx, name: &str, st: &SubnetStatus, changed: bool) -> Result<()> {
     if !changed {
         return Ok(());
     }
-    patch_status(ctx, name, &StatusPatch::conditions(&st.conditions)).await
+    patch_subnet_status(&ctx.client, name, &StatusPatch::conditions(&st.conditions)).await
 }
 
 /// Reports a refused spec: `Validated`, `Ready` False and `Error` with the reason, a Warning event when the
@@ -638,19 +214,39 @@ async fn refuse(ctx: &Ctx, obj: &Decoded<Subnet>, e: ControllerError) -> Result<
     Err(e)
 }
 
-/// Queues the Subnet objects that are refused or not loaded yet: a subnet's change or delete, or a node's
-/// delete, may have freed their addresses.
-pub(crate) fn requeue_refused(ctx: &Ctx) {
-    for o in ctx.kinds.list::<Decoded<Subnet>>() {
-        let n = o.name_any();
-        if ctx.subnet(&n).is_none() || refusal(&o).is_some() {
-            ctx.enqueue(Key::<Decoded<Subnet>>::cluster(&n));
-        }
-    }
+/// The Subnet objects that are refused or not loaded yet: a subnet's change or delete, or a node's, may
+/// have freed their addresses.
+fn refused(kinds: &Kinds, views: &Views) -> Vec<Key<Decoded<Subnet>>> {
+    kinds
+        .list::<Decoded<Subnet>>()
+        .iter()
+        .filter(|o| views.subnet(&o.name_any()).is_none() || refusal(o).is_some())
+        .map(|o| Key::cluster(&o.name_any()))
+        .collect()
+}
+
+/// The centralized Subnet objects.
+fn centralized(kinds: &Kinds) -> Vec<Key<Decoded<Subnet>>> {
+    kinds
+        .list::<Decoded<Subnet>>()
+        .iter()
+        .filter(|o| o.object.spec.gateway_type == Some(GatewayType::Centralized))
+        .map(|o| Key::cluster(&o.name_any()))
+        .collect()
 }
 
 /// The subnet kind: each Subnet's validation, address range, logical switch, routes and conditions.
-pub(crate) struct Subnets;
+pub(crate) struct Subnets {
+    /// The subnet table its relations read.
+    views: Arc<Views>,
+}
+
+impl Subnets {
+    /// The kind over `views`.
+    pub fn new(views: Arc<Views>) -> Self {
+        Subnets { views }
+    }
+}
 
 #[async_trait::async_trait]
 impl Reconciler<Ctx> for Subnets {
@@ -658,11 +254,12 @@ impl Reconciler<Ctx> for Subnets {
     type Error = ControllerError;
     const NAME: &'static str = "subnet";
 
-    async fn reconcile(ctx: &Arc<Ctx>, obj: Arc<Decoded<Subnet>>) -> Result<Action> {
+    async fn reconcile(&self, ctx: &Arc<Ctx>, obj: Arc<Decoded<Subnet>>) -> Result<Action> {
         reconcile(ctx, &obj).await.map(|()| Action::Done)
     }
 
     async fn cleanup(
+        &self,
         ctx: &Arc<Ctx>,
         key: &Key<Decoded<Subnet>>,
         _: Option<Arc<Decoded<Subnet>>>,
@@ -670,33 +267,38 @@ impl Reconciler<Ctx> for Subnets {
         delete(ctx, key.name()).await.map(|()| Action::Done)
     }
 
-    fn relations(r: &mut Relations<'_, Ctx, Decoded<Subnet>>) {
-        // A node's addresses may be what a refused subnet overlapped.
-        r.on::<Node>(|kinds, old, new| {
-            let subnets = kinds.list::<Decoded<Subnet>>();
+    fn relations(this: &Arc<Self>, r: &mut Relations<'_, Ctx, Decoded<Subnet>>) {
+        let views = this.views.clone();
+        r.on::<Node>(move |kinds, old, new| {
             let mut out: Vec<Key<Decoded<Subnet>>> = Vec::new();
-            if old.map(node::internal_ips) != new.map(node::internal_ips) {
-                out.extend(
-                    subnets
-                        .iter()
-                        .filter(|o| refusal(o).is_some())
-                        .map(|o| Key::cluster(&o.name_any())),
-                );
+            // A node's addresses may be what a refused subnet overlapped.
+            if old.map(internal_ips) != new.map(internal_ips) {
+                out.extend(refused(kinds, &views));
             }
-            // A node that comes, goes or changes readiness may be a centralized subnet's gateway.
             let ready = |n: Option<&Node>| n.map(gateway::node_ready);
             let join = |n: Option<&Node>| {
                 n.and_then(|n| n.annotations().get(crate::annotations::IP_ADDRESS).cloned())
             };
-            if ready(old) != ready(new) || join(old) != join(new) {
-                out.extend(
-                    subnets
-                        .iter()
-                        .filter(|o| o.object.spec.gateway_type == Some(GatewayType::Centralized))
-                        .map(|o| Key::cluster(&o.name_any())),
-                );
+            if join(old) != join(new) {
+                // A node's join address, new or changed: every distributed subnet's gateway policy for it.
+                out.extend(views.subnet_list().iter().map(|s| Key::cluster(&s.name)));
+            } else if ready(old) != ready(new) {
+                // A node that comes, goes or changes readiness may be a centralized subnet's gateway.
+                out.extend(centralized(kinds));
             }
             out
+        });
+        // A gateway node down or back: the centralized subnets choose again.
+        r.on_signal::<GatewayHealthChanged>(|kinds, g| {
+            tracing::debug!(node = %g.0, "gateway node health changed: centralized subnets run again");
+            centralized(kinds)
+        });
+        // A subnet that moved, shrank or went may have freed what a refused one asked for.
+        let views = this.views.clone();
+        r.on_signal::<SubnetChanged>(move |kinds, c| match (&c.old, &c.new) {
+            (Some(o), Some(n)) if o.cidrs == n.cidrs && o.vpc == n.vpc => Vec::new(),
+            (Some(_), _) => refused(kinds, &views),
+            (None, _) => Vec::new(),
         });
     }
 }
@@ -704,19 +306,13 @@ impl Reconciler<Ctx> for Subnets {
 async fn reconcile(ctx: &Ctx, obj: &Decoded<Subnet>) -> Result<()> {
     let name = obj.name_any();
     let name = name.as_str();
-    let info = match info_from_crd(ctx, obj) {
+    let info = match info_from_crd(&ctx.config, obj) {
         Ok(i) => i,
         Err(e) => return refuse(ctx, obj, e).await,
     };
     let before = ctx.subnet(name);
-    if let Err(e) = admit(ctx, info.clone()) {
+    if let Err(e) = ctx.views.admit(info.clone()) {
         return refuse(ctx, obj, e).await;
-    }
-    if before
-        .as_ref()
-        .is_some_and(|b| b.cidrs != info.cidrs || b.vpc != info.vpc)
-    {
-        requeue_refused(ctx);
     }
     if let Some(old) = before.as_ref().filter(|b| b.vpc != info.vpc) {
         // Moved to another VPC: its patch, policies and gateway port groups on the old router go (the
@@ -731,14 +327,12 @@ async fn reconcile(ctx: &Ctx, obj: &Decoded<Subnet>) -> Result<()> {
             kubeovn_ovn::northbound::LbTarget::Switch(name.to_owned()),
         );
         ctx.writer.commit(b).await?;
-        ctx.enqueue(Key::<Vpc>::cluster(&old.vpc));
     }
     if ctx.nb.router(&info.vpc).is_none() {
         // The Vpc's handler creates its router; retried until then.
         return Err(ControllerError::NotReady(format!("vpc {}", info.vpc)));
     }
     let active = reconcile_info(ctx, &info).await?;
-    ctx.enqueue(Key::<Vpc>::cluster(&info.vpc));
     if gateway::centralized(&info, &ctx.config.default_vpc) {
         let now = active.join(",");
         let was = obj
@@ -761,8 +355,8 @@ async fn reconcile(ctx: &Ctx, obj: &Decoded<Subnet>) -> Result<()> {
             } else {
                 tracing::info!(subnet = name, gateway = %now, "active gateway");
             }
-            patch_status(
-                ctx,
+            patch_subnet_status(
+                &ctx.client,
                 name,
                 &StatusPatch {
                     status: serde_json::json!({"activateGateway": now}),
@@ -778,69 +372,7 @@ async fn reconcile(ctx: &Ctx, obj: &Decoded<Subnet>) -> Result<()> {
     if st.condition(condition_types::ERROR).is_some() {
         changed |= st.clear_error(&now);
     }
-    patch_conditions(ctx, name, &st, changed).await?;
-    rebind_namespaces(ctx, before.as_deref(), Some(&info));
-    Ok(())
-}
-
-/// Queues the namespaces whose binding a subnet's change from `old` to `new` may change: those either names,
-/// and every namespace when it is the default subnet (the binding of namespaces no subnet names).
-fn rebind_namespaces(ctx: &Ctx, old: Option<&SubnetInfo>, new: Option<&SubnetInfo>) {
-    let default = &ctx.config.default_subnet.name;
-    if [old, new].iter().flatten().any(|s| &s.name == default) {
-        for ns in ctx.namespaces() {
-            ctx.enqueue(Key::<Namespace>::cluster(&ns.name_any()));
-        }
-        return;
-    }
-    let names: HashSet<&String> = [old, new]
-        .into_iter()
-        .flatten()
-        .flat_map(|s| s.namespaces.iter())
-        .collect();
-    for n in names {
-        ctx.enqueue(Key::<Namespace>::cluster(n));
-    }
-}
-
-/// The subnet a namespace is bound to: an accepted subnet naming it, else a Subnet object naming it that is
-/// refused or not loaded yet (its pods wait rather than take an address elsewhere).
-pub(crate) fn namespace_subnet(ctx: &Ctx, ns: &str) -> Option<String> {
-    let binds = |s: &[String]| s.iter().any(|n| n == ns);
-    // Called for every pod: the loaded subnets first, without copying or sorting them (first by name).
-    let objs = ctx.kinds.list::<Decoded<Subnet>>();
-    let subnets = ctx.subnets.read().unwrap_or_else(|e| e.into_inner());
-    let loaded = subnets
-        .values()
-        .filter(|s| binds(&s.namespaces))
-        .map(|s| s.name.as_str())
-        .min();
-    if let Some(name) = loaded {
-        return Some(name.to_owned());
-    }
-    // Then the objects not loaded (refused, or not handled yet): only their specs need reading.
-    objs.iter()
-        .filter_map(|o| o.meta().name.as_deref().map(|n| (n, o)))
-        .filter(|(n, _)| !subnets.contains_key(*n))
-        .filter(|(_, o)| binds(&o.object.spec.namespaces))
-        .map(|(n, _)| n)
-        .min()
-        .map(str::to_owned)
-}
-
-/// Why the subnet `name` cannot give addresses (it is not loaded): the event reason and the error.
-pub(crate) fn unusable(ctx: &Ctx, name: &str) -> (&'static str, ControllerError) {
-    let obj = ctx.kinds.get(&Key::<Decoded<Subnet>>::cluster(name));
-    match obj.as_deref().and_then(refusal) {
-        Some(msg) => (
-            "SubnetNotValidated",
-            ControllerError::NotReady(format!("subnet {name} (refused: {msg})")),
-        ),
-        None => (
-            "SubnetNotFound",
-            ControllerError::NotReady(format!("subnet {name}")),
-        ),
-    }
+    patch_conditions(ctx, name, &st, changed).await
 }
 
 async fn delete(ctx: &Ctx, name: &str) -> Result<()> {
@@ -855,247 +387,9 @@ async fn delete(ctx: &Ctx, name: &str) -> Result<()> {
     ctx.writer
         .commit(plan::subnet_delete_batch(&info, &nodes))
         .await?;
-    match ctx.ipam.delete_subnet(name) {
-        Ok(()) | Err(kubeovn_ipam::IpamError::NoSuchSubnet { .. }) => {}
-        Err(e) => return Err(e.into()),
-    }
-    ctx.subnets
-        .write()
-        .unwrap_or_else(|e| e.into_inner())
-        .remove(name);
-    requeue_refused(ctx);
-    ctx.enqueue(Key::<Vpc>::cluster(&info.vpc));
-    rebind_namespaces(ctx, Some(&info), None);
+    // The table's signal runs the VPC, the namespaces and the refused subnets again.
+    ctx.views.remove_subnet(name)?;
     Ok(())
-}
-
-fn status_of(stats: &kubeovn_ipam::SubnetStats) -> SubnetUsage {
-    SubnetUsage {
-        v4_available_ips: IpCount(stats.v4.available),
-        v4_using_ips: IpCount(stats.v4.using),
-        v4_available_ip_range: stats.v4.available_range.clone(),
-        v4_using_ip_range: stats.v4.using_range.clone(),
-        v6_available_ips: IpCount(stats.v6.available),
-        v6_using_ips: IpCount(stats.v6.using),
-        v6_available_ip_range: stats.v6.available_range.clone(),
-        v6_using_ip_range: stats.v6.using_range.clone(),
-    }
-}
-
-/// Publishes each subnet's counters and ranges when they change (once per interval at most, instead of
-/// once per pod as Kube-OVN does).
-pub(crate) async fn status_loop(ctx: Arc<Ctx>) {
-    let mut last: HashMap<String, SubnetUsage> = HashMap::new();
-    loop {
-        tokio::time::sleep(ctx.config.status_interval).await;
-        for s in ctx.subnet_list() {
-            let Ok(stats) = ctx.ipam.stats(&s.name) else {
-                continue;
-            };
-            ctx.metrics
-                .ipam_usage(&s.name, "ipv4", stats.v4.using, stats.v4.available);
-            ctx.metrics
-                .ipam_usage(&s.name, "ipv6", stats.v6.using, stats.v6.available);
-            let v = status_of(&stats);
-            if last.get(&s.name) == Some(&v) {
-                continue;
-            }
-            let patch = StatusPatch { status: v };
-            match patch_status(&ctx, &s.name, &patch).await {
-                Ok(()) => {
-                    last.insert(s.name.clone(), patch.status);
-                }
-                Err(e) => tracing::debug!(subnet = %s.name, error = %e, "subnet status"),
-            }
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    const VPC: &str = "ovn-cluster";
-
-    fn accepted(name: &str, cidr: &str, vpc: &str) -> Arc<SubnetInfo> {
-        let join = name == "join";
-        Arc::new(info_from_config(&SubnetConfig::new(name, cidr), vpc, join).expect("subnet"))
-    }
-
-    use serde_json::{json, Value};
-
-    fn spec(name: &str, spec: Value) -> Result<SubnetInfo> {
-        let spec: SubnetSpec = serde_json::from_value(spec).expect("a SubnetSpec");
-        info_from_spec(name, &spec, &Config::default())
-    }
-
-    fn new(name: &str, cidr: &str, vpc: &str) -> SubnetInfo {
-        spec(name, json!({ "cidrBlock": cidr, "vpc": vpc })).expect("spec")
-    }
-
-    /// `check_conflicts` of a new subnet against the sandbox's view: join, ovn-default, demo (dual stack),
-    /// another VPC's subnet, the default service CIDR and one node; the refusal's text.
-    fn check(s: &SubnetInfo) -> std::result::Result<(), String> {
-        let subnets = [
-            accepted("join", "100.64.0.0/16", VPC),
-            accepted("ovn-default", "10.16.0.0/16", VPC),
-            accepted("demo", "10.66.0.0/24,fd00:66::/64", VPC),
-            accepted("other", "10.70.0.0/24", "vpc1"),
-        ];
-        let services = service_cidrs(&Config::default()).expect("service cidr");
-        let nodes = [("n1".to_owned(), "172.18.0.2".parse().expect("ip"))];
-        check_conflicts(
-            s,
-            &Occupied {
-                default_vpc: VPC,
-                subnets: &subnets,
-                service_cidrs: &services,
-                node_ips: &nodes,
-            },
-        )
-        .map_err(|e| {
-            // Refusals wait for the spec (or another object) to change: never retried as they are.
-            assert!(e.is_permanent(), "{e:?}");
-            e.to_string()
-        })
-    }
-
-    fn refused(s: &SubnetInfo, words: &[&str]) {
-        let e = check(s).expect_err("refused");
-        for w in words {
-            assert!(e.contains(w), "{e:?} lacks {w:?}");
-        }
-    }
-
-    #[test]
-    fn overlapping_subnets_of_one_vpc_are_refused() {
-        // Same block, a block inside, a block around, IPv6 only, the IPv6 half of a dual-stack subnet.
-        refused(
-            &new("clash", "10.66.0.0/24", VPC),
-            &["subnet clash", "demo", "10.66.0.0/24"],
-        );
-        refused(
-            &new("inner", "10.66.0.128/25", VPC),
-            &["demo", "10.66.0.128/25"],
-        );
-        refused(&new("outer", "10.66.0.0/16", VPC), &["demo"]);
-        refused(&new("v6", "fd00:66::/80", VPC), &["demo", "fd00:66::/64"]);
-        refused(
-            &new("dual", "10.67.0.0/24,fd00:66::/48", VPC),
-            &["demo", "fd00:66::/48"],
-        );
-        // The join subnet is named as such.
-        refused(
-            &new("j", "100.64.1.0/24", VPC),
-            &["the join subnet join", "100.64.0.0/16"],
-        );
-    }
-
-    #[test]
-    fn service_cidr_and_node_addresses_are_refused_in_the_default_vpc() {
-        refused(
-            &new("svc", "10.100.0.0/16", VPC),
-            &["service cidr 10.96.0.0/12"],
-        );
-        refused(&new("svc2", "10.96.0.0/11", VPC), &["10.96.0.0/12"]);
-        refused(
-            &new("node", "172.18.0.0/24", VPC),
-            &["172.18.0.2", "node n1"],
-        );
-        // In another VPC those addresses are free (as in Kube-OVN), overlaps within it are not.
-        assert_eq!(check(&new("svc", "10.100.0.0/16", "vpc1")), Ok(()));
-        let same = spec(
-            "vpc1",
-            json!({ "cidrBlock": "10.101.0.0/24", "vpc": "vpc1" }),
-        );
-        assert!(
-            same.is_err_and(|e| e.to_string().contains("name of its VPC")),
-            "a subnet named like its VPC"
-        );
-        assert_eq!(check(&new("node", "172.18.0.0/24", "vpc1")), Ok(()));
-        assert_eq!(check(&new("demo2", "10.66.0.0/24", "vpc1")), Ok(()));
-        assert!(check(&new("o2", "10.70.0.0/25", "vpc1")).is_err());
-        // No service CIDR configured: no service check.
-        let c = Config {
-            service_cidr: String::new(),
-            ..Config::default()
-        };
-        assert_eq!(service_cidrs(&c).expect("empty"), Vec::new());
-        assert!(service_cidrs(&Config {
-            service_cidr: "10.96.0.1/12".into(),
-            ..Config::default()
-        })
-        .is_err());
-    }
-
-    #[test]
-    fn disjoint_subnets_and_updates_of_themselves_are_accepted() {
-        assert_eq!(check(&new("s1", "10.67.0.0/24", VPC)), Ok(()));
-        assert_eq!(check(&new("s2", "10.66.1.0/24,fd00:67::/64", VPC)), Ok(()));
-        assert_eq!(check(&new("s3", "fd00:66:1::/64", VPC)), Ok(()));
-        // Adjacent blocks do not overlap.
-        assert_eq!(check(&new("s4", "10.65.255.0/24", VPC)), Ok(()));
-        // A subnet never conflicts with its own accepted version (an update of demo).
-        assert_eq!(check(&new("demo", "10.66.0.0/23", VPC)), Ok(()));
-    }
-
-    /// The refusal of a spec on its own (always a permanent, invalid-input error).
-    fn spec_error(v: Value) -> String {
-        let e = spec("x", v).expect_err("refused");
-        assert!(matches!(e, ControllerError::Invalid { .. }), "{e}");
-        e.to_string()
-    }
-
-    #[test]
-    fn bad_acls_and_allow_subnets_are_refused() {
-        let e = spec_error(
-            json!({ "cidrBlock": "10.66.0.0/24", "allowSubnets": ["10.1.0.0/16", "nope"] }),
-        );
-        assert!(e.contains("allowSubnets: \"nope\" is not a CIDR"), "{e}");
-        let acl = |a: Value| spec_error(json!({ "cidrBlock": "10.66.0.0/24", "acls": [a] }));
-        let ok =
-            json!({"direction": "to-lport", "priority": 1000, "match": "ip", "action": "drop"});
-        let with = |k: &str, v: Value| {
-            let mut a = ok.clone();
-            a[k] = v;
-            a
-        };
-        assert!(acl(with("direction", json!("sideways"))).contains("acls[0]: direction"));
-        assert!(acl(with("priority", json!(40000))).contains("priority 40000 is outside"));
-        assert!(acl(with("action", json!("maybe"))).contains("action \"maybe\""));
-        assert!(acl(with("match", json!(" "))).contains("the match is empty"));
-        let good =
-            spec("ok", json!({ "cidrBlock": "10.66.0.0/24", "acls": [ok] })).expect("accepted");
-        assert_eq!(good.acls.len(), 1);
-    }
-
-    #[test]
-    fn gateway_and_exclude_ips_outside_the_block_are_refused() {
-        let e = spec_error(json!({ "cidrBlock": "10.66.0.0/24", "gateway": "10.67.0.1" }));
-        assert!(
-            e.contains("gateway 10.67.0.1 is outside 10.66.0.0/24"),
-            "{e}"
-        );
-        for bad in ["10.67.0.5", "10.66.0.250..10.66.1.3", "fd00::1"] {
-            let e = spec_error(json!({ "cidrBlock": "10.66.0.0/24", "excludeIps": [bad] }));
-            let want = format!("excludeIps entry {bad:?} is outside cidrBlock 10.66.0.0/24");
-            assert!(e.contains(&want), "{e}");
-        }
-        for bad in ["x", "10.66.0.9..y", ""] {
-            let e = spec_error(json!({ "cidrBlock": "10.66.0.0/24", "excludeIps": [bad] }));
-            assert!(e.contains("is not an address or a..b range"), "{e}");
-        }
-        // Inside: accepted, the gateway dropped from the list as before.
-        let ok = spec(
-            "ok",
-            json!({ "cidrBlock": "10.66.0.0/24,fd00:66::/64", "gateway": "10.66.0.254",
-                    "excludeIps": ["10.66.0.254", "10.66.0.2..10.66.0.9", "fd00:66::5"] }),
-        )
-        .expect("inside");
-        assert_eq!(ok.exclude_ips, ["10.66.0.2..10.66.0.9", "fd00:66::5"]);
-        assert_eq!(ok.gateway(), "10.66.0.254,fd00:66::1");
-        assert_eq!(ok.vpc, VPC);
-    }
 }
 
 /// Behaviour of the subnet reconciler on the test API server and an in-memory northbound.
@@ -1106,14 +400,19 @@ mod behaviour {
     use crate::controller::node::Nodes;
     use crate::controller::testing::{config, Harness};
     use crate::controller::vpc::Vpcs;
+    use crate::controller::Config;
     use crate::crd::VpcSpec;
+    use crate::crd::{IpCount, Vpc};
+    use k8s_openapi::api::core::v1::Namespace;
     use k8s_openapi::api::core::v1::{NodeAddress, NodeStatus};
     use kube::api::DeleteParams;
+    use kube::api::{Patch, PatchParams};
     use kubeovn_ipam::AllocRequest;
     use kubeovn_ovn::memdb::MemDb;
     use kubeovn_ovn::models::nb::LogicalRouterPolicyAction;
     use kubeovn_ovn::northbound::Northbound;
     use serde_json::json;
+    use std::net::IpAddr;
 
     const VPC: &str = "ovn-cluster";
 
@@ -1783,7 +1082,7 @@ mod behaviour {
             status_interval: std::time::Duration::from_millis(5),
             ..config()
         };
-        let h = Harness::start_with(c, MemDb::new_nb(), |_| async {}).await;
+        let mut h = Harness::start_with(c, MemDb::new_nb(), |_| async {}).await;
         subnet(
             &h,
             "s1",
@@ -1791,7 +1090,7 @@ mod behaviour {
         )
         .await;
         run(&h, "s1").await.expect("s1");
-        let task = tokio::spawn(status_loop(h.ctx.clone()));
+        h.serve_kind::<crate::controller::status::SubnetStatus>();
         let usage = |want_using: u128| {
             let h = &h;
             async move {
@@ -1818,6 +1117,5 @@ mod behaviour {
         let u = usage(1).await;
         assert_eq!(u.v4_available_ips, IpCount(242));
         assert_eq!(u.v4_using_ip_range, a.ips().next().expect("ip").to_string());
-        task.abort();
     }
 }

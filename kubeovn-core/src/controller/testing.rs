@@ -10,9 +10,9 @@ use std::time::{Duration, Instant};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, PostParams};
 use kube::Resource;
-use kubeovn_testapi::{Config as ApiConfig, TestApiServer};
 use kubeovn_ovn::memdb::MemDb;
 use kubeovn_ovn::northbound::{Northbound, OvsdbNorthbound};
+use kubeovn_testapi::{Config as ApiConfig, TestApiServer};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
@@ -87,11 +87,15 @@ impl Harness {
         let controller = Controller::new(client.clone(), dyn_nb, config);
         let tasks = Arc::new(Mutex::new(Vec::new()));
         let guard = AbortOnDrop(tasks.clone());
-        let (ctx, workers) = controller
+        let (ctx, mut workers) = controller
             .prepare(&tasks, Instant::now())
             .await
             .expect("controller start");
-        Harness {
+        workers
+            .at_start(ctx.clone())
+            .await
+            .expect("the start hooks");
+        let mut h = Harness {
             api,
             client,
             db,
@@ -99,7 +103,10 @@ impl Harness {
             ctx,
             workers: Some(workers),
             _tasks: guard,
-        }
+        };
+        // The policy sets' writer runs as at any start: policy runs wait for it.
+        h.serve_kind::<super::netpol::Flusher>();
+        h
     }
 
     /// Creates `obj` and waits until the controller's store holds it.
@@ -178,6 +185,26 @@ impl Harness {
         key: Key<R::Object>,
     ) -> Result<Action, ControllerError> {
         framework::run_once::<Ctx, R>(&self.ctx, &key).await
+    }
+
+    /// Runs task `T` once, as its worker would.
+    pub async fn run_task<T: framework::Task<Ctx, Error = ControllerError>>(
+        &self,
+    ) -> Result<Action, ControllerError> {
+        framework::run_task_once::<Ctx, T>(&self.ctx).await
+    }
+
+    /// Starts the workers of kind (or task) `R` alone: it runs by itself, the others by hand.
+    pub fn serve_kind<R: 'static>(&mut self) {
+        if let Some(w) = self.workers.as_mut() {
+            let tasks = self._tasks.0.clone();
+            for f in w.take::<R>().run(self.ctx.clone()) {
+                tasks
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(tokio::spawn(f));
+            }
+        }
     }
 
     /// Starts the workers: from now on the controller runs by itself.
@@ -337,7 +364,7 @@ impl Harness {
         let mut want = p.clone();
         super::podinfo::trim(&mut want);
         self.until(&format!("pod {ns}/{name} stored"), || {
-            self.ctx.pods.get(&ns, &name).is_some_and(|s| {
+            self.ctx.pods().get(&ns, &name).is_some_and(|s| {
                 s.metadata.uid == want.metadata.uid
                     && s.metadata.deletion_timestamp == want.metadata.deletion_timestamp
                     && s.annotation_map() == want.annotation_map()
@@ -395,6 +422,15 @@ impl Harness {
         let config = self.ctx.config.clone();
         drop(self);
         Self::start_with(config, db, setup).await
+    }
+
+    /// The pods waiting for an address in `subnet` (the pod kind's state).
+    pub fn waiting(&self, subnet: &str) -> Vec<String> {
+        self.ctx
+            .kinds
+            .reconciler::<super::pod::Pods>()
+            .map(|p| p.waiting.of(subnet))
+            .unwrap_or_default()
     }
 
     /// Who holds `ip` in the allocator: its record (port) name.

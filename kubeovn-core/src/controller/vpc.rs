@@ -9,7 +9,8 @@ use kube::ResourceExt;
 use kubeovn_ovn::northbound::{Batch, Router};
 
 use super::error::{ControllerError, Result};
-use super::framework::{Action, Key, Reconciler};
+use super::framework::{Action, Key, Reconciler, Relations};
+use super::views::{SubnetChanged, VpcLbsChanged};
 use super::Ctx;
 use crate::crd::{StatusPatch, Vpc, VpcSpec, VpcStatus};
 use crate::naming::{self, external_ids as ext};
@@ -25,7 +26,12 @@ pub(crate) async fn ensure_default(client: &kube::Client, name: &str) -> Result<
     }
 }
 
+/// Delay before a Vpc's status follows its Services' load balancers: a burst of Service changes (a
+/// restart) becomes one status write per VPC.
+const LB_STATUS_DELAY: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// The VPC kind: each Vpc's router and status.
+#[derive(Debug, Default)]
 pub(crate) struct Vpcs;
 
 #[async_trait::async_trait]
@@ -34,11 +40,21 @@ impl Reconciler<Ctx> for Vpcs {
     type Error = ControllerError;
     const NAME: &'static str = "vpc";
 
-    async fn reconcile(ctx: &Arc<Ctx>, vpc: Arc<Vpc>) -> Result<Action> {
+    async fn reconcile(&self, ctx: &Arc<Ctx>, vpc: Arc<Vpc>) -> Result<Action> {
         reconcile(ctx, &vpc).await.map(|()| Action::Done)
     }
 
-    async fn cleanup(ctx: &Arc<Ctx>, key: &Key<Vpc>, _: Option<Arc<Vpc>>) -> Result<Action> {
+    fn relations(_this: &Arc<Self>, r: &mut Relations<'_, Ctx, Vpc>) {
+        // Its subnets (status.subnets) and its Services' load balancers (status.loadBalancers).
+        r.on_signal::<SubnetChanged>(|_, c| {
+            let mut v: Vec<&str> = c.states().map(|s| s.vpc.as_str()).collect();
+            v.dedup();
+            v.into_iter().map(Key::cluster).collect()
+        });
+        r.on_signal_after::<VpcLbsChanged>(LB_STATUS_DELAY, |_, v| vec![Key::cluster(&v.0)]);
+    }
+
+    async fn cleanup(&self, ctx: &Arc<Ctx>, key: &Key<Vpc>, _: Option<Arc<Vpc>>) -> Result<Action> {
         if key.name() == ctx.config.default_vpc {
             return Ok(Action::Done);
         }
@@ -82,7 +98,7 @@ async fn reconcile(ctx: &Ctx, vpc: &Vpc) -> Result<()> {
         router: name.to_owned(),
         subnets,
         load_balancer_group: naming::lb_group(name),
-        load_balancers: ctx.services.lbs_of(name),
+        load_balancers: ctx.views.lbs_of(name),
         ..current.clone()
     };
     if status == current {
