@@ -49,3 +49,50 @@ pub fn installed(prog: &str) -> bool {
         .status()
         .is_ok()
 }
+
+#[cfg(test)]
+mod tests {
+    use std::process::Command;
+
+    /// Skips when run by [`skip_passes_with_its_line_or_fails_under_ci`], passes at once otherwise.
+    #[test]
+    fn helper_that_skips() {
+        if std::env::var_os("KUBEOVN_TEST_SUPPORT_HELPER").is_some() {
+            super::skip("because of the test");
+        }
+    }
+
+    /// The helper, run in a child test process with `CI` set to `value`: (passed, stdout + stderr).
+    fn run_helper(ci: &str) -> (bool, String) {
+        let exe = std::env::current_exe().expect("test binary");
+        let out = Command::new(exe)
+            .args(["--exact", "skip::tests::helper_that_skips", "--nocapture"])
+            .env("KUBEOVN_TEST_SUPPORT_HELPER", "1")
+            .env("CI", ci)
+            .output()
+            .expect("run the test binary");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr);
+        (out.status.success(), text)
+    }
+
+    #[test]
+    fn skip_passes_with_its_line_or_fails_under_ci() {
+        for ci in ["", "0", "false", "no"] {
+            let (passed, text) = run_helper(ci);
+            assert!(passed, "CI={ci:?}: {text}");
+            assert!(
+                text.contains("SKIPPED skip::tests::helper_that_skips: because of the test\n"),
+                "CI={ci:?}: {text}"
+            );
+        }
+        for ci in ["true", "1", "yes"] {
+            let (passed, text) = run_helper(ci);
+            assert!(!passed, "CI={ci:?}: {text}");
+            assert!(
+                text.contains("cannot run under CI (CI is set): because of the test"),
+                "CI={ci:?}: {text}"
+            );
+        }
+    }
+}
