@@ -122,7 +122,6 @@ mod tests {
     async fn a_users_record_holds_its_address_against_pods_until_it_goes() {
         use crate::annotations::IP_ADDRESS;
         use crate::controller::framework::Key;
-        use crate::controller::pod::Pods;
         use crate::controller::testing::{pod, Harness};
 
         let mut h = Harness::start().await;
@@ -151,7 +150,7 @@ mod tests {
         h.create_pod(&pod("default", "a", &[(IP_ADDRESS, "10.16.0.50")], None))
             .await;
         let e = h
-            .run::<Pods>(Key::namespaced("default", "a"))
+            .run_pod(Key::namespaced("default", "a"))
             .await
             .expect_err("reserved");
         assert!(e.is_permanent(), "{e}");
@@ -164,7 +163,7 @@ mod tests {
         h.until("reservation released", || h.holder("10.16.0.50").is_none())
             .await;
         assert!(h.waiting("ovn-default").contains(&"default/a".to_owned()));
-        h.run::<Pods>(Key::namespaced("default", "a"))
+        h.run_pod(Key::namespaced("default", "a"))
             .await
             .expect("served");
         assert_eq!(h.holder("10.16.0.50").as_deref(), Some("a.default"));
@@ -177,7 +176,6 @@ mod tests {
     async fn a_reservation_named_like_a_pods_port_gives_the_pod_its_address() {
         use crate::annotations::IP_ADDRESS;
         use crate::controller::framework::Key;
-        use crate::controller::pod::Pods;
         use crate::controller::testing::{pod, Harness};
 
         let mut h = Harness::start().await;
@@ -196,7 +194,7 @@ mod tests {
 
         let key = Key::namespaced("default", "a");
         h.create_pod(&pod("default", "a", &[], None)).await;
-        h.run::<Pods>(key.clone()).await.expect("run");
+        h.run_pod(key.clone()).await.expect("run");
         let p: crate::controller::PodInfo = h.get_in("default", "a").await.expect("pod");
         assert_eq!(
             p.annotation_map().get(IP_ADDRESS).map(String::as_str),
@@ -226,7 +224,7 @@ mod tests {
             .await
             .expect("delete pod");
         h.gone(&key).await;
-        h.run::<Pods>(key).await.expect("cleanup");
+        h.run_pod(key).await.expect("cleanup");
         assert!(ips.get_opt("a.default").await.expect("get").is_none());
         assert_eq!(h.holder("10.16.0.120"), None);
     }
@@ -235,8 +233,6 @@ mod tests {
     async fn a_reservation_moved_or_dropped_frees_its_address_for_waiting_pods() {
         use crate::annotations::LOGICAL_SWITCH;
         use crate::controller::framework::Key;
-        use crate::controller::pod::Pods;
-        use crate::controller::subnet::Subnets;
         use crate::controller::testing::{pod, Harness};
         use crate::crd::{Decoded, Subnet, SubnetSpec};
 
@@ -255,7 +251,7 @@ mod tests {
             .await
             .expect("subnet");
         h.stored(&Decoded::new(s)).await;
-        h.run::<Subnets>(Key::cluster("small"))
+        h.run_subnet(Key::cluster("small"))
             .await
             .expect("subnet");
         h.serve_kind::<IpReservations>();
@@ -273,7 +269,7 @@ mod tests {
         let key = Key::namespaced("default", "p");
         h.create_pod(&pod("default", "p", &[(LOGICAL_SWITCH, "small")], None))
             .await;
-        let e = h.run::<Pods>(key.clone()).await.expect_err("full");
+        let e = h.run_pod(key.clone()).await.expect_err("full");
         assert!(!e.is_permanent(), "{e}");
         assert_eq!(h.waiting("small"), vec!["default/p".to_owned()]);
 
@@ -288,7 +284,7 @@ mod tests {
             h.holder("10.72.0.2").is_none() && h.holder("10.16.0.99").as_deref() == Some("r")
         })
         .await;
-        h.run::<Pods>(key).await.expect("served");
+        h.run_pod(key).await.expect("served");
         assert_eq!(h.holder("10.72.0.2").as_deref(), Some("p.default"));
         assert!(h.waiting("small").is_empty());
 

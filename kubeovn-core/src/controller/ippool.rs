@@ -66,7 +66,6 @@ impl Reconciler<Ctx> for Pools {
 mod tests {
     use super::*;
     use crate::controller::framework::{Failure, ReconcileError};
-    use crate::controller::subnet::Subnets;
     use crate::controller::testing::Harness;
     use crate::crd::Subnet;
     use kube::api::{Api, DeleteParams, Patch, PatchParams};
@@ -81,7 +80,7 @@ mod tests {
             json!({ "metadata": { "name": "s1" }, "spec": { "cidrBlock": "10.70.0.0/24" } }),
         )
         .await;
-        h.run::<Subnets>(Key::cluster("s1")).await.expect("subnet");
+        h.run_subnet(Key::cluster("s1")).await.expect("subnet");
         h
     }
 
@@ -184,12 +183,12 @@ mod tests {
             .expect("delete");
         let key = Key::<Decoded<Subnet>>::cluster("s1");
         h.gone(&key).await;
-        h.run::<Subnets>(key.clone()).await.expect("cleanup");
+        h.run_subnet(key.clone()).await.expect("cleanup");
         h.create_raw::<Subnet>(
             json!({ "metadata": { "name": "s1" }, "spec": { "cidrBlock": "10.70.0.0/24" } }),
         )
         .await;
-        h.run::<Subnets>(key).await.expect("subnet again");
+        h.run_subnet(key).await.expect("subnet again");
         // The pool's addresses are reserved again as soon as the subnet is back, without the pool changing.
         let a = h
             .ctx
@@ -264,7 +263,7 @@ mod tests {
             json!({ "metadata": { "name": "later" }, "spec": { "cidrBlock": "10.71.0.0/24" } }),
         )
         .await;
-        h.run::<Subnets>(Key::cluster("later"))
+        h.run_subnet(Key::cluster("later"))
             .await
             .expect("later");
         let key = Key::<Decoded<IPPool>>::cluster("early");

@@ -119,7 +119,6 @@ async fn reconcile(ctx: &Ctx, ns: &Namespace) -> Result<()> {
 mod tests {
     use super::*;
     use crate::annotations::{CIDR, LOGICAL_SWITCH};
-    use crate::controller::subnet::Subnets;
     use crate::controller::testing::Harness;
     use crate::crd::{Decoded, Subnet, SubnetSpec};
 
@@ -164,7 +163,7 @@ mod tests {
         let api: Api<Subnet> = Api::all(h.client.clone());
         let s = api.create(&Default::default(), &s).await.expect("subnet");
         h.stored(&Decoded::new(s)).await;
-        h.run::<Subnets>(Key::cluster("team-net"))
+        h.run_subnet(Key::cluster("team-net"))
             .await
             .expect("subnet run");
         h.stored(&h.ctx.kinds.get(&key).map(|n| (*n).clone()).expect("ns"))

@@ -193,7 +193,6 @@ async fn delete(ctx: &Ctx, name: &str, last: Option<&Node>) -> Result<()> {
 mod tests {
     use super::*;
     use crate::annotations::{ALLOCATED, IP_ADDRESS, LOGICAL_SWITCH, MAC_ADDRESS};
-    use crate::controller::subnet::Subnets;
     use crate::controller::testing::Harness;
     use crate::crd::IP;
     use crate::crd::{Decoded, Subnet};
@@ -308,7 +307,7 @@ mod tests {
             queued.iter().any(|k| k.name() == "ovn-default"),
             "{queued:?}"
         );
-        h.run::<Subnets>(Key::cluster("ovn-default"))
+        h.run_subnet(Key::cluster("ovn-default"))
             .await
             .expect("default subnet");
         assert!(h.nb.port_group("ovn.default.n1").is_some());

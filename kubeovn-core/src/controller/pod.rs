@@ -451,7 +451,6 @@ mod tests {
         ALLOCATED, CIDR, GATEWAY, IP_ADDRESS, IP_POOL, LOGICAL_SWITCH, MAC_ADDRESS, PORT_SECURITY,
         ROUTED,
     };
-    use crate::controller::subnet::Subnets;
     use crate::controller::testing::{pod, Harness};
     use crate::crd::{Decoded, Subnet, SubnetSpec, IP};
     use futures::{StreamExt, TryStreamExt};
@@ -484,7 +483,7 @@ mod tests {
             .await
             .expect("subnet");
         h.stored(&Decoded::new(s)).await;
-        h.run::<Subnets>(Key::cluster(name))
+        h.run_subnet(Key::cluster(name))
             .await
             .expect("subnet run");
         assert!(h.ctx.subnet(name).is_some(), "subnet {name} loaded");

@@ -171,7 +171,6 @@ pub(crate) fn rebuild(
 mod tests {
     use crate::annotations::{ALLOCATED, IP_ADDRESS};
     use crate::controller::framework::Key;
-    use crate::controller::pod::Pods;
     use crate::controller::testing::{pod, Harness};
     use crate::controller::PodInfo;
     use crate::crd::{IPSpec, IP};
@@ -183,7 +182,7 @@ mod tests {
         let mut out = Vec::new();
         for n in names {
             h.create_pod(&pod("default", n, &[], Some("n1"))).await;
-            h.run::<Pods>(Key::namespaced("default", n))
+            h.run_pod(Key::namespaced("default", n))
                 .await
                 .expect("run");
             let p: PodInfo = h.get_in("default", n).await.expect("pod");
@@ -280,19 +279,19 @@ mod tests {
 
         // `a` has nothing to redo; `b` is given its own address back; a new pod takes neither.
         let before = h.api_pod("default", "a").await;
-        h.run::<Pods>(Key::namespaced("default", "a"))
+        h.run_pod(Key::namespaced("default", "a"))
             .await
             .expect("a");
         assert_eq!(
             h.api_pod("default", "a").await.metadata.resource_version,
             before.metadata.resource_version
         );
-        h.run::<Pods>(Key::namespaced("default", "b"))
+        h.run_pod(Key::namespaced("default", "b"))
             .await
             .expect("b");
         assert_eq!(ip_of(&h.api_pod("default", "b").await), ip_b);
         h.create_pod(&pod("default", "d", &[], None)).await;
-        h.run::<Pods>(Key::namespaced("default", "d"))
+        h.run_pod(Key::namespaced("default", "d"))
             .await
             .expect("d");
         let d = h.api_pod("default", "d").await;
@@ -352,13 +351,13 @@ mod tests {
         assert_eq!(h.holder("100.64.0.7").as_deref(), Some("node-n1"));
         assert_eq!(h.holder("10.16.0.2").as_deref(), Some("x.default"));
         h.create_pod(&pod("default", "y", &[], None)).await;
-        h.run::<Pods>(Key::namespaced("default", "y"))
+        h.run_pod(Key::namespaced("default", "y"))
             .await
             .expect("y");
         let y = h.api_pod("default", "y").await;
         assert_ne!(ip_of(&y), "10.16.0.2");
         // `x` gets its port with its own address and MAC.
-        h.run::<Pods>(Key::namespaced("default", "x"))
+        h.run_pod(Key::namespaced("default", "x"))
             .await
             .expect("x");
         let lsp = h.nb.switch_port("x.default").expect("port");

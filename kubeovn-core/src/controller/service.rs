@@ -769,17 +769,15 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_service_of_custom_vpc_endpoints_lives_in_that_vpc_and_its_status() {
-        use crate::controller::subnet::Subnets;
-        use crate::controller::vpc::Vpcs;
         use crate::crd::{Subnet, Vpc, VpcSpec};
         let h = Harness::start().await;
         h.create_cluster(&Vpc::new("blue", VpcSpec::default()))
             .await;
-        h.run::<Vpcs>(Key::cluster("blue")).await.expect("vpc");
+        h.run_vpc(Key::cluster("blue")).await.expect("vpc");
         h.create_raw::<Subnet>(json!({"metadata": {"name": "blue-net"},
             "spec": {"cidrBlock": "10.70.0.0/24", "vpc": "blue"}}))
             .await;
-        h.run::<Subnets>(Key::cluster("blue-net"))
+        h.run_subnet(Key::cluster("blue-net"))
             .await
             .expect("subnet");
         let blue = h.nb.load_balancer_group("lbg.blue").expect("blue group");
@@ -813,7 +811,7 @@ mod tests {
         );
 
         // The Vpc status lists it.
-        h.run::<Vpcs>(Key::cluster("blue")).await.expect("vpc");
+        h.run_vpc(Key::cluster("blue")).await.expect("vpc");
         let vpc: Vpc = h.get("blue").await.expect("vpc");
         let st = vpc.status.expect("status");
         assert_eq!(st.load_balancer_group, "lbg.blue");
@@ -893,7 +891,7 @@ mod tests {
             .expect("delete node");
         h.gone(&Key::<k8s_openapi::api::core::v1::Node>::cluster("n2"))
             .await;
-        h.run::<crate::controller::node::Nodes>(Key::cluster("n2"))
+        h.run_node(Key::cluster("n2"))
             .await
             .expect("node cleanup");
         assert!(h.nb.chassis_template_var("n2").is_none());

@@ -397,9 +397,7 @@ async fn delete(ctx: &Ctx, name: &str) -> Result<()> {
 mod behaviour {
     use super::*;
     use crate::controller::framework::{Failure, ReconcileError};
-    use crate::controller::node::Nodes;
     use crate::controller::testing::{config, Harness};
-    use crate::controller::vpc::Vpcs;
     use crate::controller::Config;
     use crate::crd::VpcSpec;
     use crate::crd::{IpCount, Vpc};
@@ -486,7 +484,7 @@ mod behaviour {
 
     async fn with_node(h: &Harness, name: &str, ip: &str) -> IpAddr {
         h.create_cluster(&node(name, ip)).await;
-        h.run::<Nodes>(Key::cluster(name)).await.expect("node");
+        h.run_node(Key::cluster(name)).await.expect("node");
         let port = naming::node_port(name);
         let a = h
             .ctx
@@ -675,7 +673,7 @@ mod behaviour {
         with_node(&h, "n1", "172.18.0.2").await;
         h.create_cluster(&Vpc::new("blue", VpcSpec::default()))
             .await;
-        h.run::<Vpcs>(Key::cluster("blue")).await.expect("vpc");
+        h.run_vpc(Key::cluster("blue")).await.expect("vpc");
         subnet(&h, "s1", json!({ "cidrBlock": "10.70.0.0/24" })).await;
         run(&h, "s1").await.expect("run");
         assert!(h.nb.router_port("ovn-cluster-s1").is_some());
@@ -731,7 +729,7 @@ mod behaviour {
 
         h.create_cluster(&Vpc::new("blue", VpcSpec::default()))
             .await;
-        h.run::<Vpcs>(Key::cluster("blue")).await.expect("vpc");
+        h.run_vpc(Key::cluster("blue")).await.expect("vpc");
         assert_eq!(run(&h, "s2").await.expect("run"), Action::Done);
         assert!(h.nb.switch("s2").is_some());
         let lrp = h.nb.router_port("blue-s2").expect("router port on blue");
@@ -1067,7 +1065,7 @@ mod behaviour {
         for s in ["s1", "ovn-default", "join"] {
             run(&h, s).await.expect("run");
         }
-        h.run::<Nodes>(Key::cluster("n1")).await.expect("node");
+        h.run_node(Key::cluster("n1")).await.expect("node");
         assert_eq!(h.nb_rows(), before, "a reconcile rewrote the northbound");
         let again: Subnet = h.get("s1").await.expect("s1");
         assert_eq!(

@@ -187,6 +187,32 @@ impl Harness {
         framework::run_once::<Ctx, R>(&self.ctx, &key).await
     }
 
+    /// Runs the subnet kind for `key`: a test of another kind drives it without naming it.
+    pub async fn run_subnet(
+        &self,
+        key: Key<crate::crd::Decoded<crate::crd::Subnet>>,
+    ) -> Result<Action, ControllerError> {
+        self.run::<super::subnet::Subnets>(key).await
+    }
+
+    /// Runs the node kind for `key`.
+    pub async fn run_node(
+        &self,
+        key: Key<k8s_openapi::api::core::v1::Node>,
+    ) -> Result<Action, ControllerError> {
+        self.run::<super::node::Nodes>(key).await
+    }
+
+    /// Runs the VPC kind for `key`.
+    pub async fn run_vpc(&self, key: Key<crate::crd::Vpc>) -> Result<Action, ControllerError> {
+        self.run::<super::vpc::Vpcs>(key).await
+    }
+
+    /// Runs the pod kind for `key`.
+    pub async fn run_pod(&self, key: Key<super::PodInfo>) -> Result<Action, ControllerError> {
+        self.run::<super::pod::Pods>(key).await
+    }
+
     /// Runs task `T` once, as its worker would.
     pub async fn run_task<T: framework::Task<Ctx, Error = ControllerError>>(
         &self,
