@@ -32,7 +32,7 @@ if ! command -v cargo >/dev/null; then
     exit 1
 fi
 # A test that cannot run here (not root, a program missing) prints "SKIPPED <test>: <why>" and passes; with CI
-# set to a true value (CI=true, as .ci/run has it) it fails instead (test-support/skip.rs).
+# set to a true value (CI=true, as .ci/run has it) it fails instead (kubeovn-test-support's skip module).
 if [ "$(id -u)" != 0 ]; then
     echo "note: not root: the tests that need network namespaces and OVS will say they are skipped (fail with CI=true)"
 fi
@@ -46,6 +46,9 @@ if [ -z "${SKIP_LINT:-}" ]; then
     # kubeovn-core's types build and lint without the controller (what the fuzz targets and other users take).
     step "cargo clippy -p kubeovn-core --no-default-features"
     cargo clippy -p kubeovn-core --no-default-features --all-targets --quiet -- -D warnings
+    # kubeovn-testapi's server without its kube clients (what the kube-ovn-testapi binary and the fuzz target take).
+    step "cargo clippy -p kubeovn-testapi --no-default-features"
+    cargo clippy -p kubeovn-testapi --no-default-features --lib --quiet -- -D warnings
 fi
 
 # --- tests ----------------------------------------------------------------------------------------
