@@ -19,8 +19,13 @@ fn ann<'a>(o: &'a Value, k: &str) -> Option<&'a str> {
 }
 
 /// Runs the controller as the binary does (`kube_ovn_controller::run` with parsed flags) until the returned
-/// sender is dropped.
-fn run_binary_controller(env: &Env, nb_addr: &str) -> tokio::sync::oneshot::Sender<()> {
+/// sender is dropped; its metrics on `127.0.0.1:metrics_port`.
+fn run_binary_controller(
+    env: &Env,
+    nb_addr: &str,
+    metrics_port: u16,
+) -> tokio::sync::oneshot::Sender<()> {
+    let metrics = format!("127.0.0.1:{metrics_port}");
     let args = kube_ovn_controller::Args::parse([
         "--kubeconfig",
         env.kubeconfig.to_str().unwrap(),
@@ -28,6 +33,8 @@ fn run_binary_controller(env: &Env, nb_addr: &str) -> tokio::sync::oneshot::Send
         nb_addr,
         "--gc-interval",
         "1",
+        "--metrics-addr",
+        &metrics,
     ])
     .unwrap();
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
@@ -41,6 +48,32 @@ fn run_binary_controller(env: &Env, nb_addr: &str) -> tokio::sync::oneshot::Send
         }
     });
     tx
+}
+
+/// A free TCP port on 127.0.0.1 (for the metrics endpoint).
+fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().port()
+}
+
+/// The pod handler's failures so far, from the controller's metrics endpoint (None while it is not up).
+async fn pod_handler_errors(port: u16) -> Option<u64> {
+    let text = tokio::task::spawn_blocking(move || {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .ok()?;
+        let mut out = String::new();
+        s.read_to_string(&mut out).ok()?;
+        Some(out)
+    })
+    .await
+    .unwrap()?;
+    let n = text.lines().find_map(|l| {
+        l.strip_prefix("kube_ovn_controller_handler_errors_total{kind=\"pod\"} ")
+            .map(|n| n.trim().parse().unwrap())
+    });
+    Some(n.unwrap_or(0))
 }
 
 /// Waits until pod `ns/name` is annotated and its port is in NB with the annotated addresses; returns
@@ -82,9 +115,11 @@ async fn pods_are_served_after_a_northbound_kill_and_restart() {
     let Some(mut env) = Env::start().await else {
         return;
     };
-    let _stop = run_binary_controller(&env, &env.nb.unix_remote());
+    let port = free_port();
+    let _stop = run_binary_controller(&env, &env.nb.unix_remote(), port);
     env.apply(&pod("default", "before", "n1", &[])).await;
     served(&env, "default", "before", 30).await;
+    let failed_before = pod_handler_errors(port).await.expect("metrics endpoint");
 
     let pid = env.nb.pid();
     env.nb.kill9();
@@ -93,9 +128,17 @@ async fn pods_are_served_after_a_northbound_kill_and_restart() {
         env.apply(&pod("default", &format!("down{i}"), "n1", &[]))
             .await;
     }
-    // Longer than a commit waits for the replica (10 s): handlers fail with a connection error and are
-    // retried, and the session backs off to its longest delay.
-    tokio::time::sleep(Duration::from_secs(11)).await;
+    // A commit waits for the replica up to 10 s: the handlers of the three pods fail (the controller's own
+    // count of pod handler failures says so) and are retried, and the session backs off meanwhile.
+    let failed = wait_for("the pods' handlers failing without NB", 60, || async {
+        let n = pod_handler_errors(port).await?;
+        (n >= failed_before + 3).then_some(n)
+    })
+    .await;
+    eprintln!(
+        "pod handler failures without NB: {}",
+        failed - failed_before
+    );
     let p = env
         .get_json(&["pod", "-n", "default", "down0"])
         .await
@@ -156,7 +199,7 @@ async fn pods_are_served_across_a_raft_leader_kill() {
     let Some(env) = Env::start().await else {
         return;
     };
-    let _stop = run_binary_controller(&env, &cl.remotes());
+    let _stop = run_binary_controller(&env, &cl.remotes(), free_port());
     env.apply(&pod("default", "before", "n1", &[])).await;
     served_by_cluster(&env, &cl, "default", "before", 30).await;
 
