@@ -349,19 +349,16 @@ mod tests {
             .await
             .unwrap_err();
         assert!(matches!(e, SourceError::NotReady { .. }), "{e}");
-        let s2 = s.clone();
-        let t = tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_millis(30)).await;
-            s2.insert("ns", "p", net("other.ns.ovn"));
-            tokio::time::sleep(Duration::from_millis(30)).await;
-            s2.insert("ns", "p", net("ovn"));
-        });
-        let got = s
-            .pod_network(&pod, "ovn", Duration::from_secs(5))
-            .await
-            .unwrap();
+        // A waiter polled by hand: waiting before any insert, still waiting after another provider's (it
+        // woke, looked and waits again), served by its own provider's.
+        let mut waiting = Box::pin(s.pod_network(&pod, "ovn", Duration::from_secs(5)));
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        assert!(std::future::Future::poll(waiting.as_mut(), &mut cx).is_pending());
+        s.insert("ns", "p", net("other.ns.ovn"));
+        assert!(std::future::Future::poll(waiting.as_mut(), &mut cx).is_pending());
+        s.insert("ns", "p", net("ovn"));
+        let got = waiting.await.unwrap();
         assert_eq!(got.provider, "ovn");
-        t.await.unwrap();
         assert!(s.remove("ns", "p", "ovn").is_some());
     }
 
