@@ -287,7 +287,14 @@ spec:
         .ok(&["api-resources", "--api-group=test.kubeovn.io"])
         .contains("gadgets"));
 
-    // `get -w` sees what happens after it starts.
+    // `get -w` sees what happens after it starts. It lists first (g0, made before it) and then watches from
+    // the list's resourceVersion: once g0's line is printed, every later change is delivered.
+    let g0 = write(
+        dir.path(),
+        "g0.yaml",
+        "apiVersion: test.kubeovn.io/v1\nkind: Gadget\nmetadata: {name: g0}\nspec: {size: 1}\n",
+    );
+    b.ok(&["apply", "-f", &g0]);
     let mut watch = Command::new("kubectl")
         .arg("--kubeconfig")
         .arg(&b.kubeconfig)
@@ -296,7 +303,26 @@ spec:
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(700));
+    let (tx, lines) = std::sync::mpsc::channel();
+    let stdout = watch.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for l in std::io::BufReader::new(stdout).lines() {
+            if l.is_err() || tx.send(l.unwrap()).is_err() {
+                return;
+            }
+        }
+    });
+    let mut seen: Vec<String> = Vec::new();
+    let mut until = |n: usize, name: &str| {
+        while seen.iter().filter(|l| l.as_str() == name).count() < n {
+            let l = lines
+                .recv_timeout(Duration::from_secs(10))
+                .unwrap_or_else(|e| panic!("{e}: waiting for {name} in {seen:?}"));
+            seen.push(l);
+        }
+    };
+    until(1, "gadget.test.kubeovn.io/g0");
     let g = write(
         dir.path(),
         "g.yaml",
@@ -309,17 +335,10 @@ spec:
         "3"
     );
     b.ok(&["delete", "gd", "g1"]);
-    std::thread::sleep(Duration::from_millis(700));
+    // Created, labelled, deleted: three events of g1.
+    until(3, "gadget.test.kubeovn.io/g1");
     let _ = watch.kill();
-    let out = watch.wait_with_output().unwrap();
-    let seen = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        seen.lines()
-            .filter(|l| l.contains("gadget.test.kubeovn.io/g1"))
-            .count()
-            >= 3,
-        "{seen}"
-    );
+    let _ = watch.wait();
     b.terminate();
 }
 
