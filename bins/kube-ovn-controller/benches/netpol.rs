@@ -38,13 +38,13 @@ use std::collections::{BTreeMap, HashSet};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
-use kubeovn_testapi::{ResourceInfo, Store};
 use kubeovn_core::netpol::{Pods, Selector, SetKey};
 use kubeovn_ovn::cache::{Cache, CacheBuilder, CacheView};
 use kubeovn_ovn::models::nb;
 use kubeovn_ovn::monitor::{RowUpdate, TableUpdates};
 use kubeovn_ovn::northbound::Batch;
 use kubeovn_ovn::{Client, Datum, Model};
+use kubeovn_testapi::{ResourceInfo, Store};
 use serde_json::{json, Value};
 use support::{env, kill, monitor_all, pct, spawn_controller, start_api, usage, Chassis, Northd};
 

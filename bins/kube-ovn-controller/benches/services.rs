@@ -35,11 +35,11 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use kubeovn_testapi::{ResourceInfo, Store, TestApiServer};
 use kubeovn_ovn::cache::{Cache, CacheBuilder, CacheView, CachedRow};
 use kubeovn_ovn::models::nb;
 use kubeovn_ovn::monitor::{RowUpdate, TableUpdates};
 use kubeovn_ovn::{Atom, Client, Datum, Model, Uuid};
+use kubeovn_testapi::{ResourceInfo, Store, TestApiServer};
 use serde_json::{json, Value};
 use support::{env, kill, monitor_all, pct, spawn_controller, start_api, usage, Northd};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

@@ -34,8 +34,6 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use kubeovn_ovn_stack::cgroup::CpuGroup;
-use kubeovn_ovn_stack::ovn::{OvnOptions, OvnStack};
 use kubeovn_cni::node::{
     init_node, CniHandler, HandlerConfig, IcmpGatewayProbe, Metrics, NodeConfig, PodNetwork,
     Server, StaticPodNetworks,
@@ -45,6 +43,8 @@ use kubeovn_ovn::northbound::{
     Batch, LogicalSwitch, Northbound, OvsdbNorthbound, Patch, Router, SwitchPort,
 };
 use kubeovn_ovn::vswitch::OvsdbOpenVSwitch;
+use kubeovn_ovn_stack::cgroup::CpuGroup;
+use kubeovn_ovn_stack::ovn::{OvnOptions, OvnStack};
 
 struct Args {
     n: usize,

@@ -10,9 +10,9 @@ use std::os::unix::fs::PermissionsExt;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use kubeovn_ovn_stack::ovn::{OvnOptions, OvnStack};
 use kubeovn_netdev::{NamedNetns, Namespaces};
 use kubeovn_ovn::northbound::{Northbound, OvsdbNorthbound, SwitchPort};
+use kubeovn_ovn_stack::ovn::{OvnOptions, OvnStack};
 use serde_json::json;
 
 const DAEMON: &str = env!("CARGO_BIN_EXE_kube-ovn-daemon");

@@ -13,11 +13,11 @@ use common::Harness;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::Api;
-use kubeovn_testapi::{Config, TestApiServer};
 use kubeovn_cni::node::{
     init_node, node_join_network, KubePodNetworks, NodeConfig, StaticPodNetworks,
 };
 use kubeovn_netdev::NetlinkNetdev;
+use kubeovn_testapi::{Config, TestApiServer};
 use serde_json::json;
 
 fn pod_object(name: &str, node: &str) -> Pod {

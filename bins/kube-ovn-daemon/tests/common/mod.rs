@@ -9,7 +9,6 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
-use kubeovn_ovn_stack::ovn::{missing_programs, OvnOptions, OvnStack};
 use kubeovn_cni::node::{
     init_node, CniHandler, HandlerConfig, IcmpGatewayProbe, Metrics, NodeConfig, PodNetwork,
     PodNetworkSource, Server, StaticPodNetworks,
@@ -19,6 +18,7 @@ use kubeovn_ovn::northbound::{
     Batch, LogicalSwitch, Northbound, OvsdbNorthbound, Patch, Router, SwitchPort,
 };
 use kubeovn_ovn::vswitch::OvsdbOpenVSwitch;
+use kubeovn_ovn_stack::ovn::{missing_programs, OvnOptions, OvnStack};
 use serde_json::{json, Value};
 
 use kubeovn_test_support::{cargo_build, skip};
