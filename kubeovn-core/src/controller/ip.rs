@@ -251,9 +251,7 @@ mod tests {
             .await
             .expect("subnet");
         h.stored(&Decoded::new(s)).await;
-        h.run_subnet(Key::cluster("small"))
-            .await
-            .expect("subnet");
+        h.run_subnet(Key::cluster("small")).await.expect("subnet");
         h.serve_kind::<IpReservations>();
         let ips: Api<IP> = Api::all(h.client.clone());
         ips.create(

@@ -263,9 +263,7 @@ mod tests {
             json!({ "metadata": { "name": "later" }, "spec": { "cidrBlock": "10.71.0.0/24" } }),
         )
         .await;
-        h.run_subnet(Key::cluster("later"))
-            .await
-            .expect("later");
+        h.run_subnet(Key::cluster("later")).await.expect("later");
         let key = Key::<Decoded<IPPool>>::cluster("early");
         assert_eq!(h.run::<Pools>(key).await.expect("early"), Action::Done);
         let a = h

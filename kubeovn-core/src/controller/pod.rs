@@ -483,9 +483,7 @@ mod tests {
             .await
             .expect("subnet");
         h.stored(&Decoded::new(s)).await;
-        h.run_subnet(Key::cluster(name))
-            .await
-            .expect("subnet run");
+        h.run_subnet(Key::cluster(name)).await.expect("subnet run");
         assert!(h.ctx.subnet(name).is_some(), "subnet {name} loaded");
     }
 

@@ -182,9 +182,7 @@ mod tests {
         let mut out = Vec::new();
         for n in names {
             h.create_pod(&pod("default", n, &[], Some("n1"))).await;
-            h.run_pod(Key::namespaced("default", n))
-                .await
-                .expect("run");
+            h.run_pod(Key::namespaced("default", n)).await.expect("run");
             let p: PodInfo = h.get_in("default", n).await.expect("pod");
             let r: IP = h.get(&format!("{n}.default")).await.expect("record");
             out.push((p, r));
@@ -279,21 +277,15 @@ mod tests {
 
         // `a` has nothing to redo; `b` is given its own address back; a new pod takes neither.
         let before = h.api_pod("default", "a").await;
-        h.run_pod(Key::namespaced("default", "a"))
-            .await
-            .expect("a");
+        h.run_pod(Key::namespaced("default", "a")).await.expect("a");
         assert_eq!(
             h.api_pod("default", "a").await.metadata.resource_version,
             before.metadata.resource_version
         );
-        h.run_pod(Key::namespaced("default", "b"))
-            .await
-            .expect("b");
+        h.run_pod(Key::namespaced("default", "b")).await.expect("b");
         assert_eq!(ip_of(&h.api_pod("default", "b").await), ip_b);
         h.create_pod(&pod("default", "d", &[], None)).await;
-        h.run_pod(Key::namespaced("default", "d"))
-            .await
-            .expect("d");
+        h.run_pod(Key::namespaced("default", "d")).await.expect("d");
         let d = h.api_pod("default", "d").await;
         assert_eq!(
             d.annotation_map().get(ALLOCATED).map(String::as_str),
@@ -351,15 +343,11 @@ mod tests {
         assert_eq!(h.holder("100.64.0.7").as_deref(), Some("node-n1"));
         assert_eq!(h.holder("10.16.0.2").as_deref(), Some("x.default"));
         h.create_pod(&pod("default", "y", &[], None)).await;
-        h.run_pod(Key::namespaced("default", "y"))
-            .await
-            .expect("y");
+        h.run_pod(Key::namespaced("default", "y")).await.expect("y");
         let y = h.api_pod("default", "y").await;
         assert_ne!(ip_of(&y), "10.16.0.2");
         // `x` gets its port with its own address and MAC.
-        h.run_pod(Key::namespaced("default", "x"))
-            .await
-            .expect("x");
+        h.run_pod(Key::namespaced("default", "x")).await.expect("x");
         let lsp = h.nb.switch_port("x.default").expect("port");
         assert_eq!(
             lsp.addresses,

@@ -891,9 +891,7 @@ mod tests {
             .expect("delete node");
         h.gone(&Key::<k8s_openapi::api::core::v1::Node>::cluster("n2"))
             .await;
-        h.run_node(Key::cluster("n2"))
-            .await
-            .expect("node cleanup");
+        h.run_node(Key::cluster("n2")).await.expect("node cleanup");
         assert!(h.nb.chassis_template_var("n2").is_none());
 
         // Back to Cluster: one ordinary load balancer with every backend, the variables gone.
