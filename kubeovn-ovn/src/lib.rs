@@ -60,7 +60,6 @@
 pub mod cache;
 // What a unit test does when it cannot run here (a failure under CI); shared with the test crates.
 pub mod client;
-pub mod codegen;
 pub mod conn;
 pub mod datum;
 pub mod decode;
@@ -68,7 +67,6 @@ pub mod error;
 pub mod framing;
 #[cfg(feature = "mock")]
 pub mod memdb;
-pub mod metrics_http;
 pub mod model;
 pub mod models;
 pub mod monitor;

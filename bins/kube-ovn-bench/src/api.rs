@@ -18,59 +18,41 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use clap::builder::TypedValueParser as _;
 use http_body_util::{BodyExt, Full};
 use hyper::client::conn::http1;
 use hyper::{Method, Request};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
-const USAGE: &str =
-    "usage: kube-ovn-bench api [--url http://127.0.0.1:PORT [--server-pid PID] | --in-process] \
-                     [--pods N] [--watchers W] [--concurrency C] [--modify M]";
-
-/// Parsed `api` arguments.
-#[derive(Debug, Clone)]
+/// `api` flags.
+#[derive(Debug, Clone, clap::Args)]
 pub struct Args {
+    /// A running kube-ovn-testapi (default: one in this process)
+    #[arg(
+        long,
+        value_name = "http://127.0.0.1:PORT",
+        conflicts_with = "in_process"
+    )]
     url: Option<String>,
+    /// Run the server in this process (the default)
+    #[arg(long = "in-process")]
+    in_process: bool,
+    /// The server's pid, for its memory (with --url)
+    #[arg(long = "server-pid", value_name = "PID", requires = "url")]
     server_pid: Option<u32>,
+    /// Pods created
+    #[arg(long, value_name = "N", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..).map(|n| n as usize))]
     pods: usize,
+    /// Watchers streaming the pods' events
+    #[arg(long, value_name = "W", default_value_t = 3)]
     watchers: usize,
+    /// Keep-alive connections creating pods
+    #[arg(long, value_name = "C", default_value_t = 16, value_parser = clap::value_parser!(u64).range(1..).map(|n| n as usize))]
     concurrency: usize,
-    modify: usize,
-}
-
-/// Parses the arguments after `api`.
-pub fn parse(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
-    let mut a = Args {
-        url: None,
-        server_pid: None,
-        pods: 10_000,
-        watchers: 3,
-        concurrency: 16,
-        modify: 0,
-    };
-    let num = |v: Option<String>, what: &str| -> Result<usize, String> {
-        v.as_deref()
-            .and_then(|s| s.parse().ok())
-            .ok_or_else(|| format!("{what} needs a number\n{USAGE}"))
-    };
-    while let Some(arg) = it.next() {
-        match arg.as_str() {
-            "--url" => a.url = Some(it.next().ok_or(USAGE)?),
-            "--in-process" => a.url = None,
-            "--server-pid" => a.server_pid = Some(num(it.next(), "--server-pid")? as u32),
-            "--pods" => a.pods = num(it.next(), "--pods")?.max(1),
-            "--watchers" => a.watchers = num(it.next(), "--watchers")?,
-            "--concurrency" => a.concurrency = num(it.next(), "--concurrency")?.max(1),
-            "--modify" => a.modify = num(it.next(), "--modify")?,
-            "-h" | "--help" => return Err(USAGE.to_owned()),
-            other => return Err(format!("unknown argument {other}\n{USAGE}")),
-        }
-    }
-    if a.modify == 0 {
-        a.modify = a.pods;
-    }
-    Ok(a)
+    /// Modifications streamed to fresh watchers (default: as many as pods)
+    #[arg(long, value_name = "M")]
+    modify: Option<usize>,
 }
 
 type Err = Box<dyn std::error::Error + Send + Sync>;
@@ -321,7 +303,7 @@ async fn run(a: Args) -> Result<String, Err> {
         return Err(format!("list: {code}").into());
     }
     let rv1 = rv_of(&body)?;
-    let m = a.modify;
+    let m = a.modify.filter(|m| *m > 0).unwrap_or(a.pods);
     for _ in 0..w {
         watchers.spawn(watcher(host.clone(), rv1.clone(), m, frames.clone()));
     }
@@ -397,14 +379,7 @@ async fn run(a: Args) -> Result<String, Err> {
 }
 
 /// Runs the `api` mode on a two-worker runtime and prints its line.
-pub fn main(args: impl Iterator<Item = String>) -> std::process::ExitCode {
-    let a = match parse(args) {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln!("{e}");
-            return std::process::ExitCode::from(2);
-        }
-    };
+pub fn main(a: Args) -> std::process::ExitCode {
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -432,17 +407,31 @@ pub fn main(args: impl Iterator<Item = String>) -> std::process::ExitCode {
 mod tests {
     use super::*;
 
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        a: Args,
+    }
+
+    fn parse(flags: &[&str]) -> Result<Args, clap::Error> {
+        <Cli as clap::Parser>::try_parse_from(std::iter::once("api").chain(flags.iter().copied()))
+            .map(|c| c.a)
+    }
+
     #[test]
     fn args_and_pod() {
-        let a = parse(
-            ["--pods", "100", "--concurrency", "4"]
-                .into_iter()
-                .map(String::from),
-        )
-        .unwrap();
+        let a = parse(&["--pods", "100", "--concurrency=4"]).unwrap();
         assert_eq!(
             (a.pods, a.concurrency, a.watchers, a.modify),
-            (100, 4, 3, 100)
+            (100, 4, 3, None)
+        );
+        assert!(parse(&["--pods", "0"])
+            .unwrap_err()
+            .to_string()
+            .contains("--pods"));
+        assert!(
+            parse(&["--server-pid", "1"]).is_err(),
+            "--server-pid needs --url"
         );
         let v: serde_json::Value = serde_json::from_slice(&pod_json(3)).unwrap();
         assert_eq!(v["metadata"]["name"], "pod-3");
@@ -451,12 +440,7 @@ mod tests {
     /// A tiny end-to-end run against the in-process server (a smoke test, not timed).
     #[test]
     fn smoke() {
-        let a = parse(
-            ["--pods", "50", "--concurrency", "4"]
-                .into_iter()
-                .map(String::from),
-        )
-        .unwrap();
+        let a = parse(&["--pods", "50", "--concurrency", "4"]).unwrap();
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()

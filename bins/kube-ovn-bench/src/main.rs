@@ -9,12 +9,16 @@
 //! `p50_ms`/`p99_ms`, ...). Connection set-up (connect, schema, initial cache sync) is not timed, except by
 //! `sync`.
 //!
-//! `kube-ovn-bench api ...` measures the in-memory test API server (see the `api` module).
+//! `kube-ovn-bench api ...` measures the in-memory test API server (see the `api` module). `--help` lists
+//! the flags of each.
 
 mod api;
 mod sync;
 
 use std::process::ExitCode;
+
+use clap::builder::TypedValueParser as _;
+use clap::{Parser, Subcommand, ValueEnum};
 use std::time::{Duration, Instant};
 
 use kubeovn_ovn::northbound::{Batch, Northbound, OvsdbNorthbound, SwitchPort};
@@ -48,9 +52,67 @@ pub(crate) fn live() -> usize {
     LIVE.load(std::sync::atomic::Ordering::Relaxed)
 }
 
-const USAGE: &str =
-    "usage: kube-ovn-bench nb --db unix:SOCK [--server-pid PID] [--batch K] [--window W] \
-                     [--ls LS] (create N | delete | lookup N | sync N)";
+/// The benchmarks.
+#[derive(Debug, Parser)]
+#[command(
+    name = "kube-ovn-bench",
+    version,
+    about = "Benchmarks of kubeovn-rs components"
+)]
+struct Cli {
+    #[command(subcommand)]
+    bench: Bench,
+    /// Logs (on stderr; the result line is on stdout).
+    #[command(flatten)]
+    log: kube_ovn_cmd::log::LogArgs,
+}
+
+#[derive(Debug, Subcommand)]
+enum Bench {
+    /// kubeovn-ovn's Northbound API against an ovsdb-server, as nb_rpc.py's interface
+    Nb(NbFlags),
+    /// The in-memory test API server: creates and watch events
+    Api(api::Args),
+}
+
+/// What `nb` measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Mode {
+    /// Create N ports
+    Create,
+    /// Delete every port of the switch
+    Delete,
+    /// Cache lookups and memory of N ports
+    Lookup,
+    /// The initial sync of an N-row database
+    Sync,
+}
+
+/// `nb` flags.
+#[derive(Debug, clap::Args)]
+struct NbFlags {
+    /// The northbound database
+    #[arg(long, value_name = "unix:SOCK")]
+    db: String,
+    /// The ovsdb-server's pid, for its CPU time
+    #[arg(long = "server-pid", value_name = "PID")]
+    server_pid: Option<u32>,
+    /// Ports per transaction
+    #[arg(long, value_name = "K", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..).map(|n| n as usize))]
+    batch: usize,
+    /// Transactions in flight (default: 100 for one port per transaction, 4 for batches)
+    #[arg(long, value_name = "W", value_parser = clap::value_parser!(u64).range(1..).map(|n| n as usize))]
+    window: Option<usize>,
+    /// The logical switch
+    #[arg(long, value_name = "LS", default_value = "ls0")]
+    ls: String,
+    /// What to measure
+    #[arg(value_enum)]
+    mode: Mode,
+    /// Ports (create, lookup) or rows (sync)
+    #[arg(value_name = "N", required_if_eq_any = [("mode", "create"), ("mode", "lookup"), ("mode", "sync")])]
+    n: Option<usize>,
+}
 
 #[derive(Debug)]
 struct Args {
@@ -64,44 +126,24 @@ struct Args {
     n: usize,
 }
 
-fn parse(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
-    if it.next().as_deref() != Some("nb") {
-        return Err(USAGE.to_owned());
-    }
-    let mut a = Args {
-        db: String::new(),
-        server_pid: None,
-        batch: 1,
-        window: None,
-        ls: "ls0".to_owned(),
-        mode: String::new(),
-        n: 0,
-    };
-    let num = |v: Option<String>, what: &str| -> Result<usize, String> {
-        v.as_deref()
-            .and_then(|s| s.parse().ok())
-            .ok_or_else(|| format!("{what} needs a number\n{USAGE}"))
-    };
-    while let Some(arg) = it.next() {
-        match arg.as_str() {
-            "--db" => a.db = it.next().ok_or(USAGE)?,
-            "--server-pid" => a.server_pid = Some(num(it.next(), "--server-pid")? as u32),
-            "--batch" => a.batch = num(it.next(), "--batch")?.max(1),
-            "--window" => a.window = Some(num(it.next(), "--window")?.max(1)),
-            "--ls" => a.ls = it.next().ok_or(USAGE)?,
-            "create" | "lookup" | "sync" => {
-                a.mode = arg.clone();
-                a.n = num(it.next(), &arg)?;
-            }
-            "delete" => a.mode = arg,
-            "-h" | "--help" => return Err(USAGE.to_owned()),
-            other => return Err(format!("unknown argument {other}\n{USAGE}")),
+impl From<NbFlags> for Args {
+    fn from(f: NbFlags) -> Args {
+        let mode = match f.mode {
+            Mode::Create => "create",
+            Mode::Delete => "delete",
+            Mode::Lookup => "lookup",
+            Mode::Sync => "sync",
+        };
+        Args {
+            db: f.db,
+            server_pid: f.server_pid,
+            batch: f.batch,
+            window: f.window,
+            ls: f.ls,
+            mode: mode.to_owned(),
+            n: f.n.unwrap_or(0),
         }
     }
-    if a.db.is_empty() || a.mode.is_empty() {
-        return Err(USAGE.to_owned());
-    }
-    Ok(a)
 }
 
 /// User+system CPU seconds of a process (`self` or a pid) from /proc (USER_HZ is 100 on Linux).
@@ -317,15 +359,11 @@ async fn main_async(a: Args) -> Result<String, Error> {
 }
 
 fn main() -> ExitCode {
-    if std::env::args().nth(1).as_deref() == Some("api") {
-        return api::main(std::env::args().skip(2));
-    }
-    let a = match parse(std::env::args().skip(1)) {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln!("{e}");
-            return ExitCode::from(2);
-        }
+    let cli = Cli::parse();
+    cli.log.init();
+    let a = match cli.bench {
+        Bench::Api(a) => return api::main(a),
+        Bench::Nb(f) => Args::from(f),
     };
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -362,28 +400,51 @@ mod tests {
         assert_eq!(mac_of(70000), "0a:58:64:01:11:70");
     }
 
+    fn parse(flags: &[&str]) -> Result<Args, clap::Error> {
+        let cli =
+            Cli::try_parse_from(std::iter::once("kube-ovn-bench").chain(flags.iter().copied()))?;
+        match cli.bench {
+            Bench::Nb(f) => Ok(Args::from(f)),
+            Bench::Api(_) => panic!("not nb"),
+        }
+    }
+
     #[test]
     fn args() {
-        let a = parse(
-            [
-                "nb",
-                "--batch",
-                "100",
-                "--db",
-                "unix:/x",
-                "--server-pid",
-                "7",
-                "create",
-                "2000",
-            ]
-            .into_iter()
-            .map(String::from),
-        )
+        <Cli as clap::CommandFactory>::command().debug_assert();
+        let a = parse(&[
+            "nb",
+            "--batch",
+            "100",
+            "--db",
+            "unix:/x",
+            "--server-pid",
+            "7",
+            "create",
+            "2000",
+        ])
         .unwrap();
         assert_eq!(
             (a.batch, a.n, a.mode.as_str(), a.server_pid),
             (100, 2000, "create", Some(7))
         );
-        assert!(parse(["nb", "create"].into_iter().map(String::from)).is_err());
+        // peer-bench's order: CMD --db unix:SOCK --server-pid PID create N, CMD ... delete.
+        let a = parse(&[
+            "nb",
+            "--window",
+            "1",
+            "--db=unix:/x",
+            "--server-pid",
+            "7",
+            "delete",
+        ])
+        .unwrap();
+        assert_eq!((a.mode.as_str(), a.window), ("delete", Some(1)));
+        let e = parse(&["nb", "--db", "unix:/x", "create"]).unwrap_err();
+        assert!(e.to_string().contains("<N>"), "{e}");
+        let e = parse(&["nb", "create", "5"]).unwrap_err();
+        assert!(e.to_string().contains("--db"), "{e}");
+        let e = parse(&["nb", "--db", "unix:/x", "--batch", "0", "create", "5"]).unwrap_err();
+        assert!(e.to_string().contains("--batch"), "{e}");
     }
 }

@@ -2,7 +2,7 @@
 
 use std::process::ExitCode;
 
-use kube_ovn_controller::{Args, Command, StderrLog};
+use kube_ovn_controller::{Args, Command};
 
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -22,42 +22,33 @@ fn purge_freed_memory_at_once() {
 
 fn main() -> ExitCode {
     purge_freed_memory_at_once();
-    let args = match Args::parse(std::env::args().skip(1)) {
+    let args = match Args::parse(std::env::args_os().skip(1)) {
         Ok(a) => a,
-        Err(e) => {
-            eprintln!("{e}");
-            return ExitCode::from(2);
-        }
+        // Usage errors on stderr with status 2; --help and --version on stdout with status 0.
+        Err(e) => e.exit(),
     };
     if args.command == Command::Crd {
         print!("{}", kubeovn_core::crd::crds_yaml());
         return ExitCode::SUCCESS;
     }
-    StderrLog::install(args.log_level);
+    args.log.init();
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
     {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("tokio runtime: {e}");
+            eprintln!("kube-ovn-controller: tokio runtime: {e}");
             return ExitCode::FAILURE;
         }
     };
-    let shutdown = async {
-        let mut term =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(s) => s,
-                Err(_) => return std::future::pending().await,
-            };
-        tokio::select! {
-            _ = term.recv() => {}
-            _ = tokio::signal::ctrl_c() => {}
-        }
-    };
-    match rt.block_on(kube_ovn_controller::run(args, shutdown)) {
+    match rt.block_on(kube_ovn_controller::run(
+        args,
+        kube_ovn_cmd::shutdown_signal(),
+    )) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
+            // The last line of the log, as the operator reads it (a test checks its wording).
             eprintln!("kube-ovn-controller: {e}");
             ExitCode::FAILURE
         }

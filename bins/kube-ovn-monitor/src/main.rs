@@ -10,7 +10,7 @@
 //! - `kube_ovn_monitor_db_failures_total{db}`: failed connects and transactions.
 //!
 //! `--sandbox DIR` takes the addresses from a kube-ovn-sandbox state directory; `--once` prints one round
-//! and exits (status 1 if a database is down).
+//! and exits (status 1 if a database is down). `--help` lists the flags.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -19,7 +19,9 @@ use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use kubeovn_ovn::metrics_http::MetricsEndpoint;
+use clap::Parser;
+use kube_ovn_cmd::log::LogArgs;
+use kube_ovn_cmd::metrics::MetricsEndpoint;
 use kubeovn_ovn::ops::{Operation, Transaction};
 use kubeovn_ovn::session::{Backoff, Session};
 use prometheus_client::metrics::counter::Counter;
@@ -27,10 +29,6 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
-
-const USAGE: &str =
-    "usage: kube-ovn-monitor [--sandbox DIR | --ovn-nb-addr REMOTE --ovn-sb-addr REMOTE]
-  [--listen IP:PORT (127.0.0.1:10661)] [--interval SECS (5)] [--once]";
 
 type Labels = Vec<(&'static str, String)>;
 
@@ -185,12 +183,44 @@ async fn round(dbs: &mut [Db], m: &Metrics) -> Vec<(&'static str, Result<Duratio
     out
 }
 
+/// The monitor's flags.
+#[derive(Debug, Parser)]
+#[command(
+    name = "kube-ovn-monitor",
+    version,
+    about = "Prometheus metrics of the OVN databases: NB/SB connection state and transaction latency"
+)]
+struct Cli {
+    /// Northbound database: REMOTE[,REMOTE...] (default: the sandbox's, else tcp:127.0.0.1:6641)
+    #[arg(long = "ovn-nb-addr", value_name = "REMOTES")]
+    ovn_nb_addr: Option<String>,
+    /// Southbound database: REMOTE[,REMOTE...] (default: the sandbox's, else tcp:127.0.0.1:6642)
+    #[arg(long = "ovn-sb-addr", value_name = "REMOTES")]
+    ovn_sb_addr: Option<String>,
+    /// A kube-ovn-sandbox state directory: its databases' sockets
+    #[arg(long, value_name = "DIR")]
+    sandbox: Option<PathBuf>,
+    /// Prometheus endpoint
+    #[arg(long, value_name = "IP:PORT", default_value = "127.0.0.1:10661")]
+    listen: SocketAddr,
+    /// Seconds between rounds (at least 1)
+    #[arg(long, value_name = "SECS", default_value_t = 5)]
+    interval: u64,
+    /// Print one round (and the metrics) and exit: status 1 if a database is down
+    #[arg(long)]
+    once: bool,
+    /// Logs.
+    #[command(flatten)]
+    log: LogArgs,
+}
+
 struct Args {
     nb: String,
     sb: String,
     listen: SocketAddr,
     interval: Duration,
     once: bool,
+    log: LogArgs,
 }
 
 /// A database's remote in a kube-ovn-sandbox state directory: `unix:DIR/ovn/<sock>` (the sandbox's layout;
@@ -200,50 +230,31 @@ fn sandbox_remote(dir: &std::path::Path, sock: &str) -> String {
     format!("unix:{}", dir.join("ovn").join(sock).display())
 }
 
-fn parse(args: Vec<String>) -> Result<Args, String> {
-    let mut nb = None;
-    let mut sb = None;
-    let mut sandbox: Option<PathBuf> = None;
-    let mut a = Args {
-        nb: String::new(),
-        sb: String::new(),
-        listen: SocketAddr::from(([127, 0, 0, 1], 10661)),
-        interval: Duration::from_secs(5),
-        once: false,
-    };
-    let mut it = args.into_iter();
-    while let Some(f) = it.next() {
-        let mut value = || it.next().ok_or_else(|| format!("{f} needs a value"));
-        match f.as_str() {
-            "--ovn-nb-addr" => nb = Some(value()?),
-            "--ovn-sb-addr" => sb = Some(value()?),
-            "--sandbox" => sandbox = Some(PathBuf::from(value()?)),
-            "--listen" => a.listen = value()?.parse().map_err(|e| format!("--listen: {e}"))?,
-            "--interval" => {
-                let s: u64 = value()?.parse().map_err(|e| format!("--interval: {e}"))?;
-                a.interval = Duration::from_secs(s.max(1));
-            }
-            "--once" => a.once = true,
-            _ => return Err(USAGE.to_owned()),
+impl From<Cli> for Args {
+    fn from(c: Cli) -> Args {
+        let from_sandbox = |sock| c.sandbox.as_deref().map(|d| sandbox_remote(d, sock));
+        Args {
+            nb: c
+                .ovn_nb_addr
+                .clone()
+                .or_else(|| from_sandbox("nb.sock"))
+                .unwrap_or_else(|| "tcp:127.0.0.1:6641".into()),
+            sb: c
+                .ovn_sb_addr
+                .clone()
+                .or_else(|| from_sandbox("sb.sock"))
+                .unwrap_or_else(|| "tcp:127.0.0.1:6642".into()),
+            listen: c.listen,
+            interval: Duration::from_secs(c.interval.max(1)),
+            once: c.once,
+            log: c.log,
         }
     }
-    if let Some(d) = sandbox {
-        nb = nb.or_else(|| Some(sandbox_remote(&d, "nb.sock")));
-        sb = sb.or_else(|| Some(sandbox_remote(&d, "sb.sock")));
-    }
-    a.nb = nb.unwrap_or_else(|| "tcp:127.0.0.1:6641".into());
-    a.sb = sb.unwrap_or_else(|| "tcp:127.0.0.1:6642".into());
-    Ok(a)
 }
 
 fn main() -> ExitCode {
-    let args = match parse(std::env::args().skip(1).collect()) {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln!("{e}");
-            return ExitCode::from(2);
-        }
-    };
+    let args = Args::from(Cli::parse());
+    args.log.init();
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
@@ -251,7 +262,7 @@ fn main() -> ExitCode {
     {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("kube-ovn-monitor: {e}");
+            eprintln!("kube-ovn-monitor: tokio runtime: {e}");
             return ExitCode::FAILURE;
         }
     };
@@ -287,35 +298,25 @@ fn main() -> ExitCode {
         let _endpoint =
             match MetricsEndpoint::bind(args.listen, Arc::new(move || mr.render())).await {
                 Ok(e) => {
-                    eprintln!(
-                        "kube-ovn-monitor: metrics on http://{}/metrics",
-                        e.local_addr()
-                    );
+                    tracing::info!("metrics on http://{}/metrics", e.local_addr());
                     e
                 }
                 Err(e) => {
-                    eprintln!("kube-ovn-monitor: listen {}: {e}", args.listen);
+                    eprintln!("kube-ovn-monitor: --listen {}: {e}", args.listen);
                     return ExitCode::FAILURE;
                 }
             };
-        let mut term =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(t) => t,
-                Err(e) => {
-                    eprintln!("kube-ovn-monitor: {e}");
-                    return ExitCode::FAILURE;
-                }
-            };
+        let stop = kube_ovn_cmd::shutdown_signal();
+        tokio::pin!(stop);
         loop {
             for (name, r) in round(&mut dbs, &m).await {
                 if let Err(e) = r {
-                    eprintln!("kube-ovn-monitor: {name}: {e}");
+                    tracing::warn!(db = name, error = %e, "probe failed");
                 }
             }
             tokio::select! {
                 _ = tokio::time::sleep(args.interval) => {}
-                _ = term.recv() => return ExitCode::SUCCESS,
-                _ = tokio::signal::ctrl_c() => return ExitCode::SUCCESS,
+                _ = &mut stop => return ExitCode::SUCCESS,
             }
         }
     })
@@ -324,14 +325,40 @@ fn main() -> ExitCode {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kubeovn_test_support::ovsdb as ovn_common;
+
+    fn parse(flags: &[&str]) -> Result<Args, clap::Error> {
+        Cli::try_parse_from(std::iter::once("kube-ovn-monitor").chain(flags.iter().copied()))
+            .map(Args::from)
+    }
 
     #[test]
     fn sandbox_addresses() {
-        let a = parse(vec!["--sandbox".into(), "/tmp/x".into(), "--once".into()]).expect("args");
+        <Cli as clap::CommandFactory>::command().debug_assert();
+        let a = parse(&["--sandbox", "/tmp/x", "--once"]).expect("args");
         assert_eq!(a.nb, "unix:/tmp/x/ovn/nb.sock");
         assert_eq!(a.sb, "unix:/tmp/x/ovn/sb.sock");
         assert!(a.once);
-        assert!(parse(vec!["--bogus".into()]).is_err());
+        let a = parse(&[
+            "--sandbox=/tmp/x",
+            "--ovn-nb-addr=tcp:127.0.0.1:1",
+            "--interval=0",
+        ])
+        .expect("args");
+        assert_eq!(a.nb, "tcp:127.0.0.1:1");
+        assert_eq!(a.sb, "unix:/tmp/x/ovn/sb.sock");
+        assert_eq!(a.interval, Duration::from_secs(1));
+        assert!(!a.once);
+        let a = parse(&[]).expect("defaults");
+        assert_eq!(
+            (a.nb.as_str(), a.sb.as_str()),
+            ("tcp:127.0.0.1:6641", "tcp:127.0.0.1:6642")
+        );
+        assert_eq!(a.listen, SocketAddr::from(([127, 0, 0, 1], 10661)));
+        let e = parse(&["--bogus"]).err().expect("refused");
+        assert!(e.to_string().contains("--bogus"), "{e}");
+        let e = parse(&["--listen", "nowhere"]).err().expect("refused");
+        assert!(e.to_string().contains("--listen"), "{e}");
     }
 
     #[tokio::test]
@@ -395,6 +422,3 @@ mod tests {
         assert!(connected(&m));
     }
 }
-
-#[cfg(test)]
-use kubeovn_test_support::ovsdb as ovn_common;

@@ -7,7 +7,8 @@
 //! - `kube_ovn_pinger_failures_total{src,dst}`: unanswered rounds;
 //! - `kube_ovn_pinger_endpoints`: pods and node pinged.
 //!
-//! `--once` prints the table and the matrix and exits (status 1 if a pair did not answer).
+//! `--once` prints the table and the matrix and exits (status 1 if a pair did not answer). `--help` lists
+//! the flags.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -16,10 +17,12 @@ use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Duration;
 
+use clap::Parser;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, ListParams};
 use kube::ResourceExt;
-use kubeovn_ovn::metrics_http::MetricsEndpoint;
+use kube_ovn_cmd::log::LogArgs;
+use kube_ovn_cmd::metrics::MetricsEndpoint;
 use kubeovn_sandbox_state::matrix::{self, PingMatrix, PodView};
 use kubeovn_sandbox_state::state::{StateDir, DEFAULT_STATE_DIR};
 use kubeovn_sandbox_state::transport::in_netns;
@@ -27,10 +30,6 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
-
-const USAGE: &str =
-    "usage: kube-ovn-pinger [--sandbox DIR ($KUBE_OVN_SANDBOX_DIR or /var/lib/kube-ovn-sandbox)]
-  [--once] [--listen IP:PORT (127.0.0.1:8080)] [--interval SECS (10)] [--timeout MS (1000)]";
 
 type Labels = Vec<(&'static str, String)>;
 
@@ -96,45 +95,54 @@ impl Metrics {
     }
 }
 
+/// The pinger's flags.
+#[derive(Debug, Parser)]
+#[command(
+    name = "kube-ovn-pinger",
+    version,
+    about = "Pod-to-pod and pod-to-node reachability and latency in a kube-ovn-sandbox"
+)]
+struct Cli {
+    /// The sandbox's state directory
+    #[arg(long, value_name = "DIR", env = "KUBE_OVN_SANDBOX_DIR", default_value = DEFAULT_STATE_DIR)]
+    sandbox: PathBuf,
+    /// Print the table and the matrix once and exit: status 1 if a pair did not answer
+    #[arg(long)]
+    once: bool,
+    /// Prometheus endpoint
+    #[arg(long, value_name = "IP:PORT", default_value = "127.0.0.1:8080")]
+    listen: SocketAddr,
+    /// Seconds between rounds (at least 1)
+    #[arg(long, value_name = "SECS", default_value_t = 10)]
+    interval: u64,
+    /// Milliseconds an echo waits for its reply (at least 10)
+    #[arg(long, value_name = "MS", default_value_t = 1000)]
+    timeout: u64,
+    /// Logs.
+    #[command(flatten)]
+    log: LogArgs,
+}
+
 struct Args {
     dir: StateDir,
     once: bool,
     listen: SocketAddr,
     interval: Duration,
     timeout: Duration,
+    log: LogArgs,
 }
 
-fn parse(args: Vec<String>) -> Result<Args, String> {
-    let mut a = Args {
-        dir: StateDir::new(
-            std::env::var_os("KUBE_OVN_SANDBOX_DIR")
-                .map(PathBuf::from)
-                .unwrap_or_else(|| PathBuf::from(DEFAULT_STATE_DIR)),
-        ),
-        once: false,
-        listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
-        interval: Duration::from_secs(10),
-        timeout: Duration::from_millis(1000),
-    };
-    let mut it = args.into_iter();
-    while let Some(f) = it.next() {
-        let mut value = || it.next().ok_or_else(|| format!("{f} needs a value"));
-        match f.as_str() {
-            "--sandbox" => a.dir = StateDir::new(value()?),
-            "--once" => a.once = true,
-            "--listen" => a.listen = value()?.parse().map_err(|e| format!("--listen: {e}"))?,
-            "--interval" => {
-                let s: u64 = value()?.parse().map_err(|e| format!("--interval: {e}"))?;
-                a.interval = Duration::from_secs(s.max(1));
-            }
-            "--timeout" => {
-                let ms: u64 = value()?.parse().map_err(|e| format!("--timeout: {e}"))?;
-                a.timeout = Duration::from_millis(ms.max(10));
-            }
-            _ => return Err(USAGE.to_owned()),
+impl From<Cli> for Args {
+    fn from(c: Cli) -> Args {
+        Args {
+            dir: StateDir::new(c.sandbox),
+            once: c.once,
+            listen: c.listen,
+            interval: Duration::from_secs(c.interval.max(1)),
+            timeout: Duration::from_millis(c.timeout.max(10)),
+            log: c.log,
         }
     }
-    Ok(a)
 }
 
 /// A client of the sandbox's API server (its kubeconfig).
@@ -185,13 +193,8 @@ async fn measure(a: &Args) -> Result<(String, PingMatrix), String> {
 }
 
 fn main() -> ExitCode {
-    let args = match parse(std::env::args().skip(1).collect()) {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln!("{e}");
-            return ExitCode::from(2);
-        }
-    };
+    let args = Args::from(Cli::parse());
+    args.log.init();
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -199,7 +202,7 @@ fn main() -> ExitCode {
     {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("kube-ovn-pinger: {e}");
+            eprintln!("kube-ovn-pinger: tokio runtime: {e}");
             return ExitCode::FAILURE;
         }
     };
@@ -229,34 +232,24 @@ fn main() -> ExitCode {
         let _endpoint =
             match MetricsEndpoint::bind(args.listen, Arc::new(move || mr.render())).await {
                 Ok(e) => {
-                    eprintln!(
-                        "kube-ovn-pinger: metrics on http://{}/metrics",
-                        e.local_addr()
-                    );
+                    tracing::info!("metrics on http://{}/metrics", e.local_addr());
                     e
                 }
                 Err(e) => {
-                    eprintln!("kube-ovn-pinger: listen {}: {e}", args.listen);
+                    eprintln!("kube-ovn-pinger: --listen {}: {e}", args.listen);
                     return ExitCode::FAILURE;
                 }
             };
-        let mut term =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(t) => t,
-                Err(e) => {
-                    eprintln!("kube-ovn-pinger: {e}");
-                    return ExitCode::FAILURE;
-                }
-            };
+        let stop = kube_ovn_cmd::shutdown_signal();
+        tokio::pin!(stop);
         loop {
             match measure(&args).await {
                 Ok((_, matrix)) => m.record(&matrix),
-                Err(e) => eprintln!("kube-ovn-pinger: {e}"),
+                Err(e) => tracing::warn!(error = %e, "round failed"),
             }
             tokio::select! {
                 _ = tokio::time::sleep(args.interval) => {}
-                _ = term.recv() => return ExitCode::SUCCESS,
-                _ = tokio::signal::ctrl_c() => return ExitCode::SUCCESS,
+                _ = &mut stop => return ExitCode::SUCCESS,
             }
         }
     })
@@ -298,16 +291,18 @@ mod tests {
 
     #[test]
     fn args() {
-        let a = parse(vec![
-            "--sandbox".into(),
-            "/tmp/s".into(),
-            "--once".into(),
-            "--timeout".into(),
-            "5".into(),
-        ])
-        .expect("args");
+        <Cli as clap::CommandFactory>::command().debug_assert();
+        let parse = |flags: &[&str]| {
+            Cli::try_parse_from(std::iter::once("kube-ovn-pinger").chain(flags.iter().copied()))
+                .map(Args::from)
+        };
+        let a = parse(&["--sandbox", "/tmp/s", "--once", "--timeout=5"]).expect("args");
         assert!(a.once);
+        assert_eq!(a.dir.root(), std::path::Path::new("/tmp/s"));
         assert_eq!(a.timeout, Duration::from_millis(10));
-        assert!(parse(vec!["--nope".into()]).is_err());
+        let e = parse(&["--nope"]).err().expect("refused");
+        assert!(e.to_string().contains("--nope"), "{e}");
+        let e = parse(&["--interval", "often"]).err().expect("refused");
+        assert!(e.to_string().contains("--interval"), "{e}");
     }
 }

@@ -7,10 +7,11 @@
 //! - `diagnose`: are the components alive, does every pod's port exist on the bridge with `ovn-installed`
 //!   and is it bound to a chassis; in the sandbox, do TCP and UDP pass from every pod to every other one.
 //!
-//! Two targets. The sandbox (`KUBE_OVN_SANDBOX_DIR`, `--sandbox DIR`, or a sandbox in
-//! `/var/lib/kube-ovn-sandbox`): the OVN tools run here against the sandbox's sockets. A real cluster
-//! (otherwise): as Kube-OVN's plugin does, `kubectl exec` into an `ovn-central` pod (label
-//! `app=ovn-central`) or the node's `ovs-ovn` pod (label `app=ovs`) in `kube-system`.
+//! `kubectl ko --help` and `kubectl ko COMMAND --help` list the arguments. Two targets. The sandbox
+//! (`--sandbox DIR`, `KUBE_OVN_SANDBOX_DIR`, or a sandbox in `/var/lib/kube-ovn-sandbox`): the OVN tools
+//! run here against the sandbox's sockets. A real cluster (otherwise): as Kube-OVN's plugin does,
+//! `kubectl exec` into an `ovn-central` pod (label `app=ovn-central`) or the node's `ovs-ovn` pod (label
+//! `app=ovs`) in `kube-system`.
 //!
 //! A passthrough by design: this CLI runs the OVN tools and kubectl; the libraries never do.
 
@@ -18,6 +19,8 @@ use std::io::{Read, Write};
 use std::net::{IpAddr, TcpStream};
 use std::path::PathBuf;
 use std::process::{Command, ExitCode, Stdio};
+
+use clap::{Parser, Subcommand, ValueEnum};
 use std::time::Duration;
 
 use kubeovn_sandbox_state::procs::ProcRecord;
@@ -26,16 +29,88 @@ use kubeovn_sandbox_state::state::{read_json, Settings, StateDir, DEFAULT_STATE_
 use kubeovn_sandbox_state::transport;
 use serde_json::Value;
 
-const USAGE: &str = "usage: kubectl ko [--sandbox DIR] COMMAND
-  nbctl [ovn-nbctl options ...]      ovn-nbctl against the northbound database
-  sbctl [ovn-sbctl options ...]      ovn-sbctl against the southbound database
-  vsctl NODE [ovs-vsctl options ...] ovs-vsctl on a node
-  trace NAMESPACE/POD TARGET_IP [icmp | tcp PORT | udp PORT]
-                                     ovn-trace of a packet from the pod to the target
-  diagnose                           components alive, every pod's port installed and bound,
-                                     TCP and UDP between the sandbox's pods
-Target: the sandbox given by --sandbox, KUBE_OVN_SANDBOX_DIR or /var/lib/kube-ovn-sandbox if it runs;
-otherwise the cluster of the current kubeconfig (kubectl exec into ovn-central / ovs-ovn pods).";
+/// The plugin's command line (`kubectl ko ...`).
+#[derive(Debug, Parser)]
+#[command(
+    name = "kubectl ko",
+    bin_name = "kubectl ko",
+    version,
+    about = "Kube-OVN's kubectl plugin: the OVN tools against the sandbox or a cluster",
+    after_help = "Target: the sandbox given by --sandbox, KUBE_OVN_SANDBOX_DIR or /var/lib/kube-ovn-sandbox if \
+                  it runs; otherwise the cluster of the current kubeconfig (kubectl exec into ovn-central / \
+                  ovs-ovn pods)."
+)]
+struct Cli {
+    /// The sandbox's state directory (default: /var/lib/kube-ovn-sandbox)
+    #[arg(long, value_name = "DIR", env = "KUBE_OVN_SANDBOX_DIR")]
+    sandbox: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// ovn-nbctl against the northbound database
+    Nbctl {
+        /// ovn-nbctl's options and command
+        #[arg(
+            trailing_var_arg = true,
+            allow_hyphen_values = true,
+            value_name = "ARGS"
+        )]
+        args: Vec<String>,
+    },
+    /// ovn-sbctl against the southbound database
+    Sbctl {
+        /// ovn-sbctl's options and command
+        #[arg(
+            trailing_var_arg = true,
+            allow_hyphen_values = true,
+            value_name = "ARGS"
+        )]
+        args: Vec<String>,
+    },
+    /// ovs-vsctl on a node
+    Vsctl {
+        /// The node
+        node: String,
+        /// ovs-vsctl's options and command
+        #[arg(
+            trailing_var_arg = true,
+            allow_hyphen_values = true,
+            value_name = "ARGS"
+        )]
+        args: Vec<String>,
+    },
+    /// ovn-trace of a packet from the pod to the target
+    Trace {
+        /// The source pod (namespace default if omitted)
+        #[arg(value_name = "NAMESPACE/POD")]
+        pod: String,
+        /// The destination address
+        #[arg(value_name = "TARGET_IP")]
+        target: IpAddr,
+        /// The protocol
+        #[arg(value_enum, default_value = "icmp")]
+        protocol: Protocol,
+        /// The destination port (tcp and udp)
+        #[arg(value_name = "PORT", required_if_eq_any = [("protocol", "tcp"), ("protocol", "udp")])]
+        port: Option<u16>,
+    },
+    /// Components alive, every pod's port installed and bound, TCP and UDP between the sandbox's pods
+    Diagnose,
+}
+
+/// `trace`'s protocol.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Protocol {
+    /// An echo request
+    Icmp,
+    /// A TCP segment to PORT
+    Tcp,
+    /// A UDP datagram to PORT
+    Udp,
+}
 
 /// Where the OVN tools run.
 enum Target {
@@ -238,10 +313,14 @@ fn mac_of(target: &Target, ip: &str) -> Result<Option<String>, String> {
     Ok(None)
 }
 
-fn trace(target: &Target, args: &[String]) -> Result<ExitCode, String> {
-    let (Some(pod), Some(dst)) = (args.first(), args.get(1)) else {
-        return Err(format!("trace needs NAMESPACE/POD TARGET_IP\n{USAGE}"));
-    };
+fn trace(
+    target: &Target,
+    pod: &str,
+    dst: IpAddr,
+    protocol: Protocol,
+    port: Option<u16>,
+) -> Result<ExitCode, String> {
+    let dst = dst.to_string();
     let (ns, name) = pod.split_once('/').unwrap_or(("default", pod));
     let p = target.pod(ns, name)?;
     let ip = ann(&p, "ip_address").ok_or("the pod has no ovn.kubernetes.io/ip_address")?;
@@ -252,9 +331,9 @@ fn trace(target: &Target, args: &[String]) -> Result<ExitCode, String> {
     let v6 = dst.contains(':');
     let cidr = ann(&p, "cidr").unwrap_or("");
     // Same subnet: the destination's own MAC; elsewhere: the router port's (the gateway's).
-    let same = same_subnet(cidr, dst);
+    let same = same_subnet(cidr, &dst);
     let dst_mac = if same {
-        mac_of(target, dst)?
+        mac_of(target, &dst)?
     } else {
         mac_of(target, gw.split(',').next().unwrap_or(gw))?
     }
@@ -264,21 +343,18 @@ fn trace(target: &Target, args: &[String]) -> Result<ExitCode, String> {
     } else {
         ("ip4", "ip.ttl")
     };
-    let l4 = match args.get(2).map(String::as_str) {
-        None | Some("icmp") => {
-            if v6 {
-                "icmp6.type == 128".to_owned()
+    let l4 = match protocol {
+        Protocol::Icmp if v6 => "icmp6.type == 128".to_owned(),
+        Protocol::Icmp => "icmp4.type == 8".to_owned(),
+        Protocol::Tcp | Protocol::Udp => {
+            let proto = if protocol == Protocol::Tcp {
+                "tcp"
             } else {
-                "icmp4.type == 8".to_owned()
-            }
-        }
-        Some(proto @ ("tcp" | "udp")) => {
-            let port = args
-                .get(3)
-                .ok_or_else(|| format!("{proto} needs a destination port"))?;
+                "udp"
+            };
+            let port = port.ok_or_else(|| format!("{proto} needs a destination PORT"))?;
             format!("{proto}.src == 10000 && {proto}.dst == {port}")
         }
-        Some(other) => return Err(format!("unknown protocol {other:?}: icmp, tcp or udp")),
     };
     let flow = format!(
         "inport == \"{name}.{ns}\" && eth.src == {mac} && eth.dst == {dst_mac} && {ipv}.src == {ip} && \
@@ -554,48 +630,24 @@ fn transport_checks(r: &mut Report, pods: &[PodRecord], target: &Target) {
     }
 }
 
-fn run(args: Vec<String>) -> Result<ExitCode, String> {
-    let mut explicit = None;
-    let mut it = args.into_iter().peekable();
-    while let Some(a) = it.peek() {
-        if a == "--sandbox" {
-            it.next();
-            explicit = Some(PathBuf::from(
-                it.next().ok_or("--sandbox needs a directory")?,
-            ));
-        } else if let Some(d) = a.strip_prefix("--sandbox=") {
-            explicit = Some(PathBuf::from(d));
-            it.next();
-        } else {
-            break;
-        }
-    }
-    let Some(cmd) = it.next() else {
-        return Err(USAGE.into());
-    };
-    let rest: Vec<String> = it.collect();
-    let target = Target::detect(explicit);
-    match cmd.as_str() {
-        "nbctl" => passthrough(target.tool("ovn-nbctl", None, &rest)?),
-        "sbctl" => passthrough(target.tool("ovn-sbctl", None, &rest)?),
-        "vsctl" => {
-            let Some((node, args)) = rest.split_first() else {
-                return Err(format!("vsctl needs a node name\n{USAGE}"));
-            };
-            passthrough(target.tool("ovs-vsctl", Some(node), args)?)
-        }
-        "trace" => trace(&target, &rest),
-        "diagnose" => diagnose(&target),
-        "-h" | "--help" | "help" => {
-            println!("{USAGE}");
-            Ok(ExitCode::SUCCESS)
-        }
-        other => Err(format!("unknown command {other:?}\n{USAGE}")),
+fn run(cli: Cli) -> Result<ExitCode, String> {
+    let target = Target::detect(cli.sandbox);
+    match cli.command {
+        Cmd::Nbctl { args } => passthrough(target.tool("ovn-nbctl", None, &args)?),
+        Cmd::Sbctl { args } => passthrough(target.tool("ovn-sbctl", None, &args)?),
+        Cmd::Vsctl { node, args } => passthrough(target.tool("ovs-vsctl", Some(&node), &args)?),
+        Cmd::Trace {
+            pod,
+            target: dst,
+            protocol,
+            port,
+        } => trace(&target, &pod, dst, protocol, port),
+        Cmd::Diagnose => diagnose(&target),
     }
 }
 
 fn main() -> ExitCode {
-    match run(std::env::args().skip(1).collect()) {
+    match run(Cli::parse()) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("kubectl-ko: {e}");
@@ -622,10 +674,53 @@ mod tests {
         assert!(matches!(Target::detect(Some(d)), Target::Cluster));
     }
 
+    fn parse(flags: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("kubectl-ko").chain(flags.iter().copied()))
+    }
+
     #[test]
     fn usage_errors() {
-        assert!(run(vec![]).is_err());
-        assert!(run(vec!["nope".into()]).is_err());
-        assert!(run(vec!["--sandbox".into()]).is_err());
+        <Cli as clap::CommandFactory>::command().debug_assert();
+        for (bad, says) in [
+            (vec![], "<COMMAND>"),
+            (vec!["nope"], "nope"),
+            (vec!["--sandbox"], "--sandbox"),
+            (vec!["vsctl"], "<NODE>"),
+            (vec!["trace", "default/a"], "<TARGET_IP>"),
+            (vec!["trace", "default/a", "10.16.0.300"], "<TARGET_IP>"),
+            (vec!["trace", "default/a", "10.16.0.3", "tcp"], "<PORT>"),
+            (vec!["trace", "default/a", "10.16.0.3", "sctp"], "sctp"),
+        ] {
+            let e = parse(&bad).expect_err("refused");
+            assert!(e.to_string().contains(says), "{bad:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn passthrough_arguments() {
+        let c = parse(&["--sandbox=/s", "nbctl", "--format=csv", "list", "ACL"]).expect("nbctl");
+        assert_eq!(c.sandbox, Some(PathBuf::from("/s")));
+        let Cmd::Nbctl { args } = c.command else {
+            panic!("not nbctl");
+        };
+        assert_eq!(args, ["--format=csv", "list", "ACL"]);
+        let c = parse(&[
+            "vsctl",
+            "node2",
+            "--bare",
+            "--columns=name",
+            "list",
+            "Bridge",
+        ])
+        .expect("vsctl");
+        let Cmd::Vsctl { node, args } = c.command else {
+            panic!("not vsctl");
+        };
+        assert_eq!((node.as_str(), args.len()), ("node2", 4));
+        let c = parse(&["trace", "demo/app-1", "10.16.0.3", "udp", "53"]).expect("trace");
+        let Cmd::Trace { protocol, port, .. } = c.command else {
+            panic!("not trace");
+        };
+        assert_eq!((protocol, port), (Protocol::Udp, Some(53)));
     }
 }

@@ -170,9 +170,9 @@ impl Daemon {
                     ));
                     node_sync = Some(sync);
                 }
-                None => eprintln!(
-                    "kube-ovn-daemon: no join network without the Kubernetes API: no {} port",
-                    node.nic
+                None => tracing::warn!(
+                    nic = %node.nic,
+                    "no join network without the Kubernetes API: no join port"
                 ),
             }
         }

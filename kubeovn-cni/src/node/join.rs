@@ -115,18 +115,18 @@ async fn run(
                     let ann = n.metadata.annotations.unwrap_or_default();
                     match join_from_node_annotations(&ann, Vec::new()) {
                         Ok(j) => join = j,
-                        Err(e) => eprintln!("kube-ovn-daemon: node {node} annotations: {e}"),
+                        Err(e) => tracing::warn!(%node, error = %e, "node annotations"),
                     }
                 }
                 Some(Ok(_)) => {}
                 // The backoff retries; the last known state stays meanwhile.
-                Some(Err(e)) => eprintln!("kube-ovn-daemon: watch node {node}: {e}"),
+                Some(Err(e)) => tracing::warn!(%node, error = %e, "watch node"),
                 None => return,
             },
             ev = subnets.next() => match ev {
                 Some(Ok(watcher::Event::InitDone)) => subnets_synced = true,
                 Some(Ok(_)) => {}
-                Some(Err(e)) => eprintln!("kube-ovn-daemon: watch subnets: {e}"),
+                Some(Err(e)) => tracing::warn!(error = %e, "watch subnets"),
                 None => return,
             },
             _ = tick.tick() => {
@@ -138,15 +138,11 @@ async fn run(
         if plugged.as_ref() != Some(j) {
             cfg.join = Some(j.clone());
             if let Err(e) = init_node(ovs.as_ref(), host.as_ref(), &cfg).await {
-                eprintln!("kube-ovn-daemon: join interface {}: {e}", cfg.nic);
+                tracing::warn!(nic = %cfg.nic, error = %e, "join interface");
                 continue;
             }
             let ips: Vec<String> = j.ips.iter().map(ToString::to_string).collect();
-            eprintln!(
-                "kube-ovn-daemon: join interface {} up with {}",
-                cfg.nic,
-                ips.join(",")
-            );
+            tracing::info!(nic = %cfg.nic, ips = %ips.join(","), "join interface up");
             // Pods' egress is forwarded by the node (Kube-OVN's daemon turns forwarding on at start).
             let mut forwarding = vec![("net.ipv4.ip_forward", "1")];
             if j.ips.iter().any(IpNetwork::is_ipv6) {
@@ -154,7 +150,7 @@ async fn run(
             }
             for (k, v) in forwarding {
                 if let Err(e) = host.set_sysctl(k, v).await {
-                    eprintln!("kube-ovn-daemon: {k}: {e}");
+                    tracing::warn!(sysctl = k, error = %e, "forwarding");
                 }
             }
             plugged = Some(j.clone());
@@ -183,12 +179,12 @@ async fn run(
                     if nat_applied.is_none() || !nat.sources.is_empty() {
                         let s: Vec<String> =
                             nat.sources.iter().map(|s| s.cidr.to_string()).collect();
-                        eprintln!("kube-ovn-daemon: masquerading [{}]", s.join(","));
+                        tracing::info!(sources = %s.join(","), "masquerading");
                     }
                     nat_applied = Some(nat);
                 }
                 // Tried again at the next event or tick.
-                Err(e) => eprintln!("kube-ovn-daemon: NAT table {NAT_TABLE}: {e}"),
+                Err(e) => tracing::warn!(table = NAT_TABLE, error = %e, "NAT table"),
             }
         }
         let want = join_routes(j, &cfg.nic, &cidrs);
@@ -198,18 +194,18 @@ async fn run(
         match sync_join_routes(host.as_ref(), &cfg.nic, &want).await {
             Ok(ch) => {
                 for r in &ch.added {
-                    eprintln!("kube-ovn-daemon: route {r} added");
+                    tracing::info!(route = %r, "route added");
                 }
                 for r in &ch.deleted {
-                    eprintln!("kube-ovn-daemon: route {r} deleted");
+                    tracing::info!(route = %r, "route deleted");
                 }
                 for f in &ch.failed {
-                    eprintln!("kube-ovn-daemon: {f}");
+                    tracing::warn!("{f}");
                 }
                 // A failed route is tried again at the next tick.
                 synced = ch.failed.is_empty().then_some(want);
             }
-            Err(e) => eprintln!("kube-ovn-daemon: join routes: {e}"),
+            Err(e) => tracing::warn!(error = %e, "join routes"),
         }
     }
 }

@@ -1,5 +1,5 @@
-//! The HTTP/1 server on the daemon's unix socket (the shim's requests) and the metrics endpoint (the
-//! binaries' shared [`MetricsEndpoint`]).
+//! The HTTP/1 server on the daemon's unix socket (the shim's requests) and the Prometheus endpoint
+//! (`GET /metrics` on a TCP address), both on hyper.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -15,8 +15,7 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Method, StatusCode};
 use hyper_util::rt::TokioIo;
-use kubeovn_ovn::metrics_http::{MetricsEndpoint, Render};
-use tokio::net::UnixListener;
+use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -110,6 +109,25 @@ async fn route(
     reply(resp.http_status(), resp.to_json())
 }
 
+/// The content type of prometheus-client's text encoding.
+const METRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// `GET /metrics`: the metrics rendered now; another path 404, another method 405.
+fn metrics_route<B>(req: &hyper::Request<B>, metrics: &Metrics) -> hyper::Response<Full<Bytes>> {
+    let (status, body) = match (req.method(), req.uri().path()) {
+        (&Method::GET, "/metrics") => (StatusCode::OK, metrics.encode()),
+        (&Method::GET, _) => (StatusCode::NOT_FOUND, String::new()),
+        _ => (StatusCode::METHOD_NOT_ALLOWED, String::new()),
+    };
+    let mut r = hyper::Response::new(Full::new(Bytes::from(body)));
+    *r.status_mut() = status;
+    r.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static(METRICS_CONTENT_TYPE),
+    );
+    r
+}
+
 /// Binds the daemon's socket: removes a stale socket file, creates the parent directory, and restricts the
 /// socket to its owner (mode 0600: only root may ask the daemon to plumb pods).
 pub fn bind_socket(path: &Path) -> Result<UnixListener, DaemonError> {
@@ -137,7 +155,7 @@ pub fn bind_socket(path: &Path) -> Result<UnixListener, DaemonError> {
 #[derive(Debug)]
 pub struct Server {
     socket: PathBuf,
-    metrics: Option<MetricsEndpoint>,
+    metrics_addr: Option<SocketAddr>,
     stop: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -153,24 +171,51 @@ impl Server {
         metrics: Arc<Metrics>,
     ) -> Result<Server, DaemonError> {
         // The metrics address first: when it is taken, no socket task is left behind.
-        let metrics_endpoint =
-            match metrics_addr {
-                Some(addr) => {
-                    let m = metrics.clone();
-                    let render: Render = Arc::new(move || m.encode());
-                    Some(MetricsEndpoint::bind(addr, render).await.map_err(|e| {
-                        DaemonError::Io {
-                            what: "bind metrics address",
-                            path: PathBuf::from(addr.to_string()),
-                            source: e,
-                        }
-                    })?)
-                }
-                None => None,
-            };
+        let metrics_listener = match metrics_addr {
+            Some(addr) => Some(TcpListener::bind(addr).await.map_err(|e| DaemonError::Io {
+                what: "bind metrics address",
+                path: PathBuf::from(addr.to_string()),
+                source: e,
+            })?),
+            None => None,
+        };
+        let metrics_addr = match &metrics_listener {
+            Some(l) => Some(l.local_addr().map_err(|e| DaemonError::Io {
+                what: "read metrics address",
+                path: PathBuf::new(),
+                source: e,
+            })?),
+            None => None,
+        };
         let listener = bind_socket(socket)?;
         let (stop, rx) = watch::channel(false);
         let mut tasks = Vec::new();
+        if let Some(l) = metrics_listener {
+            let (m, mut stop_rx) = (metrics.clone(), rx.clone());
+            tasks.push(tokio::spawn(async move {
+                loop {
+                    let stream = tokio::select! {
+                        r = l.accept() => match r {
+                            Ok((s, _)) => s,
+                            // Transient (out of descriptors, a connection reset before accept).
+                            Err(_) => continue,
+                        },
+                        _ = stop_rx.changed() => break,
+                    };
+                    let m = m.clone();
+                    tokio::spawn(async move {
+                        let svc = service_fn(move |req| {
+                            let r = metrics_route(&req, &m);
+                            async move { Ok::<_, Infallible>(r) }
+                        });
+                        let _ = http1::Builder::new()
+                            .keep_alive(false)
+                            .serve_connection(TokioIo::new(stream), svc)
+                            .await;
+                    });
+                }
+            }));
+        }
         let (h, m) = (handler.clone(), metrics.clone());
         let mut stop_rx = rx.clone();
         tasks.push(tokio::spawn(async move {
@@ -196,7 +241,7 @@ impl Server {
         }));
         Ok(Server {
             socket: socket.to_owned(),
-            metrics: metrics_endpoint,
+            metrics_addr,
             stop,
             tasks,
         })
@@ -209,13 +254,12 @@ impl Server {
 
     /// The metrics endpoint's bound address (the real port when asked for port 0).
     pub fn metrics_addr(&self) -> Option<SocketAddr> {
-        self.metrics.as_ref().map(MetricsEndpoint::local_addr)
+        self.metrics_addr
     }
 
     /// Stops accepting (connections in flight finish on their own) and removes the socket file.
     pub async fn shutdown(self) {
         let _ = self.stop.send(true);
-        drop(self.metrics);
         for t in self.tasks {
             let _ = t.await;
         }
@@ -229,6 +273,62 @@ mod tests {
     use crate::node::{HandlerConfig, NoGatewayProbe, StaticPodNetworks};
     use kubeovn_netdev::{MockNamespaces, MockNetdev};
     use kubeovn_ovn::vswitch::MockOpenVSwitch;
+
+    fn handler() -> Arc<CniHandler> {
+        Arc::new(CniHandler::new(
+            HandlerConfig::default(),
+            Arc::new(StaticPodNetworks::new()),
+            Arc::new(MockOpenVSwitch::new()),
+            Arc::new(MockNetdev::new()),
+            Arc::new(MockNamespaces::new()),
+            Arc::new(NoGatewayProbe),
+        ))
+    }
+
+    async fn get(addr: SocketAddr, request: &[u8]) -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
+        s.write_all(request).await.expect("write");
+        let mut out = String::new();
+        s.read_to_string(&mut out).await.expect("read");
+        out
+    }
+
+    #[tokio::test]
+    async fn serves_metrics_until_shutdown() {
+        let dir = std::env::temp_dir().join(format!("kubeovn-cni-metrics-{}", std::process::id()));
+        let metrics = Arc::new(Metrics::new());
+        metrics.observe("ADD", std::time::Duration::from_millis(3), None);
+        let server = Server::start(
+            &dir.join("daemon.sock"),
+            Some("127.0.0.1:0".parse().expect("addr")),
+            handler(),
+            metrics,
+        )
+        .await
+        .expect("start");
+        let addr = server.metrics_addr().expect("metrics address");
+        assert_ne!(addr.port(), 0);
+        let out = get(addr, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").await;
+        assert!(out.starts_with("HTTP/1.1 200 OK\r\n"), "{out}");
+        assert!(out.contains(METRICS_CONTENT_TYPE), "{out}");
+        assert!(out.contains("command=\"ADD\""), "{out}");
+        let out = get(addr, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").await;
+        assert!(out.starts_with("HTTP/1.1 404 "), "{out}");
+        let out = get(
+            addr,
+            b"POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n",
+        )
+        .await;
+        assert!(out.starts_with("HTTP/1.1 405 "), "{out}");
+        server.shutdown().await;
+        // Stopped: the accept loop has ended and dropped the listener.
+        assert!(
+            tokio::net::TcpStream::connect(addr).await.is_err(),
+            "still accepting on {addr}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[tokio::test]
     async fn a_taken_metrics_address_leaves_no_socket_behind() {

@@ -1,12 +1,11 @@
-//! A minimal Prometheus endpoint for the binaries (controller, daemon, monitor, pinger): `GET /metrics` gets
-//! the text rendered at that moment, any other path 404. One request per connection, no HTTP library: the
-//! binaries share it without depending on each other, and it costs this crate nothing it does not already
-//! use (tokio's TCP).
+//! A minimal Prometheus endpoint for the binaries (controller, monitor, pinger): `GET /metrics` gets the
+//! text rendered at that moment, any other path 404. One request per connection, no HTTP library: it costs
+//! the binaries nothing they do not already use (tokio's TCP).
 //!
 //! ```no_run
 //! # async fn demo() -> std::io::Result<()> {
 //! use std::sync::Arc;
-//! let endpoint = kubeovn_ovn::metrics_http::MetricsEndpoint::bind(
+//! let endpoint = kube_ovn_cmd::metrics::MetricsEndpoint::bind(
 //!     "127.0.0.1:0".parse().expect("address"),
 //!     Arc::new(|| "# EOF\n".to_owned()),
 //! )

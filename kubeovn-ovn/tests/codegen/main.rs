@@ -1,9 +1,12 @@
-//! The checked-in models are what the generator makes of the shipped schemas.
+//! The checked-in models (`src/models/`) are what the generator (`generator.rs`, a development tool of
+//! this crate, not part of its API) makes of the shipped schemas.
 //! `KUBEOVN_REGEN=1 cargo test -p kubeovn-ovn --test codegen` rewrites them.
+
+mod generator;
 
 use std::path::Path;
 
-use kubeovn_ovn::codegen::generate;
+use generator::generate;
 use kubeovn_ovn::DatabaseSchema;
 
 fn check(schema_file: &str, module: &str) {
