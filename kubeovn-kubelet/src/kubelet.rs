@@ -478,7 +478,7 @@ impl Kubelet {
         let ns_dir = self.settings.netns_dir.clone();
         let netns_name = rec.netns_name.clone();
         let cni = self.cni.clone();
-        let attachment = Attachment::of(&rec);
+        let attachment = Attachment::of(rec);
         let result = tokio::task::spawn_blocking(move || {
             kubeovn_netdev::create_named_netns(&ns_dir, &netns_name).map_err(|e| {
                 SandboxError::Failed {

@@ -48,9 +48,8 @@ pub async fn endpoints(
 /// [`matrix::ping_matrix`] with the ICMP probe of the node daemon.
 pub async fn ping_matrix(eps: &[Endpoint], timeout: Duration) -> PingMatrix {
     let probe = IcmpGatewayProbe::default();
-    matrix::ping_matrix(eps, timeout, |netns, ifname, ip, timeout| {
-        let probe = probe.clone();
-        async move { probe.probe(&netns, &ifname, ip, timeout).await }
+    matrix::ping_matrix(eps, timeout, |netns, ifname, ip, timeout| async move {
+        probe.probe(&netns, &ifname, ip, timeout).await
     })
     .await
 }

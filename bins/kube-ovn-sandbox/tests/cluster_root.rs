@@ -52,12 +52,11 @@ fn reach(from: &Path, name: &str, ip: IpAddr) -> Vec<String> {
 /// The Service `default/spread` of this test's backends (one per node).
 const SPREAD: &str = "spread";
 
-/// The EndpointSlices of Service `default/name`: per address type, each slice's endpoints as (pod, node,
-/// ready).
-fn slices_of(
-    sb: &common::Sandbox,
-    name: &str,
-) -> BTreeMap<String, Vec<Vec<(String, String, bool)>>> {
+/// One endpoint of a slice: its pod, node and whether it is ready.
+type SliceEndpoint = (String, String, bool);
+
+/// The EndpointSlices of Service `default/name`: per address type, each slice's endpoints.
+fn slices_of(sb: &common::Sandbox, name: &str) -> BTreeMap<String, Vec<Vec<SliceEndpoint>>> {
     let label = format!("kubernetes.io/service-name={name}");
     let out = sb.kubectl(&[
         "get",
@@ -71,7 +70,7 @@ fn slices_of(
     ]);
     assert!(out.status.success(), "{out:?}");
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let mut by_family: BTreeMap<String, Vec<Vec<(String, String, bool)>>> = BTreeMap::new();
+    let mut by_family: BTreeMap<String, Vec<Vec<SliceEndpoint>>> = BTreeMap::new();
     for slice in v["items"].as_array().unwrap() {
         let eps = slice["endpoints"]
             .as_array()
@@ -136,7 +135,7 @@ fn services_across_nodes(
              {"name": "tcp", "protocol": "TCP", "port": 80, "targetPort": 80},
              {"name": "udp", "protocol": "UDP", "port": 80, "targetPort": 80}]}},
     ]}));
-    let expect = |ks: &[usize]| -> Vec<(String, String, bool)> {
+    let expect = |ks: &[usize]| -> Vec<SliceEndpoint> {
         ks.iter()
             .map(|&k| (format!("s{k}"), node(k), true))
             .collect()

@@ -67,6 +67,18 @@ fn up_ping_kubectl_exec_down() {
     }
     assert_eq!(sb.netns().len(), 4, "{:?}", sb.netns());
     assert!(link_exists(&sb.nic), "join interface");
+    // One EndpointSlice controller for the cluster, beside (not inside) the kubelet, with one node too.
+    let pids: Vec<ProcRecord> =
+        serde_json::from_slice(&std::fs::read(sb.dir.path().join("pids.json")).unwrap()).unwrap();
+    let named = |n: &str| pids.iter().filter(|p| p.name == n && p.alive()).count();
+    assert_eq!(
+        (
+            named(kubeovn_sandbox::sandbox::ENDPOINTS_PROCESS),
+            named("kubelet")
+        ),
+        (1, 1),
+        "{pids:?}"
+    );
 
     // kubectl-ko against the sandbox: passthrough, diagnose, trace across the router.
     let out = sb.ko(&["nbctl", "ls-list"]);
