@@ -5,7 +5,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand};
+use kube_ovn_cmd::log::LogFormat;
 use kubeovn_sandbox::sandbox::{self, UpOptions};
 use kubeovn_sandbox::state::{Settings, StateDir, DEFAULT_STATE_DIR, STATE_DIR_ENV};
 
@@ -18,17 +19,22 @@ struct Cli {
     /// The state directory (sockets, logs, pids, pod records).
     #[arg(long, global = true, env = STATE_DIR_ENV, default_value = DEFAULT_STATE_DIR)]
     state_dir: PathBuf,
-    /// Log lines as text or as JSON objects (filters: RUST_LOG, e.g. `kubeovn_kubelet=debug`).
-    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    /// Level of kubeovn-rs' own modules (other crates log from warn up); RUST_LOG, when set, replaces this
+    /// filter with per-module directives (e.g. RUST_LOG=info,kubeovn_kubelet=debug).
+    #[arg(long, global = true, value_name = "LEVEL", default_value = "info",
+          value_parser = ["error", "warn", "info", "debug", "trace"])]
+    log_level: String,
+    /// Log line format on stderr.
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        value_name = "FORMAT",
+        default_value_t
+    )]
     log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
-}
-
-#[derive(Debug, Clone, Copy, ValueEnum)]
-enum LogFormat {
-    Text,
-    Json,
 }
 
 #[derive(Debug, Subcommand)]
@@ -167,16 +173,9 @@ impl UpArgs {
     }
 }
 
-fn init_logs(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    let _ = match format {
-        LogFormat::Text => builder.try_init(),
-        LogFormat::Json => builder.json().try_init(),
-    };
+/// `tracing` events on stderr (kube-ovn-cmd's set-up, as the other binaries').
+fn init_logs(level: &str, format: LogFormat) {
+    kube_ovn_cmd::log::init(level.parse().unwrap_or(tracing::Level::INFO), format);
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
@@ -188,20 +187,6 @@ fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
             eprintln!("kube-ovn-sandbox: tokio runtime: {e}");
             ExitCode::FAILURE
         })
-}
-
-/// Resolves on SIGTERM or Ctrl-C.
-async fn terminated() {
-    use tokio::signal::unix::{signal, SignalKind};
-    match signal(SignalKind::terminate()) {
-        Ok(mut t) => {
-            tokio::select! {
-                _ = t.recv() => {}
-                _ = tokio::signal::ctrl_c() => {}
-            }
-        }
-        Err(_) => std::future::pending().await,
-    }
 }
 
 /// The programs `up` runs as this binary's hidden subcommands with raw arguments: a container's monitor (before
@@ -219,7 +204,7 @@ fn helper(args: &[String]) -> Option<ExitCode> {
         return None;
     }
     // Their messages (a container that could not start) go to their stderr: the container's log.
-    init_logs(LogFormat::Text);
+    init_logs("info", LogFormat::Text);
     if first == containers::SHIM_COMMAND {
         let code = containers::shim(&args[1..]);
         return Some(ExitCode::from(u8::try_from(code & 0xff).unwrap_or(1)));
@@ -260,7 +245,7 @@ fn main() -> ExitCode {
     }
     let cli = Cli::parse();
     let dir = StateDir::new(&cli.state_dir);
-    init_logs(cli.log_format);
+    init_logs(&cli.log_level, cli.log_format);
     match cli.command {
         Command::Exec { pod, command } => {
             // Before any thread exists: setns then exec.
@@ -354,7 +339,7 @@ fn main() -> ExitCode {
                         return ExitCode::FAILURE;
                     }
                 };
-                match k.run(terminated()).await {
+                match k.run(kube_ovn_cmd::shutdown_signal()).await {
                     Ok(()) => ExitCode::SUCCESS,
                     Err(e) => {
                         eprintln!("kubelet: {e}");
@@ -370,7 +355,9 @@ fn main() -> ExitCode {
             };
             rt.block_on(async {
                 let r = match kubeovn_sandbox::kubelet::client(&dir.kubeconfig()).await {
-                    Ok(c) => kubeovn_sandbox::endpoints::run(c, terminated()).await,
+                    Ok(c) => {
+                        kubeovn_sandbox::endpoints::run(c, kube_ovn_cmd::shutdown_signal()).await
+                    }
                     Err(e) => Err(e),
                 };
                 match r {
