@@ -7,8 +7,9 @@ use std::net::IpAddr;
 use ipnetwork::IpNetwork;
 use kubeovn_ipam::{Addresses, Mac};
 use kubeovn_ovn::northbound::{
-    Batch, LbTarget, LoadBalancerGroup, LogicalRouterPolicyAction, LogicalSwitch, Op, Patch,
-    PortGroup, RouterPolicy, StaticRoute, SwitchPort,
+    Batch, LbTarget, LoadBalancer, LoadBalancerGroup, LoadBalancerProtocol,
+    LogicalRouterPolicyAction, LogicalSwitch, Op, Patch, PortGroup, RouterPolicy, StaticRoute,
+    SwitchPort,
 };
 
 use crate::naming::{self, external_ids as ext, priority};
@@ -456,6 +457,122 @@ pub(crate) fn ovn_acl(
     acl
 }
 
+/// The protocols a Service port can have, each a load balancer of its own.
+pub(crate) const PROTOCOLS: [LoadBalancerProtocol; 3] = [
+    LoadBalancerProtocol::Tcp,
+    LoadBalancerProtocol::Udp,
+    LoadBalancerProtocol::Sctp,
+];
+
+/// A Service's load balancers for one protocol: the one of every VIP (the IPv4 ones' template load balancer
+/// under internalTrafficPolicy Local), and the Local IPv6 VIPs' (a template load balancer has one family).
+pub(crate) fn lb_names(ns: &str, name: &str, proto: &LoadBalancerProtocol) -> [String; 2] {
+    let base = naming::service_lb(ns, name, proto.as_str());
+    let v6 = format!("{base}.v6");
+    [base, v6]
+}
+
+/// A template variable's value: the same on every chassis, or each node's own.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum TemplateValue {
+    /// One value on every chassis.
+    All(String),
+    /// Each node's own value, by node name (none: empty).
+    PerNode(BTreeMap<String, String>),
+}
+
+/// The load balancer rows a Service wants: per protocol, the rows by name; the template variables of its
+/// `internalTrafficPolicy: Local` balancers (name -> value); its backends over all VIPs.
+#[derive(Debug, Default)]
+pub(crate) struct ServiceLbRows {
+    /// Per protocol, the rows wanted (a protocol with none: its balancers go).
+    pub by_protocol: Vec<(LoadBalancerProtocol, Vec<(String, LoadBalancer)>)>,
+    /// The template variables.
+    pub vars: BTreeMap<String, TemplateValue>,
+    /// Backends over all VIPs.
+    pub backends: usize,
+}
+
+/// The load balancer rows of Service `key` (`namespace/name`) programmed in VPC `vpc`, from what its
+/// EndpointSlices make of it (`d`) and how session affinity is programmed.
+pub(crate) fn service_lb_rows(
+    key: &str,
+    vpc: &str,
+    d: &crate::services::Desired,
+    affinity: super::SessionAffinity,
+) -> ServiceLbRows {
+    use super::SessionAffinity;
+    use kubeovn_ovn::northbound::{template_var_name, LoadBalancerSelectionFields};
+    let (ns, name) = key.split_once('/').unwrap_or(("", key));
+    let mut rows = ServiceLbRows::default();
+    for proto in PROTOCOLS {
+        let base = naming::service_lb(ns, name, proto.as_str());
+        let mut wanted: Vec<(String, LoadBalancer)> = Vec::new();
+        if let Some(want) = d.lbs.get(proto.as_str()) {
+            rows.backends += want
+                .vips
+                .values()
+                .map(|v| v.split(',').filter(|s| !s.is_empty()).count())
+                .sum::<usize>();
+            let lb = |n: &str| {
+                LoadBalancer::new(n)
+                    .protocol(proto.clone())
+                    .external_id(ext::VENDOR, naming::VENDOR)
+                    .external_id(ext::SERVICE, key)
+                    .external_id(ext::VPC, vpc)
+                    .exact()
+            };
+            if d.local {
+                // One template load balancer per family: backends per chassis through a variable per VIP.
+                for (v6, n) in [false, true].into_iter().zip(lb_names(ns, name, &proto)) {
+                    let mut t = lb(&n)
+                        .option("template", "true")
+                        .option("address-family", if v6 { "ipv6" } else { "ipv4" })
+                        .selection_fields(Vec::new());
+                    for (vip, by_node) in &want.by_node {
+                        if vip.starts_with('[') != v6 {
+                            continue;
+                        }
+                        let var = template_var_name(&format!("{n}.{vip}"));
+                        let key = if v6 {
+                            // OVN 23.03 takes an IPv6 VIP of a template load balancer only as a variable.
+                            let (ip, port) = vip.rsplit_once(':').unwrap_or((vip, ""));
+                            let ip = ip.trim_start_matches('[').trim_end_matches(']');
+                            let ip_var = template_var_name(&format!("{n}.{ip}"));
+                            rows.vars
+                                .insert(ip_var.clone(), TemplateValue::All(ip.to_owned()));
+                            format!("^{ip_var}:{port}")
+                        } else {
+                            vip.clone()
+                        };
+                        t.vips.insert(key, format!("^{var}"));
+                        rows.vars
+                            .insert(var, TemplateValue::PerNode(by_node.clone()));
+                    }
+                    if !t.vips.is_empty() {
+                        wanted.push((n, t));
+                    }
+                }
+            } else {
+                let mut l = lb(&base).option("reject", "true");
+                l = match (d.affinity_timeout, affinity) {
+                    (Some(t), SessionAffinity::Timeout) => l
+                        .option("affinity_timeout", t.to_string())
+                        .selection_fields(Vec::new()),
+                    (Some(_), SessionAffinity::SourceHash) => {
+                        l.selection_fields(vec![LoadBalancerSelectionFields::IpSrc])
+                    }
+                    (None, _) => l.selection_fields(Vec::new()),
+                };
+                l.vips = want.vips.clone();
+                wanted.push((base.clone(), l));
+            }
+        }
+        rows.by_protocol.push((proto, wanted));
+    }
+    rows
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -602,5 +719,87 @@ mod tests {
             node_policy_match("172.18.0.2".parse().expect("ip")),
             "ip4.dst == 172.18.0.2"
         );
+    }
+
+    #[test]
+    fn a_services_rows_follow_its_slices_and_session_affinity() {
+        use crate::services::fixtures::{slice, web};
+        use std::sync::Arc;
+        let mut svc = web(&["10.96.0.10"]);
+        let s = slice(
+            "web-a",
+            "web",
+            "IPv4",
+            serde_json::json!([{"name": "http", "port": 8080}]),
+            serde_json::json!([{"addresses": ["10.16.0.5"]}, {"addresses": ["10.16.0.6"]}]),
+        );
+        let d = crate::services::desired(&svc, &[Arc::new(s.clone())]);
+        let rows = service_lb_rows(
+            "default/web",
+            "ovn-cluster",
+            &d,
+            super::super::SessionAffinity::SourceHash,
+        );
+        assert_eq!(rows.backends, 2);
+        assert!(rows.vars.is_empty());
+        let tcp = rows
+            .by_protocol
+            .iter()
+            .find(|(p, _)| *p == LoadBalancerProtocol::Tcp)
+            .map(|(_, w)| w)
+            .expect("tcp");
+        assert_eq!(tcp.len(), 1);
+        let (name, lb) = &tcp[0];
+        assert_eq!(name, "svc.default.web.tcp");
+        assert_eq!(lb.vips["10.96.0.10:80"], "10.16.0.5:8080,10.16.0.6:8080");
+        assert_eq!(
+            lb.external_ids.get(ext::VPC).map(String::as_str),
+            Some("ovn-cluster")
+        );
+        assert_eq!(
+            lb.external_ids.get(ext::SERVICE).map(String::as_str),
+            Some("default/web")
+        );
+        assert_eq!(lb.options.get("reject").map(String::as_str), Some("true"));
+        // Session affinity with a timeout: kept by source hash, or by OVN's affinity_timeout.
+        if let Some(spec) = svc.spec.as_mut() {
+            spec.session_affinity = Some("ClientIP".into());
+            spec.session_affinity_config =
+                serde_json::from_value(serde_json::json!({"clientIP": {"timeoutSeconds": 60}}))
+                    .ok();
+        }
+        let d = crate::services::desired(&svc, &[Arc::new(s)]);
+        let tcp = |rows: &ServiceLbRows| {
+            rows.by_protocol
+                .iter()
+                .find(|(p, _)| *p == LoadBalancerProtocol::Tcp)
+                .and_then(|(_, w)| w.first().cloned())
+                .expect("tcp")
+                .1
+        };
+        let hashed = tcp(&service_lb_rows(
+            "default/web",
+            "ovn-cluster",
+            &d,
+            super::super::SessionAffinity::SourceHash,
+        ));
+        assert_eq!(
+            hashed.selection_fields,
+            Some(vec![
+                kubeovn_ovn::northbound::LoadBalancerSelectionFields::IpSrc
+            ])
+        );
+        assert!(!hashed.options.contains_key("affinity_timeout"));
+        let timed = tcp(&service_lb_rows(
+            "default/web",
+            "ovn-cluster",
+            &d,
+            super::super::SessionAffinity::Timeout,
+        ));
+        assert_eq!(
+            timed.options.get("affinity_timeout").map(String::as_str),
+            Some("60")
+        );
+        assert_eq!(timed.selection_fields, Some(Vec::new()));
     }
 }

@@ -35,33 +35,16 @@ use kube::runtime::events::EventType;
 use kube::runtime::reflector;
 use kube::runtime::watcher::Event;
 use kube::ResourceExt;
-use kubeovn_ovn::northbound::{
-    template_var_name, Batch, ChassisTemplateVars, LoadBalancer, LoadBalancerGroup,
-    LoadBalancerProtocol, LoadBalancerSelectionFields,
-};
+use kubeovn_ovn::northbound::{Batch, ChassisTemplateVars, LoadBalancerGroup};
 
 use super::error::{ControllerError, Result};
 use super::framework::{Action, Key, Kinds, ObjectStore, Reconciler, Relations, StoreWriter};
+use super::plan;
 use super::views::chassis_of;
 use super::{Ctx, SessionAffinity};
 use crate::crd::{Decoded, Subnet};
 use crate::naming::{self, external_ids as ext};
 pub use crate::services::{desired, endpoint, is_balanced, Desired, DesiredLb, SERVICE_NAME_LABEL};
-
-/// The protocols a Service port can have, each a load balancer of its own.
-const PROTOCOLS: [LoadBalancerProtocol; 3] = [
-    LoadBalancerProtocol::Tcp,
-    LoadBalancerProtocol::Udp,
-    LoadBalancerProtocol::Sctp,
-];
-
-/// A Service's load balancers for one protocol: the one of every VIP (the IPv4 ones' template load balancer
-/// under internalTrafficPolicy Local), and the Local IPv6 VIPs' (a template load balancer has one family).
-fn lb_names(ns: &str, name: &str, proto: &LoadBalancerProtocol) -> [String; 2] {
-    let base = naming::service_lb(ns, name, proto.as_str());
-    let v6 = format!("{base}.v6");
-    [base, v6]
-}
 
 /// The EndpointSlice store: kube-runtime's, plus an index from `(namespace, service)` to slice names, so a
 /// Service finds its slices without scanning every slice of the cluster.
@@ -207,12 +190,6 @@ pub(crate) struct Programmed {
     pub warnings: Vec<(String, String)>,
     /// The chassis template variables of its `internalTrafficPolicy: Local` load balancers.
     pub vars: BTreeSet<String>,
-}
-
-/// A template variable's value: the same on every chassis, or each node's own.
-enum TemplateValue {
-    All(String),
-    PerNode(BTreeMap<String, String>),
 }
 
 /// The Services programmed, by key, with running totals (the metrics read them on every run: summing the map
@@ -393,79 +370,22 @@ async fn reconcile(ctx: &Ctx, st: &ServiceState, svc: &Service) -> Result<Action
     let vpc = from_backends
         .or_else(|| svc.annotations().get(crate::annotations::VPC).cloned())
         .or_else(|| prev.as_ref().map(|p| p.vpc.clone()))
-        .or_else(|| PROTOCOLS.iter().find_map(|p| existing_vpc(p.as_str())))
+        .or_else(|| {
+            plan::PROTOCOLS
+                .iter()
+                .find_map(|p| existing_vpc(p.as_str()))
+        })
         .unwrap_or_else(|| ctx.config.default_vpc.clone());
     let group = naming::lb_group(&vpc);
 
     let mut b = Batch::new();
     let mut lbs = Vec::new();
-    let mut backends = 0;
     // Whether NB changes: a new or deleted row, or other VIPs (for the programming-time metric).
     let mut changed = false;
-    // Template variables of internalTrafficPolicy Local: name -> (value on every node, or per node).
-    let mut vars: BTreeMap<String, TemplateValue> = BTreeMap::new();
-    for proto in PROTOCOLS {
-        let base = naming::service_lb(ns, name, proto.as_str());
-        let mut wanted: Vec<(String, LoadBalancer)> = Vec::new();
-        if let Some(want) = d.lbs.get(proto.as_str()) {
-            backends += want
-                .vips
-                .values()
-                .map(|v| v.split(',').filter(|s| !s.is_empty()).count())
-                .sum::<usize>();
-            let lb = |n: &str| {
-                LoadBalancer::new(n)
-                    .protocol(proto.clone())
-                    .external_id(ext::VENDOR, naming::VENDOR)
-                    .external_id(ext::SERVICE, key.as_str())
-                    .external_id(ext::VPC, &vpc)
-                    .exact()
-            };
-            if d.local {
-                // One template load balancer per family: backends per chassis through a variable per VIP.
-                for (v6, n) in [false, true].into_iter().zip(lb_names(ns, name, &proto)) {
-                    let mut t = lb(&n)
-                        .option("template", "true")
-                        .option("address-family", if v6 { "ipv6" } else { "ipv4" })
-                        .selection_fields(Vec::new());
-                    for (vip, by_node) in &want.by_node {
-                        if vip.starts_with('[') != v6 {
-                            continue;
-                        }
-                        let var = template_var_name(&format!("{n}.{vip}"));
-                        let key = if v6 {
-                            // OVN 23.03 takes an IPv6 VIP of a template load balancer only as a variable.
-                            let (ip, port) = vip.rsplit_once(':').unwrap_or((vip, ""));
-                            let ip = ip.trim_start_matches('[').trim_end_matches(']');
-                            let ip_var = template_var_name(&format!("{n}.{ip}"));
-                            vars.insert(ip_var.clone(), TemplateValue::All(ip.to_owned()));
-                            format!("^{ip_var}:{port}")
-                        } else {
-                            vip.clone()
-                        };
-                        t.vips.insert(key, format!("^{var}"));
-                        vars.insert(var, TemplateValue::PerNode(by_node.clone()));
-                    }
-                    if !t.vips.is_empty() {
-                        wanted.push((n, t));
-                    }
-                }
-            } else {
-                let mut l = lb(&base).option("reject", "true");
-                l = match (d.affinity_timeout, ctx.config.session_affinity) {
-                    (Some(t), SessionAffinity::Timeout) => l
-                        .option("affinity_timeout", t.to_string())
-                        .selection_fields(Vec::new()),
-                    (Some(_), SessionAffinity::SourceHash) => {
-                        l.selection_fields(vec![LoadBalancerSelectionFields::IpSrc])
-                    }
-                    (None, _) => l.selection_fields(Vec::new()),
-                };
-                l.vips = want.vips.clone();
-                wanted.push((base.clone(), l));
-            }
-        }
-        for n in lb_names(ns, name, &proto) {
+    let rows = plan::service_lb_rows(key.as_str(), &vpc, &d, ctx.config.session_affinity);
+    let (backends, vars) = (rows.backends, rows.vars);
+    for (proto, wanted) in rows.by_protocol {
+        for n in plan::lb_names(ns, name, &proto) {
             let existing = ctx.nb.load_balancer(&n);
             match wanted.iter().find(|(w, _)| *w == n) {
                 Some((_, lb)) => {
@@ -506,8 +426,10 @@ async fn reconcile(ctx: &Ctx, st: &ServiceState, svc: &Service) -> Result<Action
                 let mut t = ChassisTemplateVars::new(&chassis);
                 for (var, value) in &vars {
                     let v = match value {
-                        TemplateValue::All(v) => v.clone(),
-                        TemplateValue::PerNode(m) => m.get(&node_name).cloned().unwrap_or_default(),
+                        plan::TemplateValue::All(v) => v.clone(),
+                        plan::TemplateValue::PerNode(m) => {
+                            m.get(&node_name).cloned().unwrap_or_default()
+                        }
                     };
                     t = t.var(var, v);
                 }
@@ -554,8 +476,8 @@ async fn reconcile(ctx: &Ctx, st: &ServiceState, svc: &Service) -> Result<Action
 async fn remove(ctx: &Ctx, st: &ServiceState, key: &Key<Service>) -> Result<()> {
     let (ns, name) = (key.namespace().unwrap_or_default(), key.name());
     let mut b = Batch::new();
-    for proto in PROTOCOLS {
-        for lb in lb_names(ns, name, &proto) {
+    for proto in plan::PROTOCOLS {
+        for lb in plan::lb_names(ns, name, &proto) {
             if ctx.nb.load_balancer(&lb).is_some() {
                 b.delete_load_balancer(lb);
             }
