@@ -297,15 +297,14 @@ async fn waits_for_ofport_and_ovn_installed() {
     assert!(e.is_timeout() && !e.is_connection_error());
     // Play ovs-vswitchd and ovn-controller from another connection.
     let other = Client::connect(&srv.unix_remote()).await.unwrap();
-    let waiter = {
-        let ovs = ovs.clone();
-        tokio::spawn(async move {
-            let port = ovs.wait_ofport("h1", Duration::from_secs(5)).await?;
-            ovs.wait_ovn_installed("h1", Duration::from_secs(5)).await?;
-            Ok::<i64, Error>(port)
-        })
-    };
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    let mut waiter = Box::pin(async {
+        let port = ovs.wait_ofport("h1", Duration::from_secs(5)).await?;
+        ovs.wait_ovn_installed("h1", Duration::from_secs(5)).await?;
+        Ok::<i64, Error>(port)
+    });
+    // Polled once: it looked at the replica (no ofport yet) and waits for a change, before there is one.
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    assert!(std::future::Future::poll(waiter.as_mut(), &mut cx).is_pending());
     let txn = Transaction::new("Open_vSwitch")
         .op(Operation::update("Interface")
             .where_eq("name", "h1")
@@ -322,7 +321,7 @@ async fn waits_for_ofport_and_ovn_installed() {
         &srv,
         &["set", "interface", "h1", "external_ids:ovn-installed=true"],
     );
-    assert_eq!(waiter.await.unwrap().unwrap(), 7);
+    assert_eq!(waiter.await.unwrap(), 7);
     let e = ovs
         .wait_ofport("h2", Duration::from_secs(5))
         .await
