@@ -191,11 +191,13 @@ impl<A: LeaseApi> LeaderElector<A> {
     /// its lease duration since this candidate first saw it, on tokio's clock; a lease with no holder is
     /// taken at once.
     pub async fn try_acquire_or_renew(&self) -> Result<bool> {
-        let now = Instant::now();
-        let wall = MicroTime(Timestamp::now());
         let c = &self.config;
         let dur = i32::try_from(c.lease_duration.as_secs()).unwrap_or(i32::MAX);
-        let Some(mut lease) = self.api.get(&c.name).await? else {
+        let read = self.api.get(&c.name).await?;
+        // When the record was seen: after the read, so the count never starts before it.
+        let now = Instant::now();
+        let wall = MicroTime(Timestamp::now());
+        let Some(mut lease) = read else {
             let spec = LeaseSpec {
                 holder_identity: Some(c.identity.clone()),
                 lease_duration_seconds: Some(dur),

@@ -573,6 +573,67 @@ pub(crate) fn service_lb_rows(
     rows
 }
 
+/// What a pod's annotations ask of its addresses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum AddressChoice {
+    /// These addresses (none: any), from this pool if named.
+    Given {
+        /// Static addresses: the `ip_address` annotation, the addresses the pod holds already, or a free
+        /// entry of an address-list `ip_pool`.
+        statics: Vec<IpAddr>,
+        /// A named IPPool to allocate from.
+        pool: Option<String>,
+    },
+    /// Every entry of its address-list `ip_pool` is held by another owner: it waits for a release.
+    PoolInUse,
+}
+
+/// The address choice of pod `owner` (`namespace/name`): its `ip_address` annotation, else its `ip_pool` (a
+/// named pool, or the first entry of an address list none of whose addresses another owner holds; the
+/// addresses it `held` already win). `holder` says who holds an address.
+pub(crate) fn pod_addresses(
+    a: &crate::annotations::PodNetworkAnnotations,
+    held: Option<&[IpAddr]>,
+    holder: &dyn Fn(IpAddr) -> Option<String>,
+    owner: &str,
+) -> AddressChoice {
+    use crate::annotations::IpPoolRequest;
+    if !a.ip_addresses.is_empty() {
+        return AddressChoice::Given {
+            statics: a.ip_addresses.clone(),
+            pool: None,
+        };
+    }
+    match &a.ip_pool {
+        Some(IpPoolRequest::Pool(p)) => AddressChoice::Given {
+            statics: Vec::new(),
+            pool: Some(p.clone()),
+        },
+        Some(IpPoolRequest::Addresses(entries)) => {
+            if let Some(h) = held {
+                return AddressChoice::Given {
+                    statics: h.to_vec(),
+                    pool: None,
+                };
+            }
+            let free = entries
+                .iter()
+                .find(|e| e.iter().all(|ip| holder(*ip).is_none_or(|o| o == owner)));
+            match free {
+                Some(e) => AddressChoice::Given {
+                    statics: e.clone(),
+                    pool: None,
+                },
+                None => AddressChoice::PoolInUse,
+            }
+        }
+        None => AddressChoice::Given {
+            statics: Vec::new(),
+            pool: None,
+        },
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -801,5 +862,58 @@ mod tests {
             Some("60")
         );
         assert_eq!(timed.selection_fields, Some(Vec::new()));
+    }
+
+    #[test]
+    fn a_pods_addresses_come_from_its_annotation_its_pool_or_a_free_pool_entry() {
+        use crate::annotations::{PodNetworkAnnotations, DEFAULT_PROVIDER};
+        let parse = |kv: &[(&str, &str)]| {
+            let m: BTreeMap<String, String> = kv
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect();
+            PodNetworkAnnotations::parse(&m, DEFAULT_PROVIDER).expect("annotations")
+        };
+        let ip = |s: &str| s.parse::<IpAddr>().expect("ip");
+        let nobody = |_: IpAddr| None;
+        let given = |statics: Vec<IpAddr>, pool: Option<&str>| AddressChoice::Given {
+            statics,
+            pool: pool.map(str::to_owned),
+        };
+        let a = parse(&[("ovn.kubernetes.io/ip_address", "10.16.0.9")]);
+        assert_eq!(
+            pod_addresses(&a, None, &nobody, "ns/p"),
+            given(vec![ip("10.16.0.9")], None)
+        );
+        let a = parse(&[("ovn.kubernetes.io/ip_pool", "pool-a")]);
+        assert_eq!(
+            pod_addresses(&a, None, &nobody, "ns/p"),
+            given(vec![], Some("pool-a"))
+        );
+        let a = parse(&[("ovn.kubernetes.io/ip_pool", "10.16.0.20,10.16.0.21")]);
+        // The first entry held by another pod: the second; both held: it waits; what it holds wins.
+        let first_taken = |x: IpAddr| (x == ip("10.16.0.20")).then(|| "ns/other".to_owned());
+        assert_eq!(
+            pod_addresses(&a, None, &first_taken, "ns/p"),
+            given(vec![ip("10.16.0.21")], None)
+        );
+        let all_taken = |_: IpAddr| Some("ns/other".to_owned());
+        assert_eq!(
+            pod_addresses(&a, None, &all_taken, "ns/p"),
+            AddressChoice::PoolInUse
+        );
+        let mine = |_: IpAddr| Some("ns/p".to_owned());
+        assert_eq!(
+            pod_addresses(&a, None, &mine, "ns/p"),
+            given(vec![ip("10.16.0.20")], None)
+        );
+        assert_eq!(
+            pod_addresses(&a, Some(&[ip("10.16.0.21")]), &all_taken, "ns/p"),
+            given(vec![ip("10.16.0.21")], None)
+        );
+        assert_eq!(
+            pod_addresses(&parse(&[]), None, &nobody, "ns/p"),
+            given(vec![], None)
+        );
     }
 }

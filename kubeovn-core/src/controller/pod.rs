@@ -261,50 +261,34 @@ async fn add(ctx: &Ctx, waiting: &Waiting, pod: &Pod) -> Result<()> {
     };
 
     // Static addresses: the ip_address annotation, or a free entry of an address-list ip_pool.
-    let mut statics: Vec<IpAddr> = a.ip_addresses.clone();
-    let mut pool: Option<&str> = None;
-    match &a.ip_pool {
-        Some(IpPoolRequest::Pool(p)) if statics.is_empty() => pool = Some(p),
-        Some(IpPoolRequest::Addresses(entries)) if statics.is_empty() => {
-            let held = ctx.ipam.get(&subnet.name, &owner, &port).ok().flatten();
-            let free = || {
-                entries.iter().find(|e| {
-                    e.iter().all(|ip| match ctx.ipam.owner(*ip) {
-                        None => true,
-                        Some(o) => o.pod == owner,
-                    })
-                })
-            };
-            match (held, free()) {
-                (Some(h), _) => statics = h.ips().collect(),
-                (None, Some(e)) => statics = e.clone(),
-                (None, None) => {
-                    // Waits for an entry's release (a rolling update: the old pods hold them yet), warned
-                    // once; registered first, then looked again, so a release in between is not missed.
-                    let first = waiting.add(&subnet.name, &owner);
-                    match free() {
-                        Some(e) => statics = e.clone(),
-                        None => {
-                            let e = ControllerError::invalid(
-                                &what,
-                                "every address of its ip_pool is in use",
-                            );
-                            if first {
-                                warn(ctx, pod, "AcquireAddressFailed", &e).await;
-                            }
-                            return Err(e);
-                        }
+    let held = ctx.ipam.get(&subnet.name, &owner, &port).ok().flatten();
+    let held = held.map(|h| h.ips().collect::<Vec<_>>());
+    let holder = |ip: IpAddr| ctx.ipam.owner(ip).map(|o| o.pod);
+    let choose = || plan::pod_addresses(&a, held.as_deref(), &holder, &owner);
+    let (statics, pool) = match choose() {
+        plan::AddressChoice::Given { statics, pool } => (statics, pool),
+        plan::AddressChoice::PoolInUse => {
+            // Waits for an entry's release (a rolling update: the old pods hold them yet), warned once;
+            // registered first, then looked again, so a release in between is not missed.
+            let first = waiting.add(&subnet.name, &owner);
+            match choose() {
+                plan::AddressChoice::Given { statics, pool } => (statics, pool),
+                plan::AddressChoice::PoolInUse => {
+                    let e =
+                        ControllerError::invalid(&what, "every address of its ip_pool is in use");
+                    if first {
+                        warn(ctx, pod, "AcquireAddressFailed", &e).await;
                     }
+                    return Err(e);
                 }
             }
         }
-        _ => {}
-    }
+    };
     let mut req = AllocRequest::new(&owner, &port).static_ips(&statics);
     if let Some(m) = a.mac_address {
         req = req.mac(m);
     }
-    if let Some(p) = pool {
+    if let Some(p) = &pool {
         req = req.pool(p);
     }
     let mut allocated = ctx.ipam.allocate(&subnet.name, &req);
