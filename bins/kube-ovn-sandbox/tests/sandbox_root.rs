@@ -285,7 +285,8 @@ fn up_ping_kubectl_exec_down() {
     // down: no process, namespace or link left.
     let pids: Vec<ProcRecord> =
         serde_json::from_slice(&std::fs::read(sb.dir.path().join("pids.json")).unwrap()).unwrap();
-    assert_eq!(pids.len(), 10, "{pids:?}");
+    // OVN's six, the API server, the controller, the EndpointSlice controller, the kubelet, the daemon.
+    assert_eq!(pids.len(), 11, "{pids:?}");
     let host_veths: Vec<String> = sb
         .records()
         .iter()
