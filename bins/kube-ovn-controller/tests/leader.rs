@@ -301,7 +301,7 @@ async fn renewals_failing_for_a_lease_duration_lose_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn against_the_api_server_takeover_after_expiry_and_loss_reported() {
     let api = TestApiServer::start(Config::default()).await.unwrap();
-    let client = kube::Client::try_from(kube::Config::new(api.url().parse().unwrap())).unwrap();
+    let client = api.client().unwrap();
     let a = LeaderElector::new(client.clone(), lease("a", 1));
     let b = LeaderElector::new(client.clone(), lease("b", 1));
     assert!(a.try_acquire_or_renew().await.unwrap());

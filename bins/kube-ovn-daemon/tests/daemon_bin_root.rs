@@ -243,7 +243,7 @@ impl Drop for Daemon {
 fn join_port_waits_for_the_node_and_routes_follow_subnets() {
     use k8s_openapi::api::core::v1::Node;
     use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
-    use kubeovn_core::crd::{CustomResourceDefinition, Subnet};
+    use kubeovn_core::crd::Subnet;
 
     if !common::runnable() {
         return;
@@ -278,11 +278,8 @@ fn join_port_waits_for_the_node_and_routes_follow_subnets() {
         let api = kubeovn_testapi::TestApiServer::start(kubeovn_testapi::Config::default())
             .await
             .unwrap();
-        let client = kube::Client::try_from(kube::Config::new(api.url().parse().unwrap())).unwrap();
-        let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-        for c in kubeovn_core::crd::crds() {
-            crds.create(&PostParams::default(), &c).await.unwrap();
-        }
+        let client = api.client().unwrap();
+        api.apply_crds(kubeovn_core::crd::crds()).unwrap();
         let n: Node = serde_json::from_value(json!({"metadata": {"name": node}})).unwrap();
         Api::<Node>::all(client.clone())
             .create(&PostParams::default(), &n)
@@ -290,8 +287,7 @@ fn join_port_waits_for_the_node_and_routes_follow_subnets() {
             .unwrap();
         (api, client)
     });
-    let kubeconfig = dir.path().join("kubeconfig");
-    api.write_kubeconfig(&kubeconfig).unwrap();
+    let kubeconfig = api.write_kubeconfig_in(dir.path()).unwrap();
     let subnets: Api<Subnet> = Api::all(client.clone());
     let create_subnet = |name: &str, vpc: &str, cidr: &str| {
         let s: Subnet = serde_json::from_value(json!({

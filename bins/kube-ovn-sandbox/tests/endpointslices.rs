@@ -50,9 +50,8 @@ impl Env {
         })
         .await
         .unwrap();
-        let kubeconfig = dir.path().join("kubeconfig");
-        api.write_kubeconfig(&kubeconfig).unwrap();
-        let client = kube::Client::try_from(kube::Config::new(api.url().parse().unwrap())).unwrap();
+        let kubeconfig = api.write_kubeconfig_in(dir.path()).unwrap();
+        let client = api.client().unwrap();
         Env {
             dir,
             kubeconfig,
