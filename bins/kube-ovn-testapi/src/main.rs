@@ -2,8 +2,8 @@
 //! Kubernetes API on that address, writes a kubeconfig for it to FILE and runs until SIGTERM (or
 //! Ctrl-C). `--service-cluster-ip-range CIDR[,CIDR]` sets where Services' ClusterIPs come from
 //! (kube-apiserver's flag; default 10.96.0.0/12), `--service-node-port-range FIRST-LAST` their node
-//! ports (default 30000-32767). Logs go to stderr as text or, with `--log-format json`, JSON lines;
-//! `RUST_LOG` filters them (default `info`).
+//! ports (default 30000-32767). Logs as the other binaries (kube-ovn-cmd): stderr, text or
+//! `--log-format json`, `--log-level`, `RUST_LOG` per module.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -28,31 +28,8 @@ struct Args {
     /// Where NodePort Services' node ports come from
     #[arg(long, value_name = "FIRST-LAST", default_value = "30000-32767")]
     service_node_port_range: String,
-    /// Log line format on stderr (RUST_LOG filters the lines, default info)
-    #[arg(long, value_enum, value_name = "FORMAT", default_value_t = LogFormat::Text)]
-    log_format: LogFormat,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-enum LogFormat {
-    /// `TIME LEVEL target: message`
-    Text,
-    /// One JSON object per line
-    Json,
-}
-
-fn init_logs(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    let _ = match format {
-        LogFormat::Text => builder
-            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-            .try_init(),
-        LogFormat::Json => builder.json().with_ansi(false).try_init(),
-    };
+    #[command(flatten)]
+    log: kube_ovn_cmd::log::LogArgs,
 }
 
 async fn serve(args: Args) -> Result<(), String> {
@@ -69,12 +46,7 @@ async fn serve(args: Args) -> Result<(), String> {
         server.write_kubeconfig(path).map_err(|e| e.to_string())?;
     }
     tracing::info!(url = %server.url(), "serving");
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .map_err(|e| format!("installing the SIGTERM handler: {e}"))?;
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = tokio::signal::ctrl_c() => {}
-    }
+    kube_ovn_cmd::shutdown_signal().await;
     tracing::info!("stopping");
     server.shutdown().await;
     Ok(())
@@ -82,7 +54,7 @@ async fn serve(args: Args) -> Result<(), String> {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    init_logs(args.log_format);
+    args.log.init();
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -124,13 +96,13 @@ mod tests {
         assert_eq!(a.kubeconfig, Some(PathBuf::from("/tmp/kc")));
         assert_eq!(a.service_cluster_ip_range, "10.96.0.0/12,fd00:96::/108");
         assert_eq!(a.service_node_port_range, "31000-31999");
-        assert_eq!(a.log_format, LogFormat::Json);
+        assert_eq!(a.log.format, kube_ovn_cmd::log::LogFormat::Json);
         let d = Args::try_parse_from(["kube-ovn-testapi"]).expect("defaults");
         let c = Config::default();
         assert_eq!(d.listen, c.listen);
         assert_eq!(d.service_cluster_ip_range, c.service_cluster_ip_range);
         assert_eq!(d.service_node_port_range, c.service_node_port_range);
-        assert_eq!(d.log_format, LogFormat::Text);
+        assert_eq!(d.log, kube_ovn_cmd::log::LogArgs::default());
         assert!(Args::try_parse_from(["kube-ovn-testapi", "--listen", "nowhere"]).is_err());
     }
 }
