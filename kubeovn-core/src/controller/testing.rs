@@ -1,4 +1,5 @@
-//! The reconcilers' unit-test harness: the test API server in-process, the northbound in memory
+//! The reconcilers' unit-test harness: the test API server in-process (no socket, no HTTP: the client calls
+//! its handler), the northbound in memory
 //! (`kubeovn_ovn::memdb`: the real planner and replica, no ovsdb-server), and the controller's own start
 //! (watches, default network, IPAM rebuild, release of what went away) without its workers, so a test puts
 //! objects in, runs one key of one kind, and reads the northbound rows and Kubernetes objects that came out.
@@ -7,7 +8,6 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, PostParams};
 use kube::Resource;
 use kubeovn_ovn::memdb::MemDb;
@@ -31,28 +31,16 @@ pub(crate) struct Harness {
     _tasks: AbortOnDrop,
 }
 
-/// A client of `api`.
-pub(crate) fn client(api: &TestApiServer) -> kube::Client {
-    let config = kube::Config::new(api.url().parse().expect("test api url"));
-    kube::Client::try_from(config).expect("client")
-}
-
-/// The test API server with Kube-OVN's CRDs installed.
+/// The test API server in process (no socket: the client calls its handler) with Kube-OVN's CRDs installed.
 pub(crate) async fn api_with_crds() -> (TestApiServer, kube::Client) {
     // Dual stack, so that Services of both families can be tested.
-    let api = TestApiServer::start(ApiConfig {
+    let (api, client) = TestApiServer::in_process(ApiConfig {
         service_cluster_ip_range: "10.96.0.0/12,fd00:10:96::/108".into(),
         ..ApiConfig::default()
     })
     .await
     .expect("test api server");
-    let client = client(&api);
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    for crd in crate::crd::crds() {
-        crds.create(&PostParams::default(), &crd)
-            .await
-            .expect("create crd");
-    }
+    api.apply_crds(crate::crd::crds()).expect("the CRDs");
     (api, client)
 }
 
