@@ -26,7 +26,6 @@ use crate::netpol::{
 };
 
 /// How long a policy's run waits for its sets to be written before it is retried.
-
 pub(crate) const FLUSH_WAIT: Duration = Duration::from_secs(30);
 
 /// A pod as policies see it: labels, addresses (annotations), named container ports.
