@@ -6,10 +6,12 @@
 //! the northbound replica (with [`Controller::connecting`], still filling), NB_Global options, the default VPC
 //! router and the `join` and default subnets (Subnet objects created if missing); then the IPAM rebuild from
 //! every source at once (Subnets, IPPools, IP records, pod and node annotations and the northbound ports),
-//! which also finds what pods and nodes deleted while the controller was down left behind: their ports and
-//! IP records are removed and their addresses freed before the controller reports started. Then one work
-//! queue per kind with bounded concurrency, a watch of users' IP reservations, periodic garbage collection
-//! and Subnet status updates. Each step's time since the start is logged at info level.
+//! which also finds what pods and nodes deleted while the controller was down left behind; the kinds' and
+//! tasks' start hooks remove it before the controller reports started. Then every kind's and task's workers
+//! run on the framework ([`framework`]): the kinds (pods, nodes, namespaces, VPCs, subnets, IPPools, users'
+//! IP reservations, Services, NetworkPolicies and admin policies) and the tasks (garbage collection, Subnet
+//! status, gateway checks, the policy sets' writer, queue depths). Each step's time since the start is logged
+//! at info level. The map of the kinds, their state and relations is ARCHITECTURE.md.
 //!
 //! Pod handlers hand their northbound writes to one [`writer::NbWriter`], which commits what concurrent
 //! handlers produced within a short window as one transaction.
