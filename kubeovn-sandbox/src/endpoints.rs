@@ -1301,6 +1301,36 @@ mod tests {
         .unwrap()
     }
 
+    /// The pod relation on the framework's stores, fed with no API server: a pod maps to the Services of its
+    /// namespace whose selector it matches.
+    #[tokio::test]
+    async fn a_pod_relates_to_the_services_selecting_it() {
+        // Never contacted: the kinds are fed.
+        let client =
+            kube::Client::try_from(kube::Config::new("http://127.0.0.1:1".parse().unwrap()))
+                .unwrap();
+        let mut b = Kinds::builder::<Ctx>(client);
+        register(&mut b);
+        let (kinds, _start, feed) = b.build_fed();
+        let mut other = web(json!({"selector": {"app": "other"}}));
+        other.metadata.name = Some("other".into());
+        let mut elsewhere = web(json!({}));
+        elsewhere.metadata.namespace = Some("ns2".into());
+        feed.list([web(json!({})), other, elsewhere]);
+        feed.list_rest();
+        let names = |keys: Vec<Key<Service>>| -> Vec<String> {
+            keys.iter().map(|k| k.as_str().to_owned()).collect()
+        };
+        let p = pod("a", &["10.16.0.5"], Some(8080));
+        assert_eq!(names(services_selecting(&kinds, &p)), ["ns/web"]);
+        let mut unlabelled = p.clone();
+        unlabelled.metadata.labels = None;
+        assert!(services_selecting(&kinds, &unlabelled).is_empty());
+        assert!(kinds
+            .get(&Key::<Service>::namespaced("ns", "other"))
+            .is_some());
+    }
+
     #[test]
     fn own_writes_win_over_older_store_versions() {
         let stored = |rv: &str| vec![Arc::new(slice_at(rv))];
