@@ -10,8 +10,8 @@
 //! node joins it by a veth, one end a port of that bridge, the other (`ul0`) a port of the node's own.
 //!
 //! ```
-//! use kube_ovn_sandbox::cluster;
-//! use kube_ovn_sandbox::state::Settings;
+//! use kubeovn_sandbox::cluster;
+//! use kubeovn_sandbox::state::Settings;
 //! let s = Settings::default();
 //! assert_eq!(cluster::node_name(&s, 1), "sandbox");
 //! assert_eq!(cluster::node_name(&s, 3), "sandbox3");
