@@ -19,31 +19,31 @@ use super::error::{ControllerError, Result};
 use super::framework::{Action, Key, Kinds, Reconciler, Relations, Watch};
 use super::plan::{self, PodPort};
 use super::views::{AddressesFreed, SubnetChanged};
-use super::{split_key, Ctx, PodInfo as Pod};
+use super::{Ctx, PodInfo as Pod};
 use crate::annotations::{
     self, merge_patch, IpPoolRequest, PodNetworkAnnotations, DEFAULT_PROVIDER,
 };
 use crate::naming;
 
-/// Pods waiting for an address, by subnet.
+/// Pods waiting for an address, by subnet: the pod kind's own state, read by its relations.
 #[derive(Debug, Default)]
-pub(crate) struct Waiting(Mutex<HashMap<String, HashSet<String>>>);
+pub(crate) struct Waiting(Mutex<HashMap<String, HashSet<Key<Pod>>>>);
 
 impl Waiting {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, HashSet<String>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, HashSet<Key<Pod>>>> {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Adds pod `key` to the waiters of `subnet`; true if it was not waiting there yet.
-    fn add(&self, subnet: &str, key: &str) -> bool {
+    fn add(&self, subnet: &str, key: &Key<Pod>) -> bool {
         self.lock()
             .entry(subnet.to_owned())
             .or_default()
-            .insert(key.to_owned())
+            .insert(key.clone())
     }
 
     /// Removes pod `key` from the waiters of `subnet` (or of every subnet).
-    fn remove(&self, subnet: Option<&str>, key: &str) {
+    fn remove(&self, subnet: Option<&str>, key: &Key<Pod>) {
         self.lock().retain(|s, keys| {
             if subnet.is_none_or(|x| x == s) {
                 keys.remove(key);
@@ -52,29 +52,26 @@ impl Waiting {
         });
     }
 
-    /// The waiters of `subnet`. They stay registered until served or deleted, so a waiter that fails again
-    /// is not warned about again.
+    /// The waiters of `subnet` (`namespace/name`). They stay registered until served or deleted, so a
+    /// waiter that fails again is not warned about again.
     pub(crate) fn of(&self, subnet: &str) -> Vec<String> {
-        self.lock()
-            .get(subnet)
-            .map(|k| k.iter().cloned().collect())
-            .unwrap_or_default()
+        self.keys(subnet)
+            .iter()
+            .map(|k| k.as_str().to_owned())
+            .collect()
     }
-}
 
-impl Waiting {
     /// The keys of the pods waiting in `subnet`.
     fn keys(&self, subnet: &str) -> Vec<Key<Pod>> {
-        let keys = self.of(subnet);
+        let keys: Vec<Key<Pod>> = self
+            .lock()
+            .get(subnet)
+            .map(|k| k.iter().cloned().collect())
+            .unwrap_or_default();
         if !keys.is_empty() {
             tracing::debug!(subnet, pods = keys.len(), "waiting pods queued");
         }
-        keys.iter()
-            .map(|k| {
-                let (ns, name) = split_key(k);
-                Key::namespaced(ns, name)
-            })
-            .collect()
+        keys
     }
 }
 
@@ -238,15 +235,16 @@ async fn add(ctx: &Ctx, waiting: &Waiting, pod: &Pod) -> Result<()> {
     }
     let subnet_name = choose_subnet(ctx, &ns, &a)?;
     let owner = naming::pod_key(&ns, &name);
+    let waiter = Key::<Pod>::namespaced(&ns, &name);
     let subnet = match ctx.subnet(&subnet_name) {
         Some(s) => s,
         None => {
             // Served as soon as the subnet is loaded (validated, or its spec fixed): registered first,
             // then looked up again, so a load in between is not missed.
-            let first = waiting.add(&subnet_name, &owner);
+            let first = waiting.add(&subnet_name, &waiter);
             match ctx.subnet(&subnet_name) {
                 Some(s) => {
-                    waiting.remove(Some(&subnet_name), &owner);
+                    waiting.remove(Some(&subnet_name), &waiter);
                     s
                 }
                 None => {
@@ -270,7 +268,7 @@ async fn add(ctx: &Ctx, waiting: &Waiting, pod: &Pod) -> Result<()> {
         plan::AddressChoice::PoolInUse => {
             // Waits for an entry's release (a rolling update: the old pods hold them yet), warned once;
             // registered first, then looked again, so a release in between is not missed.
-            let first = waiting.add(&subnet.name, &owner);
+            let first = waiting.add(&subnet.name, &waiter);
             match choose() {
                 plan::AddressChoice::Given { statics, pool } => (statics, pool),
                 plan::AddressChoice::PoolInUse => {
@@ -296,7 +294,7 @@ async fn add(ctx: &Ctx, waiting: &Waiting, pod: &Pod) -> Result<()> {
         // Wait for a release in this subnet: a full subnet, or the address (or MAC) asked for held by
         // another pod or a reservation (a fixed address moving to a replacement pod). One that came between
         // the failure and the registration woke nobody, hence the second try.
-        let first = waiting.add(&subnet.name, &owner);
+        let first = waiting.add(&subnet.name, &waiter);
         allocated = ctx.ipam.allocate(&subnet.name, &req);
         match &allocated {
             Ok(_) => {}
@@ -314,7 +312,7 @@ async fn add(ctx: &Ctx, waiting: &Waiting, pod: &Pod) -> Result<()> {
     let addrs = match allocated {
         Ok(x) => {
             // Served: no longer waiting (a woken waiter stays registered until now).
-            waiting.remove(Some(&subnet.name), &owner);
+            waiting.remove(Some(&subnet.name), &waiter);
             x
         }
         Err(e) => {
@@ -414,7 +412,7 @@ async fn delete(
     ctx.writer.commit(b).await?;
     api::delete(&ctx.client, &port).await?;
     let key = naming::pod_key(ns, name);
-    waiting.remove(None, &key);
+    waiting.remove(None, &Key::namespaced(ns, name));
     // Only the port's own addresses: a reservation naming the pod (a record of another name, owner
     // `ns/pod` too) stays reserved until its record goes.
     for a in ctx.ipam.pod_allocations(&key) {
