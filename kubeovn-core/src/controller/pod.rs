@@ -52,8 +52,9 @@ impl Waiting {
         });
     }
 
-    /// The waiters of `subnet` (`namespace/name`). They stay registered until served or deleted, so a
-    /// waiter that fails again is not warned about again.
+    /// The waiters of `subnet` (`namespace/name`, tests). They stay registered until served or deleted, so
+    /// a waiter that fails again is not warned about again.
+    #[cfg(test)]
     pub(crate) fn of(&self, subnet: &str) -> Vec<String> {
         self.keys(subnet)
             .iter()
