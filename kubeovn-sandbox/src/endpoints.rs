@@ -893,6 +893,17 @@ pub async fn run(
     client: kube::Client,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), SandboxError> {
+    run_with(client, shutdown, |_| {}).await
+}
+
+/// [`run`], handing the framework's kinds (stores and queues) to `started` once the workers run (after the
+/// first lists and the start hook): a test waits on them ([`Kinds::all_settled`]) to know that every change
+/// the watches delivered so far has been handled.
+pub async fn run_with(
+    client: kube::Client,
+    shutdown: impl std::future::Future<Output = ()>,
+    started: impl FnOnce(Arc<Kinds>),
+) -> Result<(), SandboxError> {
     let mut b = Kinds::builder::<Ctx>(client.clone());
     register(&mut b);
     let (kinds, start) = b.build();
@@ -905,7 +916,10 @@ pub async fn run(
         _ = &mut shutdown => return Ok(()),
         r = kinds.ready() => r.map_err(|detail| SandboxError::Failed { what: "endpointslice watches", detail })?,
     }
-    let ctx = Arc::new(Ctx { kinds, client });
+    let ctx = Arc::new(Ctx {
+        kinds: kinds.clone(),
+        client,
+    });
     let workers = start
         .workers
         .start(ctx)
@@ -917,6 +931,7 @@ pub async fn run(
     for w in workers {
         tasks.spawn(w);
     }
+    started(kinds);
     tracing::info!("EndpointSlice controller running");
     shutdown.await;
     tasks.abort_all();

@@ -6,11 +6,13 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::Command;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kubeovn_core::controller::framework::Kinds;
 use kubeovn_sandbox::endpoints::{self, CONTROLLER_NAME, LABEL_MANAGED_BY, LABEL_SERVICE_NAME};
 use kubeovn_testapi::{Config, TestApiServer};
 use serde_json::{json, Value};
@@ -27,16 +29,31 @@ struct Env {
     client: kube::Client,
 }
 
-/// The controller running in this process.
+/// The controller running in this process, with its framework's stores and queues.
 struct Running {
     stop: oneshot::Sender<()>,
     task: tokio::task::JoinHandle<()>,
+    kinds: Arc<Kinds>,
 }
 
 impl Running {
     async fn stop(self) {
         let _ = self.stop.send(());
         self.task.await.unwrap();
+    }
+
+    /// Waits (at most 10 s) until the controller has nothing queued, nothing running and nothing waiting to
+    /// be retried: every change its watches delivered so far has been handled, and nothing more is written
+    /// until another comes. It says nothing of events still on their way: see [`Env::orphan_deleted`].
+    async fn settled(&self, what: &str) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !self.kinds.all_settled() {
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting for the controller to settle {what}"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
     }
 }
 
@@ -60,17 +77,58 @@ impl Env {
         }
     }
 
-    fn controller(&self) -> Running {
+    /// Starts the controller; returns once its workers run (its first lists stored, every Service queued, its
+    /// start hook done).
+    async fn controller(&self) -> Running {
         let (stop, rx) = oneshot::channel::<()>();
+        let (started, kinds) = oneshot::channel::<Arc<Kinds>>();
         let client = self.client.clone();
         let task = tokio::spawn(async move {
-            endpoints::run(client, async {
-                let _ = rx.await;
-            })
+            endpoints::run_with(
+                client,
+                async {
+                    let _ = rx.await;
+                },
+                |kinds| {
+                    let _ = started.send(kinds);
+                },
+            )
             .await
             .unwrap();
         });
-        Running { stop, task }
+        let kinds = tokio::time::timeout(Duration::from_secs(10), kinds)
+            .await
+            .expect("the controller started within 10 s")
+            .unwrap();
+        Running { stop, task, kinds }
+    }
+
+    /// The barrier on the slice watch: creates a slice the controller manages for Service `svc`, which does not
+    /// exist, and waits (at most 10 s) until the controller deleted it, which it does once the watch has
+    /// delivered it. A watch delivers one resource's events in resourceVersion order, so by then it has
+    /// delivered every slice change made before this one, and each has queued its Service before this slice
+    /// queued `svc`.
+    async fn orphan_deleted(&self, svc: &str) {
+        let name = format!("{svc}-orphan");
+        let orphan: EndpointSlice = serde_json::from_value(json!({
+            "metadata": {"name": name, "labels": {LABEL_SERVICE_NAME: svc, LABEL_MANAGED_BY: CONTROLLER_NAME}},
+            "addressType": "IPv4",
+            "endpoints": [{"addresses": ["192.0.2.9"]}],
+            "ports": [{"port": 80}],
+        }))
+        .unwrap();
+        self.slices()
+            .create(&PostParams::default(), &orphan)
+            .await
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while self.slices().get_opt(&name).await.unwrap().is_some() {
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting for the orphan slice {name} to be deleted"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     fn pods(&self) -> Api<Pod> {
@@ -262,7 +320,7 @@ async fn slices_follow_pods_and_services() {
         return;
     }
     let env = Env::start().await;
-    let c = env.controller();
+    let c = env.controller().await;
     let web = json!({"app": "web"});
     env.pod(
         "a",
@@ -421,9 +479,13 @@ async fn slices_follow_pods_and_services() {
     assert_eq!(e.addresses, vec!["10.16.0.66".to_owned()]);
 
     // Settled: nothing more is written (the controller's own writes coming back through the watch write
-    // nothing).
+    // nothing). The pod watch has nothing more for web: its last pod event, a's deletion, shows in the slices
+    // already. The slice watch's echoes of the controller's writes: delivered, and web queued by each, once
+    // an orphan slice made after them is deleted; run to the end (and any retry of theirs too) once the
+    // controller settles after that. A write from any of those runs changes a version.
     let settled = versions(&env.slices_of("web").await);
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    env.orphan_deleted("settle-marker").await;
+    c.settled("after the orphan slice").await;
     assert_eq!(
         versions(&env.slices_of("web").await),
         settled,
@@ -509,7 +571,7 @@ async fn over_a_hundred_endpoints_split_and_a_restart_writes_nothing() {
     }))
     .await;
     let t = Instant::now();
-    let c = env.controller();
+    let c = env.controller().await;
     let slices = env
         .wait("many", "230 endpoints", |s| pods_in(s).len() == N)
         .await;
@@ -545,12 +607,15 @@ async fn over_a_hundred_endpoints_split_and_a_restart_writes_nothing() {
         .delete("gone", &DeleteParams::default())
         .await
         .unwrap();
-    let c = env.controller();
+    // Once started, the new controller has every Service queued by its first lists (many among them), and
+    // has run its start hook (the orphans' cleanup). Settled, it has run many to the end: had the restart
+    // rewritten a slice, that run would have.
+    let c = env.controller().await;
     env.wait("gone", "slices of the Service deleted while stopped", |s| {
         s.is_empty()
     })
     .await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    c.settled("after the restart").await;
     assert_eq!(
         versions(&env.slices_of("many").await),
         before,

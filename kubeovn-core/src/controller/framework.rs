@@ -507,6 +507,8 @@ struct QueueView {
     name: &'static str,
     len: Box<dyn Fn() -> usize + Send + Sync>,
     idle: Box<dyn Fn() -> bool + Send + Sync>,
+    /// Keys waiting for a delay (a retry or a requeue).
+    delayed: Box<dyn Fn() -> usize + Send + Sync>,
 }
 
 /// The kinds: their stores, queues and tombstones. Built by [`Builder`] ([`Kinds::builder`]).
@@ -637,6 +639,13 @@ impl Kinds {
     /// Whether every queue is empty with no key running.
     pub fn all_idle(&self) -> bool {
         self.queues.iter().all(|q| (q.idle)())
+    }
+
+    /// Whether every queue is empty with no key running and none waiting for a delay (a retry after a
+    /// failure, or a requeue): nothing runs, and nothing will until a watch event or a signal comes. What a
+    /// test waits for, after a change whose effect it saw, to know that the events before it were handled.
+    pub fn all_settled(&self) -> bool {
+        self.queues.iter().all(|q| (q.idle)() && (q.delayed)() == 0)
     }
 
     /// Waits until every store has its first list.
@@ -893,11 +902,12 @@ impl<C: Context> Builder<C> {
     pub fn task<T: Task<C>>(&mut self, t: T) {
         let t = Arc::new(t);
         let queue = WorkQueue::<Key<T>>::new(T::NAME);
-        let (a, b) = (queue.clone(), queue.clone());
+        let (a, b, c) = (queue.clone(), queue.clone(), queue.clone());
         self.queues.push(QueueView {
             name: T::NAME,
             len: Box::new(move || a.len()),
             idle: Box::new(move || b.is_idle()),
+            delayed: Box::new(move || c.delayed()),
         });
         let store: Arc<NoStore> = Arc::new(NoStore);
         self.slots.insert(
@@ -951,11 +961,12 @@ impl<C: Context> Builder<C> {
             .unwrap_or(std::any::type_name::<K>());
         let queue = queue.map(|q| q.1);
         if let Some(q) = &queue {
-            let (a, b) = (q.clone(), q.clone());
+            let (a, b, c) = (q.clone(), q.clone(), q.clone());
             self.queues.push(QueueView {
                 name,
                 len: Box::new(move || a.len()),
                 idle: Box::new(move || b.is_idle()),
+                delayed: Box::new(move || c.delayed()),
             });
         }
         let s = store.clone();
@@ -1737,6 +1748,10 @@ mod tests {
         feed.apply(cm("poll", "1"));
         settle().await;
         assert_eq!(maps.count("reconcile poll"), 1);
+        assert!(
+            kinds.all_idle() && !kinds.all_settled(),
+            "idle, not settled: keys wait for their delays"
+        );
         tokio::time::sleep(Duration::from_secs(30)).await;
         settle().await;
         assert_eq!(maps.count("reconcile poll"), 2);
