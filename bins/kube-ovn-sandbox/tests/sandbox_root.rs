@@ -131,8 +131,10 @@ fn up_ping_kubectl_exec_down() {
     // - web: a shell that says where it runs, waits 2 s, then serves HTTP on 8080; Ready only once its
     //   tcpSocket probe (named port) connects;
     // - job: fails once, then succeeds (restartPolicy OnFailure): one restart, then Succeeded;
-    // - extra: sleeps, Ready while its exec probe finds a file (and unready again when it is gone).
+    // - extra: sleeps, Ready while its exec probe finds a file (and unready again when it is gone); each run
+    //   of the probe leaves a line in `extra-probes` first.
     let flag = sb.dir.path().join("extra-ready");
+    let probes = sb.dir.path().join("extra-probes");
     let job_mark = sb.dir.path().join("job-ran");
     let pods_json = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": [
         {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web", "namespace": "default"},
@@ -150,7 +152,8 @@ fn up_ping_kubectl_exec_down() {
         {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "extra", "namespace": "default"},
          "spec": {"containers": [{"name": "extra", "image": "registry.k8s.io/pause:3.10",
             "args": ["sleep", "600"],
-            "readinessProbe": {"exec": {"command": ["test", "-e", flag.to_str().unwrap()]},
+            "readinessProbe": {"exec": {"command": ["sh", "-c", format!(
+                "echo probed >> {p}; test -e {f}", p = probes.display(), f = flag.display())]},
                                "periodSeconds": 1, "failureThreshold": 1}}]}}
     ]});
     sb.apply(&pods_json);
@@ -212,8 +215,31 @@ fn up_ping_kubectl_exec_down() {
         extra_ip = p["status"]["podIP"].as_str().unwrap_or_default().to_owned();
         p["status"]["containerStatuses"][0]["state"]["running"].is_object()
     });
-    std::thread::sleep(Duration::from_millis(1200));
-    assert!(!ready(&sb.pod("extra")), "Ready before its probe passed");
+    // The kubelet's supervisor of a pod probes, then patches the status that result gives, then waits for its
+    // next tick, one after the other: once a second probe has started, the first one has failed, been
+    // counted and its status written. Not Ready then: the kubelet says so (Ready False), it does not just
+    // not say yet.
+    let probe_runs = || {
+        std::fs::read_to_string(&probes)
+            .map(|s| s.lines().count())
+            .unwrap_or(0)
+    };
+    wait_until(
+        "extra's readiness probe to fail and run again",
+        Duration::from_secs(10),
+        || probe_runs() >= 2,
+    );
+    let p = sb.pod("extra");
+    let ready_condition = p["status"]["conditions"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["type"] == "Ready"))
+        .map(|c| c["status"].clone());
+    assert_eq!(
+        ready_condition,
+        Some(serde_json::json!("False")),
+        "Ready before its probe passed: {p}"
+    );
+    assert_eq!(p["status"]["containerStatuses"][0]["ready"], false, "{p}");
     std::fs::write(&flag, "").unwrap();
     wait_until("pod extra to be Ready", Duration::from_secs(10), || {
         ready(&sb.pod("extra"))
