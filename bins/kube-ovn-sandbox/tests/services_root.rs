@@ -3,8 +3,8 @@
 //! Service without a selector reaches the endpoint of a hand-written EndpointSlice, also from that backend
 //! itself (hairpin); `sessionAffinity: ClientIP` keeps one backend; a Service without endpoints refuses at
 //! once; `internalTrafficPolicy: Local` reaches only the endpoints of the client's node; a deleted backend
-//! gets no new connection a second later; a dual-stack Service answers on both families; a custom VPC's
-//! Service answers its own pods and not the default VPC's.
+//! gets no new connection once it has left the Service's load balancer; a dual-stack Service answers on
+//! both families; a custom VPC's Service answers its own pods and not the default VPC's.
 //!
 //! Run it in a network namespace of its own when another ovs-vswitchd runs on the machine:
 //! `unshare --net --mount -- sh -c 'mount -t sysfs sysfs /sys && ip link set lo up && cargo test -p
@@ -68,6 +68,39 @@ impl Sandbox {
             .iter()
             .map(|s| s.as_str().unwrap().to_owned())
             .collect()
+    }
+
+    /// The backends' addresses of `vip` in the northbound load balancer `lb` (None: no such balancer, or
+    /// `vip` not in it).
+    fn lb_backends(&self, lb: &str, vip: SocketAddr) -> Option<BTreeSet<String>> {
+        let out = std::process::Command::new(self.bins.join("kubectl-ko"))
+            .arg("--sandbox")
+            .arg(self.dir.path())
+            .args([
+                "nbctl",
+                "--format=json",
+                "--columns=vips",
+                "find",
+                "Load_Balancer",
+            ])
+            .arg(format!("name={lb}"))
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "kubectl-ko nbctl find: {out:?}");
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        // {"data": [[["map", [[VIP, "IP:PORT,IP:PORT"], ...]]]], ...}: one row, its one column.
+        let vips = v["data"][0][0][1].as_array()?;
+        let backends = vips
+            .iter()
+            .find(|kv| kv[0].as_str() == Some(vip.to_string().as_str()))?[1]
+            .as_str()?;
+        Some(
+            backends
+                .split(',')
+                .filter(|b| !b.is_empty())
+                .map(|b| b.parse::<SocketAddr>().unwrap().ip().to_string())
+                .collect(),
+        )
     }
 
     /// Waits until pods `names` of `ns` are Ready.
@@ -332,13 +365,26 @@ fn services_balance_tcp_and_udp_in_the_sandbox() {
     let vpc = sb.json(&["vpc", "blue"]);
     assert_eq!(vpc["status"]["loadBalancerGroup"], "lbg.blue", "{vpc}");
 
-    // A backend deleted: a second later, no new connection reaches it.
+    // A backend deleted: once its address has left the Service's load balancer in NB, and the chassis has
+    // installed that NB (`--wait=hv`), no new connection reaches it. Both backends are in it before.
+    let web_lb = "svc.default.web.tcp";
+    let both = BTreeSet::from([web1_ip.clone(), web2_ip.clone()]);
+    assert_eq!(
+        sb.lb_backends(web_lb, web_vip),
+        Some(both),
+        "{web_lb} before"
+    );
     let out = sb.kubectl(&["-n", "default", "delete", "pod", "web-2", "--wait=false"]);
     assert!(out.status.success(), "{out:?}");
-    std::thread::sleep(Duration::from_secs(1));
+    let only_web1 = BTreeSet::from([web1_ip.clone()]);
+    eventually("web-2's address to leave web's load balancer", 20, || {
+        sb.lb_backends(web_lb, web_vip).as_ref() == Some(&only_web1)
+    });
+    let out = sb.ko(&["nbctl", "--timeout=30", "--wait=hv", "sync"]);
+    assert!(out.status.success(), "ovn-nbctl --wait=hv sync: {out:?}");
     let after = sb.ask(("demo", "app-1"), web_vip, false, 20);
     assert!(
         after.iter().all(|r| r.as_deref() == Ok("web-1")),
-        "connections a second after web-2's delete: {after:?}"
+        "connections once web-2 left the load balancer: {after:?}"
     );
 }
