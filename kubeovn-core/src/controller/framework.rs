@@ -511,6 +511,22 @@ struct QueueView {
     delayed: Box<dyn Fn() -> usize + Send + Sync>,
 }
 
+impl QueueView {
+    /// The view of queue `q`, called `name`.
+    fn of<K: Clone + Eq + Hash + Send + 'static>(
+        name: &'static str,
+        q: &Arc<WorkQueue<K>>,
+    ) -> Self {
+        let (a, b, c) = (q.clone(), q.clone(), q.clone());
+        QueueView {
+            name,
+            len: Box::new(move || a.len()),
+            idle: Box::new(move || b.is_idle()),
+            delayed: Box::new(move || c.delayed()),
+        }
+    }
+}
+
 /// The kinds: their stores, queues and tombstones. Built by [`Builder`] ([`Kinds::builder`]).
 pub struct Kinds {
     slots: HashMap<TypeId, Box<dyn Any + Send + Sync>>,
@@ -869,28 +885,13 @@ impl<C: Context> Builder<C> {
         let r = Arc::new(r);
         let queue = WorkQueue::<Key<R::Object>>::new(R::NAME);
         self.add_slot::<R::Object, S>(Some((R::NAME, queue.clone())), store, writer, r.watch());
-        let mut watches = Vec::new();
-        R::relations(
-            &r,
-            &mut Relations {
-                hooks: &mut self.hooks,
-                signals: &mut self.signals,
-                watch: &mut watches,
-                to: PhantomData,
-            },
-        );
-        self.relation_watches.extend(watches);
+        self.declare(|rel| R::relations(&r, rel));
         self.instances
             .insert(TypeId::of::<R>(), Box::new(r.clone()));
         let rs = r.clone();
-        self.starts.push(Box::new(move |ctx: Arc<C>| {
-            Box::pin(async move {
-                rs.at_start(&ctx).await.map_err(|e| StartError {
-                    kind: R::NAME,
-                    message: e.to_string(),
-                })
-            })
-        }));
+        self.start_hook(R::NAME, move |ctx| {
+            Box::pin(async move { rs.at_start(&ctx).await })
+        });
         self.workers.push((
             TypeId::of::<R>(),
             Box::new(move |ctx: Arc<C>| Box::pin(run_workers::<C, R>(ctx, r, queue))),
@@ -902,13 +903,7 @@ impl<C: Context> Builder<C> {
     pub fn task<T: Task<C>>(&mut self, t: T) {
         let t = Arc::new(t);
         let queue = WorkQueue::<Key<T>>::new(T::NAME);
-        let (a, b, c) = (queue.clone(), queue.clone(), queue.clone());
-        self.queues.push(QueueView {
-            name: T::NAME,
-            len: Box::new(move || a.len()),
-            idle: Box::new(move || b.is_idle()),
-            delayed: Box::new(move || c.delayed()),
-        });
+        self.queues.push(QueueView::of(T::NAME, &queue));
         let store: Arc<NoStore> = Arc::new(NoStore);
         self.slots.insert(
             TypeId::of::<T>(),
@@ -920,32 +915,45 @@ impl<C: Context> Builder<C> {
                 hooks: Vec::new(),
             }),
         );
-        let mut watches = Vec::new();
-        T::relations(
-            &t,
-            &mut Relations {
-                hooks: &mut self.hooks,
-                signals: &mut self.signals,
-                watch: &mut watches,
-                to: PhantomData,
-            },
-        );
-        self.relation_watches.extend(watches);
+        self.declare(|rel| T::relations(&t, rel));
         self.instances
             .insert(TypeId::of::<T>(), Box::new(t.clone()));
         let ts = t.clone();
-        self.starts.push(Box::new(move |ctx: Arc<C>| {
-            Box::pin(async move {
-                ts.at_start(&ctx).await.map_err(|e| StartError {
-                    kind: T::NAME,
-                    message: e.to_string(),
-                })
-            })
-        }));
+        self.start_hook(T::NAME, move |ctx| {
+            Box::pin(async move { ts.at_start(&ctx).await })
+        });
         self.workers.push((
             TypeId::of::<T>(),
             Box::new(move |ctx: Arc<C>| Box::pin(run_task::<C, T>(ctx, t, queue))),
         ));
+    }
+
+    /// Runs a kind's or task's relation declarations.
+    fn declare<To: Send + 'static>(&mut self, declare: impl FnOnce(&mut Relations<'_, C, To>)) {
+        let mut watches = Vec::new();
+        declare(&mut Relations {
+            hooks: &mut self.hooks,
+            signals: &mut self.signals,
+            watch: &mut watches,
+            to: PhantomData,
+        });
+        self.relation_watches.extend(watches);
+    }
+
+    /// Adds the start hook of `kind`.
+    fn start_hook<E: ReconcileError>(
+        &mut self,
+        kind: &'static str,
+        run: impl FnOnce(Arc<C>) -> Pin<Box<dyn Future<Output = Result<(), E>> + Send>> + Send + 'static,
+    ) {
+        self.starts.push(Box::new(move |ctx: Arc<C>| {
+            Box::pin(async move {
+                run(ctx).await.map_err(|e| StartError {
+                    kind,
+                    message: e.to_string(),
+                })
+            })
+        }));
     }
 
     fn add_slot<K: Object, S: ObjectStore<K>>(
@@ -961,13 +969,7 @@ impl<C: Context> Builder<C> {
             .unwrap_or(std::any::type_name::<K>());
         let queue = queue.map(|q| q.1);
         if let Some(q) = &queue {
-            let (a, b, c) = (q.clone(), q.clone(), q.clone());
-            self.queues.push(QueueView {
-                name,
-                len: Box::new(move || a.len()),
-                idle: Box::new(move || b.is_idle()),
-                delayed: Box::new(move || c.delayed()),
-            });
+            self.queues.push(QueueView::of(name, q));
         }
         let s = store.clone();
         self.ready.push(Box::new(move || s.ready()));
