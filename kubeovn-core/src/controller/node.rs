@@ -194,6 +194,13 @@ mod tests {
     use super::*;
     use crate::annotations::{ALLOCATED, IP_ADDRESS, LOGICAL_SWITCH, MAC_ADDRESS};
     use crate::controller::testing::Harness;
+
+    impl Harness {
+        /// Runs the node kind for `key` (other kinds' tests use it without naming this kind).
+        pub(crate) async fn run_node(&self, key: Key<Node>) -> Result<Action> {
+            self.run::<Nodes>(key).await
+        }
+    }
     use crate::crd::IP;
     use crate::crd::{Decoded, Subnet};
     use k8s_openapi::api::core::v1::{NodeAddress, NodeStatus};

@@ -435,6 +435,22 @@ mod tests {
         ROUTED,
     };
     use crate::controller::testing::{pod, Harness};
+
+    impl Harness {
+        /// Runs the pod kind for `key` (other kinds' tests use it without naming this kind).
+        pub(crate) async fn run_pod(&self, key: Key<Pod>) -> Result<Action> {
+            self.run::<Pods>(key).await
+        }
+
+        /// The pods waiting for an address in `subnet` (the pod kind's state).
+        pub(crate) fn waiting(&self, subnet: &str) -> Vec<String> {
+            self.ctx
+                .kinds
+                .reconciler::<Pods>()
+                .map(|p| p.waiting.of(subnet))
+                .unwrap_or_default()
+        }
+    }
     use crate::crd::{Decoded, Subnet, SubnetSpec, IP};
     use futures::{StreamExt, TryStreamExt};
     use k8s_openapi::api::core::v1::Namespace;

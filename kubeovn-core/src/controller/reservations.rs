@@ -1,7 +1,7 @@
 //! Users' reservations (IP records the controller did not write) as the allocator must hold them: applied
 //! when seen, re-applied when their subnet is (re)loaded (one created before its subnet waits for it),
 //! released when their record goes. Plain data over the allocator: the reservation kind (`ip.rs`) fills it,
-//! the subnet table ([`super::views`]) applies it when a subnet loads, so no pod gets a reserved address.
+//! the subnet table (the views) applies it when a subnet loads, so no pod gets a reserved address.
 
 use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;

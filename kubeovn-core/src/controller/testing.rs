@@ -83,7 +83,7 @@ impl Harness {
             .at_start(ctx.clone())
             .await
             .expect("the start hooks");
-        let mut h = Harness {
+        Harness {
             api,
             client,
             db,
@@ -91,10 +91,7 @@ impl Harness {
             ctx,
             workers: Some(workers),
             _tasks: guard,
-        };
-        // The policy sets' writer runs as at any start: policy runs wait for it.
-        h.serve_kind::<super::netpol::Flusher>();
-        h
+        }
     }
 
     /// Creates `obj` and waits until the controller's store holds it.
@@ -173,32 +170,6 @@ impl Harness {
         key: Key<R::Object>,
     ) -> Result<Action, ControllerError> {
         framework::run_once::<Ctx, R>(&self.ctx, &key).await
-    }
-
-    /// Runs the subnet kind for `key`: a test of another kind drives it without naming it.
-    pub async fn run_subnet(
-        &self,
-        key: Key<crate::crd::Decoded<crate::crd::Subnet>>,
-    ) -> Result<Action, ControllerError> {
-        self.run::<super::subnet::Subnets>(key).await
-    }
-
-    /// Runs the node kind for `key`.
-    pub async fn run_node(
-        &self,
-        key: Key<k8s_openapi::api::core::v1::Node>,
-    ) -> Result<Action, ControllerError> {
-        self.run::<super::node::Nodes>(key).await
-    }
-
-    /// Runs the VPC kind for `key`.
-    pub async fn run_vpc(&self, key: Key<crate::crd::Vpc>) -> Result<Action, ControllerError> {
-        self.run::<super::vpc::Vpcs>(key).await
-    }
-
-    /// Runs the pod kind for `key`.
-    pub async fn run_pod(&self, key: Key<super::PodInfo>) -> Result<Action, ControllerError> {
-        self.run::<super::pod::Pods>(key).await
     }
 
     /// Runs task `T` once, as its worker would.
@@ -436,15 +407,6 @@ impl Harness {
         let config = self.ctx.config.clone();
         drop(self);
         Self::start_with(config, db, setup).await
-    }
-
-    /// The pods waiting for an address in `subnet` (the pod kind's state).
-    pub fn waiting(&self, subnet: &str) -> Vec<String> {
-        self.ctx
-            .kinds
-            .reconciler::<super::pod::Pods>()
-            .map(|p| p.waiting.of(subnet))
-            .unwrap_or_default()
     }
 
     /// Who holds `ip` in the allocator: its record (port) name.

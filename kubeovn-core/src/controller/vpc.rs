@@ -123,6 +123,13 @@ async fn reconcile(ctx: &Ctx, vpc: &Vpc) -> Result<()> {
 mod tests {
     use super::*;
     use crate::controller::testing::Harness;
+
+    impl Harness {
+        /// Runs the VPC kind for `key` (other kinds' tests use it without naming this kind).
+        pub(crate) async fn run_vpc(&self, key: Key<Vpc>) -> Result<Action> {
+            self.run::<Vpcs>(key).await
+        }
+    }
     use crate::crd::VpcSpec;
     use kube::api::DeleteParams;
     use kubeovn_ovn::northbound::Northbound;

@@ -59,6 +59,13 @@ mod tests {
 
     /// How long a policy's run waits for its sets to be written before it is retried.
     use crate::controller::testing::Harness;
+
+    /// The harness with the policy sets' writer running, as at any start (policy runs wait for it).
+    async fn start() -> Harness {
+        let mut h = Harness::start().await;
+        h.serve_kind::<Flusher>();
+        h
+    }
     use k8s_openapi::api::core::v1::Pod;
     use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
     use kubeovn_ovn::northbound::{Northbound, SwitchPort};
@@ -188,7 +195,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_policy_changed_from_ingress_to_egress_moves_its_isolation() {
-        let h = Harness::start().await;
+        let h = start().await;
         namespace(&h, "x", json!({})).await;
         pod(&h, "x", "a", "a", "10.16.0.10").await;
         let deny = |types: serde_json::Value| -> NetworkPolicy {
@@ -225,7 +232,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_policy_gets_shared_sets_and_follows_labels_without_running_again() {
-        let h = Harness::start().await;
+        let h = start().await;
         namespace(&h, "x", json!({"team": "a"})).await;
         namespace(&h, "y", json!({"team": "b"})).await;
         pod(&h, "x", "a", "a", "10.16.0.10").await;
